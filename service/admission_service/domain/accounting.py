@@ -1,0 +1,191 @@
+"""Token accounting and the cache forecast (SPEC §6).
+
+Prices follow the public heuristic of the reference token meter exactly (4 characters per token
+plus fixed overheads; lengths are JavaScript string lengths, i.e. UTF-16 code units), so the
+numbers match the reference for the same content.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from admission_service.domain.messages import (
+    Block,
+    Image,
+    Message,
+    Reasoning,
+    Role,
+    Text,
+    Tool,
+    ToolCall,
+    ToolResult,
+)
+
+CHARS_PER_TOKEN = 4
+BLOCK_OVERHEAD = 4
+ROLE_OVERHEAD = 4
+
+
+def js_length(text: str) -> int:
+    """The length JavaScript reports for ``text`` (UTF-16 code units)."""
+    return len(text.encode("utf-16-le")) // 2
+
+
+def _tokens(text: str) -> int:
+    return -(-js_length(text) // CHARS_PER_TOKEN)
+
+
+def _json(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def block_tokens(block: Block) -> int:
+    if isinstance(block, Text | Reasoning):
+        return _tokens(block.text) + BLOCK_OVERHEAD
+    if isinstance(block, ToolCall):
+        return _tokens(block.name) + _tokens(block.arguments_json) + BLOCK_OVERHEAD
+    if isinstance(block, ToolResult):
+        return content_tokens(block.content) + BLOCK_OVERHEAD
+    return BLOCK_OVERHEAD + _tokens(_image_json(block))
+
+
+def _image_json(block: Image) -> str:
+    return _json({"type": "image", "uri": block.uri, "mediaType": block.media_type})
+
+
+def content_tokens(content: Sequence[Block]) -> int:
+    return sum(block_tokens(block) for block in content)
+
+
+def message_tokens(message: Message | None) -> int:
+    """The price of one derived message; a node deriving to nothing costs nothing."""
+    if message is None or not message.content:
+        return 0
+    if message.role is Role.SYSTEM:
+        # A system message has no block overhead: the reference prices its whole text at once.
+        return _tokens(message.text) + ROLE_OVERHEAD
+    return content_tokens(message.content) + ROLE_OVERHEAD
+
+
+def tools_json(tools: Sequence[Tool]) -> str:
+    """Tools as the JSON array a provider body carries (the schema text spliced in verbatim)."""
+    items = (
+        f'{{"name":{_json(tool.name)},"description":{_json(tool.description)},'
+        f'"parameters":{tool.parameters_json or "{}"}}}'
+        for tool in tools
+    )
+    return "[" + ",".join(items) + "]"
+
+
+def tools_tokens(tools: Sequence[Tool]) -> int:
+    if not tools:
+        return 0
+    return _tokens(tools_json(tools)) + BLOCK_OVERHEAD
+
+
+@dataclass(frozen=True, slots=True)
+class PricedNode:
+    """A surface node as accounting sees it."""
+
+    seq: int
+    tokens: int
+    is_system: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TokenBreakdown:
+    system_tokens: int
+    tools_tokens: int
+    message_tokens: int
+
+    @property
+    def total_tokens(self) -> int:
+        return self.system_tokens + self.tools_tokens + self.message_tokens
+
+
+def breakdown(nodes: Sequence[PricedNode], tools: Sequence[Tool]) -> TokenBreakdown:
+    """System = the last non-empty system node; every other visible node is a message.
+
+    Superseded prompts still visible in history count as messages; dormant empty nodes cost 0.
+    """
+    system = next((n.tokens for n in reversed(nodes) if n.is_system and n.tokens > 0), 0)
+    total = sum(node.tokens for node in nodes)
+    return TokenBreakdown(system, tools_tokens(tools), total - system)
+
+
+class DivergenceReason(StrEnum):
+    NONE = "none"
+    FIRST_REQUEST = "first_request"
+    SYSTEM_CHANGED = "system_changed"
+    TOOLS_CHANGED = "tools_changed"
+    MESSAGES_CHANGED = "messages_changed"
+    MODEL_CHANGED = "model_changed"
+    SERIES_START = "series_start"
+
+
+def message_digest(encoded: bytes) -> str:
+    return hashlib.sha256(encoded).hexdigest()[:32]
+
+
+@dataclass(frozen=True, slots=True)
+class RequestFingerprint:
+    """What the forecast compares between consecutive requests: the cache key's parts."""
+
+    provider: str
+    model: str
+    tools_digest: str
+    tools_tokens: int
+    message_digests: tuple[str, ...]
+    message_tokens: tuple[int, ...]
+    system_positions: frozenset[int]
+
+
+@dataclass(frozen=True, slots=True)
+class CacheForecast:
+    reused_messages: int
+    reused_tokens: int
+    total_messages: int
+    total_tokens: int
+    divergence_index: int
+    divergence_reason: DivergenceReason
+
+
+def forecast(
+    previous: RequestFingerprint | None, current: RequestFingerprint, *, starts_series: bool
+) -> CacheForecast:
+    """How much of ``current`` is a byte-identical prefix of ``previous``, and why it diverges.
+
+    Tools precede the messages in a provider's cache key, so a model or tool change reuses
+    nothing. Otherwise the reused prefix is the longest run of identical leading messages.
+    """
+    total = current.tools_tokens + sum(current.message_tokens)
+    count = len(current.message_digests)
+
+    def cold(reason: DivergenceReason) -> CacheForecast:
+        return CacheForecast(0, 0, count, total, 0, reason)
+
+    if previous is None:
+        return cold(DivergenceReason.FIRST_REQUEST)
+    if (previous.provider, previous.model) != (current.provider, current.model):
+        return cold(DivergenceReason.MODEL_CHANGED)
+    if previous.tools_digest != current.tools_digest:
+        return cold(DivergenceReason.TOOLS_CHANGED)
+    shared = 0
+    for before, now in zip(previous.message_digests, current.message_digests, strict=False):
+        if before != now:
+            break
+        shared += 1
+    reused_tokens = current.tools_tokens + sum(current.message_tokens[:shared])
+    if shared == len(previous.message_digests):
+        reason = DivergenceReason.NONE
+    elif starts_series:
+        reason = DivergenceReason.SERIES_START
+    elif shared in previous.system_positions or shared in current.system_positions:
+        reason = DivergenceReason.SYSTEM_CHANGED
+    else:
+        reason = DivergenceReason.MESSAGES_CHANGED
+    return CacheForecast(shared, reused_tokens, count, total, shared, reason)

@@ -1,0 +1,141 @@
+"""Typed domain errors.
+
+The domain knows nothing about gRPC: each error carries a stable UPPER_SNAKE ``reason`` and, for
+bad input, the name of the offending field. One interceptor at the API edge maps the class to a
+canonical status code.
+"""
+
+from __future__ import annotations
+
+
+class DomainError(Exception):
+    """Base of every error the domain and service layers raise on purpose."""
+
+    reason = "INTERNAL"
+
+    def __init__(self, message: str, **metadata: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.metadata = dict(metadata)
+
+
+class InvalidArgument(DomainError):
+    """A request field is malformed, out of range or contradicts the session."""
+
+    reason = "INVALID_FIELD"
+
+    def __init__(self, field: str, message: str, *, reason: str | None = None) -> None:
+        super().__init__(f"{field}: {message}", field=field)
+        self.field = field
+        if reason is not None:
+            self.reason = reason
+
+
+class InvalidModelInfo(InvalidArgument):
+    """A capability value that is not one the service knows (request or catalog)."""
+
+    reason = "INVALID_MODEL_INFO"
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(field, message)
+
+
+class SummaryNotSmaller(InvalidArgument):
+    """A compaction summary that costs at least as many tokens as the range it replaces."""
+
+    reason = "SUMMARY_NOT_SMALLER"
+
+    def __init__(self, summary_tokens: int, shadowed_tokens: int) -> None:
+        super().__init__(
+            "summary",
+            f"summary costs {summary_tokens} tokens, not fewer than the "
+            f"{shadowed_tokens} tokens it replaces",
+        )
+
+
+class UnknownToolCall(InvalidArgument):
+    """A tool result that answers no open tool call on the surface."""
+
+    reason = "UNKNOWN_TOOL_CALL"
+
+
+class WireFormatError(DomainError):
+    """The surface cannot be expressed in the requested provider wire format."""
+
+    reason = "UNSUPPORTED_WIRE_CONTENT"
+
+
+class SurfaceViolation(DomainError):
+    """An operation that would break a surface invariant (head protection, citations, order).
+
+    The admission rule never produces one; seeing it means a caller built an invalid operation.
+    """
+
+    reason = "SURFACE_VIOLATION"
+
+
+class NotFound(DomainError):
+    reason = "NOT_FOUND"
+
+
+class SessionNotFound(NotFound):
+    reason = "SESSION_NOT_FOUND"
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"session {session_id!r} not found", session_id=session_id)
+
+
+class AdmissionNotFound(NotFound):
+    reason = "ADMISSION_NOT_FOUND"
+
+    def __init__(self, admission_id: str) -> None:
+        super().__init__(f"admission {admission_id!r} not found", admission_id=admission_id)
+
+
+class AlreadyExists(DomainError):
+    reason = "ALREADY_EXISTS"
+
+
+class SessionAlreadyExists(AlreadyExists):
+    reason = "SESSION_ALREADY_EXISTS"
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"session {session_id!r} already exists", session_id=session_id)
+
+
+class RequestIdReused(AlreadyExists):
+    reason = "REQUEST_ID_REUSED"
+
+    def __init__(self, request_id: str) -> None:
+        super().__init__(
+            f"request_id {request_id!r} was already used for a different request",
+            request_id=request_id,
+        )
+
+
+class Aborted(DomainError):
+    """A compare-and-set or race the caller should retry after re-reading."""
+
+    reason = "ABORTED"
+
+
+class RevisionMismatch(Aborted):
+    reason = "REVISION_MISMATCH"
+
+    def __init__(self, expected: int, actual: int) -> None:
+        super().__init__(
+            f"expected revision {expected}, session is at {actual}",
+            expected_revision=str(expected),
+            actual_revision=str(actual),
+        )
+
+
+class StaleCompactionPlan(Aborted):
+    reason = "STALE_COMPACTION_PLAN"
+
+    def __init__(self) -> None:
+        super().__init__("the surface changed since the compaction was planned")
+
+
+class Unavailable(DomainError):
+    reason = "DATABASE_UNAVAILABLE"
