@@ -4,8 +4,11 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# Node tooling (buf), pinned in tools/package-lock.json; reinstalled when the lockfile changes.
+TOOLS_STAMP := tools/node_modules/.installed
+BUF         := $(CURDIR)/tools/node_modules/.bin/buf
 
-.PHONY: install test lint typecheck unit run generate clean
+.PHONY: install test lint typecheck unit run generate proto-lint clean
 
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,6 +18,19 @@ $(STAMP): pyproject.toml clients/python/pyproject.toml
 
 install: $(STAMP)
 
+$(TOOLS_STAMP): tools/package.json tools/package-lock.json
+	npm ci --prefix tools --ignore-scripts --no-audit --no-fund
+	touch $(TOOLS_STAMP)
+
+# The API contract: buf lint (STANDARD + COMMENTS) and buf format, both on proto/.
+proto-lint: $(TOOLS_STAMP)
+	cd proto && $(BUF) lint
+	cd proto && $(BUF) format --diff --exit-code
+
+# Regenerate the checked-in Python code in clients/python/src/promptadmission/v1 from proto/.
+generate: install
+	PYTHON=$(BIN)/python scripts/generate.sh
+
 lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
@@ -23,7 +39,7 @@ typecheck: install
 	$(BIN)/mypy service/admission_service tests
 
 # The whole suite: lint, types, then every test (domain, storage, API) with coverage of the rule.
-test: lint typecheck
+test: proto-lint lint typecheck
 	$(BIN)/pytest -q
 
 run: install

@@ -1,0 +1,1 @@
+"""Python client of the Prompt Admission Service; the generated API is `promptadmission.v1`."""
