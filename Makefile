@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 TOOLS_STAMP := tools/node_modules/.installed
 BUF         := $(CURDIR)/tools/node_modules/.bin/buf
 
-.PHONY: install test lint typecheck unit run generate proto-lint clean
+.PHONY: install test lint typecheck rule-coverage run generate proto-lint clean
 
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,8 +38,15 @@ lint: install
 typecheck: install
 	$(BIN)/mypy service/admission_service tests
 
-# The whole suite: lint, types, then every test (domain, storage, API) with coverage of the rule.
-test: proto-lint lint typecheck
+# The projection and series modules must stay at 100% statement and branch coverage.
+rule-coverage: install
+	$(BIN)/pytest -q -p no:cacheprovider tests/unit/domain \
+		--cov=admission_service.domain --cov-branch --cov-report=
+	$(BIN)/coverage report --show-missing --fail-under=100 \
+		--include='*/domain/projection.py,*/domain/series.py'
+
+# The whole suite: proto, lint, types, rule coverage, then every test (domain, storage, API).
+test: proto-lint lint typecheck rule-coverage
 	$(BIN)/pytest -q
 
 run: install

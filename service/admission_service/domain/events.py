@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from admission_service.domain.messages import Message, Role, system_message
+from admission_service.domain.messages import Message, system_message
 from admission_service.domain.series import ContextLog, HeaderLog
 
 
@@ -98,12 +98,3 @@ def system_event(
         system_message(text),
         update=update,
     )
-
-
-def message_kind(message: Message) -> EventKind:
-    return {
-        Role.SYSTEM: EventKind.SYSTEM_MESSAGE,
-        Role.USER: EventKind.USER_MESSAGE,
-        Role.ASSISTANT: EventKind.ASSISTANT_MESSAGE,
-        Role.TOOL: EventKind.TOOL_RESULT,
-    }[message.role]

@@ -79,7 +79,9 @@ class Sim:
         self.attempts[attempt.admission_id] = attempt
         return self._apply(admit(self.state(), attempt))
 
-    def reconcile(self, admission_id: str | None = None, route: Route | None = None) -> AttemptOutcome:
+    def reconcile(
+        self, admission_id: str | None = None, route: Route | None = None
+    ) -> AttemptOutcome:
         attempt = self.attempts[admission_id or f"a{self.counter}"]
         if route is not None:
             attempt = replace(attempt, route=route)
@@ -91,9 +93,8 @@ class Sim:
         return seq
 
     def assistant(self, text: str = "ok", *calls: str) -> int:
-        blocks: tuple[Text | ToolCall, ...] = (Text(text),) + tuple(
-            ToolCall(call, "lookup", "{}") for call in calls
-        )
+        calls_ = tuple(ToolCall(call, "lookup", "{}") for call in calls)
+        blocks: tuple[Text | ToolCall, ...] = (Text(text), *calls_)
         return self.append(EventKind.ASSISTANT_MESSAGE, Message(Role.ASSISTANT, blocks))
 
     def tool_result(self, call_id: str, text: str = "result") -> int:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from admission_service.domain.projection import (
     CommitOp,
     SystemCommit,
@@ -112,7 +111,9 @@ def test_decision_table(
     assert ops(commits) == expected
 
 
-def apply(system: tuple[SystemNode, ...], commits: tuple[SystemCommit, ...]) -> tuple[SystemNode, ...]:
+def apply(
+    system: tuple[SystemNode, ...], commits: tuple[SystemCommit, ...]
+) -> tuple[SystemNode, ...]:
     """Fold commits into the system-node list the way the surface would."""
     result = list(system)
     next_seq = max((n.seq for n in system), default=-1) + 1

@@ -1,0 +1,114 @@
+"""Token prices and breakdown (reference §5) and the cache forecast (SPEC §6)."""
+
+from __future__ import annotations
+
+from admission_service.domain.accounting import (
+    DivergenceReason,
+    PricedNode,
+    RequestFingerprint,
+    breakdown,
+    forecast,
+    js_length,
+    message_tokens,
+    tools_tokens,
+)
+from admission_service.domain.messages import (
+    Image,
+    Message,
+    Reasoning,
+    Role,
+    Text,
+    Tool,
+    ToolCall,
+    ToolResult,
+    system_message,
+)
+
+
+def test_heuristic_prices_match_the_reference() -> None:
+    # text block: ceil(len/4) + 4; non-system message: content + 4.
+    assert message_tokens(Message(Role.USER, (Text("hello"),))) == 2 + 4 + 4
+    # system message: ceil(total chars / 4) + 4, no block overhead; empty costs nothing.
+    assert message_tokens(system_message("hello world!")) == 3 + 4
+    assert message_tokens(system_message("")) == 0
+    assert message_tokens(None) == 0
+    # reasoning block like text; tool call: ceil(name/4) + ceil(args/4) + 4.
+    assistant = Message(Role.ASSISTANT, (Reasoning("abcd"), ToolCall("c1", "lookup", '{"q":"x"}')))
+    assert message_tokens(assistant) == (1 + 4) + (2 + 3 + 4) + 4
+    # tool-result block: inner content + 4.
+    result = Message(Role.TOOL, (ToolResult("c1", (Text("12345678"),)),))
+    assert message_tokens(result) == ((2 + 4) + 4) + 4
+    # image block: 4 + ceil(JSON length / 4).
+    image = Message(Role.USER, (Image("u", "image/png"),))
+    json_length = len('{"type":"image","uri":"u","mediaType":"image/png"}')
+    assert message_tokens(image) == 4 + -(-json_length // 4) + 4
+    assert message_tokens(Message(Role.ASSISTANT, ())) == 0
+
+
+def test_lengths_are_javascript_lengths() -> None:
+    assert js_length("\U0001f600") == 2
+    assert js_length("a\x00b") == 3
+    assert message_tokens(system_message("\U0001f600" * 2)) == 1 + 4
+
+
+def test_tools_price() -> None:
+    assert tools_tokens(()) == 0
+    tool = Tool("a", "b", '{"x":1}')
+    text = '[{"name":"a","description":"b","parameters":{"x":1}}]'
+    assert tools_tokens((tool,)) == -(-len(text) // 4) + 4
+
+
+def test_breakdown_prices_the_last_non_empty_system_node_as_system() -> None:
+    nodes = [
+        PricedNode(0, 10, True),  # superseded head: counts as a message
+        PricedNode(1, 5, False),
+        PricedNode(2, 7, True),  # the prompt in force
+        PricedNode(3, 0, True),  # dormant empty node: costs nothing
+        PricedNode(4, 3, False),
+    ]
+    result = breakdown(nodes, (Tool("a", "b", "{}"),))
+    assert result.system_tokens == 7
+    assert result.message_tokens == 18
+    assert result.tools_tokens == tools_tokens((Tool("a", "b", "{}"),))
+    assert result.total_tokens == 7 + 18 + result.tools_tokens
+    assert breakdown([], ()).total_tokens == 0
+
+
+def fingerprint(
+    digests: tuple[str, ...],
+    *,
+    model: str = "m",
+    tools: str = "t",
+    systems: frozenset[int] = frozenset(),
+) -> RequestFingerprint:
+    return RequestFingerprint("p", model, tools, 10, digests, tuple(5 for _ in digests), systems)
+
+
+def test_forecast_reasons_and_reused_prefix() -> None:
+    first = forecast(None, fingerprint(("a", "b")), starts_series=False)
+    assert (first.reused_messages, first.divergence_reason) == (0, DivergenceReason.FIRST_REQUEST)
+    assert first.total_tokens == 20
+
+    extends = forecast(fingerprint(("a", "b")), fingerprint(("a", "b", "c")), starts_series=False)
+    assert extends.divergence_reason is DivergenceReason.NONE
+    assert (extends.reused_messages, extends.reused_tokens, extends.total_tokens) == (2, 20, 25)
+
+    edited = forecast(fingerprint(("a", "b")), fingerprint(("a", "x")), starts_series=False)
+    assert (edited.divergence_index, edited.divergence_reason) == (
+        1,
+        DivergenceReason.MESSAGES_CHANGED,
+    )
+    head = forecast(
+        fingerprint(("a", "b"), systems=frozenset({0})),
+        fingerprint(("z", "b"), systems=frozenset({0})),
+        starts_series=False,
+    )
+    assert (head.reused_messages, head.reused_tokens) == (0, 10)
+    assert head.divergence_reason is DivergenceReason.SYSTEM_CHANGED
+    series = forecast(fingerprint(("a", "b")), fingerprint(("z",)), starts_series=True)
+    assert series.divergence_reason is DivergenceReason.SERIES_START
+
+    model = forecast(fingerprint(("a",)), fingerprint(("a",), model="n"), starts_series=False)
+    assert (model.reused_tokens, model.divergence_reason) == (0, DivergenceReason.MODEL_CHANGED)
+    tools = forecast(fingerprint(("a",)), fingerprint(("a",), tools="u"), starts_series=False)
+    assert (tools.reused_tokens, tools.divergence_reason) == (0, DivergenceReason.TOOLS_CHANGED)
