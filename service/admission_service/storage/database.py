@@ -1,0 +1,95 @@
+"""Database URL, engine and migrations: the only place that knows how to reach PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from admission_service.storage.embedded import start_embedded_postgres
+
+DRIVER = "postgresql+psycopg"
+DEFAULT_DATA_DIR = Path(".data/postgres")
+# Located relative to the source checkout (service/admission_service/storage/ -> repo root).
+MIGRATIONS_DIR = Path(__file__).resolve().parents[3] / "migrations"
+
+
+def normalise_database_url(url: str) -> str:
+    """``postgresql://`` / ``postgres://`` / ``postgresql+psycopg://`` -> ``postgresql+psycopg://``.
+
+    The psycopg 3 dialect serves both the sync (migrations) and async (service) engines.
+    """
+    parsed = make_url(url)
+    if parsed.drivername not in ("postgres", "postgresql", DRIVER, "postgresql+psycopg_async"):
+        raise ValueError(
+            f"unsupported database URL scheme {parsed.drivername!r}; use postgresql://"
+        )
+    return parsed.set(drivername=DRIVER).render_as_string(hide_password=False)
+
+
+def libpq_url(url: str) -> str:
+    """The same URL as plain ``postgresql://``, for psycopg or psql directly."""
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def resolve_database_url(env: Mapping[str, str] | None = None) -> str:
+    """``DATABASE_URL`` when set; else an embedded server kept in ``PAS_DATA_DIR``
+    (default ``./.data/postgres``; port ``PAS_EMBEDDED_PG_PORT`` or a free one), started now
+    and stopped when the process exits."""
+    env = os.environ if env is None else env
+    url = env.get("DATABASE_URL", "").strip()
+    if url:
+        return normalise_database_url(url)
+    port = env.get("PAS_EMBEDDED_PG_PORT", "").strip()
+    server = start_embedded_postgres(
+        Path(env.get("PAS_DATA_DIR") or DEFAULT_DATA_DIR), port=int(port) if port else None
+    )
+    return normalise_database_url(server.url())
+
+
+def create_engine(
+    url: str,
+    *,
+    pool_size: int = 10,
+    max_overflow: int = 10,
+    pool_timeout: float = 10.0,
+    pool_recycle: float = 1800.0,
+    application_name: str = "admission-service",
+) -> AsyncEngine:
+    """The service's async engine, safe behind a transaction-mode pooler (PgBouncer & co).
+
+    A pooler hands each transaction to any server connection, so nothing may outlive a
+    transaction: psycopg's automatic server-side prepared statements are off
+    (``prepare_threshold=None``), and the service uses no session-level state (SET, advisory
+    locks, LISTEN). ``pool_pre_ping`` drops connections the pooler or server closed.
+    """
+    return create_async_engine(
+        normalise_database_url(url),
+        pool_size=pool_size,
+        max_overflow=max_overflow,
+        pool_timeout=pool_timeout,
+        pool_recycle=pool_recycle,
+        pool_pre_ping=True,
+        connect_args={"prepare_threshold": None, "application_name": application_name},
+    )
+
+
+def alembic_config(url: str) -> Config:
+    """An Alembic config built in code for ``url`` (``migrations/env.py`` reads it from
+    ``config.attributes``, so no URL escaping rules of the ini format apply)."""
+    if not (MIGRATIONS_DIR / "env.py").is_file():
+        raise RuntimeError(f"migrations not found at {MIGRATIONS_DIR}")
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.attributes["database_url"] = normalise_database_url(url)
+    return config
+
+
+def run_migrations(url: str, revision: str = "head") -> None:
+    """``alembic upgrade <revision>``. Synchronous: from async code, run it in a thread."""
+    command.upgrade(alembic_config(url), revision)

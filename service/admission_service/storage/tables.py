@@ -1,0 +1,233 @@
+"""The schema, as typed SQLAlchemy 2 declarative rows (SPEC §1, §4, §6, §10).
+
+Rules the schema keeps (``tests/integration/test_migrations.py`` checks the first two):
+
+* Every primary key leads with ``(tenant_id, session_id)``; ``sessions``' is exactly that. A
+  session's rows can therefore be distributed together by session (Citus), and no
+  transaction needs to touch two sessions.
+* Every foreign key includes ``tenant_id`` and ``session_id`` and points inside one session.
+  Each child table references ``sessions`` with ``ON DELETE CASCADE``, so deleting a session
+  row removes its events, surface, admissions and ledger.
+* ``idempotency_keys`` is deliberately *not* a child of ``sessions``: the stored response of a
+  ``DeleteSession`` must outlive the session it deleted, or its retry could not be replayed
+  (SPEC §4). ``DeleteSession`` deletes the session's other keys explicitly in the same
+  transaction, and keys expire by ``create_time``.
+* User text may contain NUL, which ``text``/``jsonb`` reject: everything that can carry user
+  text is ``bytea`` holding the application's JSON (UTF-8) encoding.
+
+The schema is created only by the Alembic migrations in ``migrations/``; never ``create_all``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    DateTime,
+    ForeignKeyConstraint,
+    Index,
+    LargeBinary,
+    MetaData,
+    Text,
+    UniqueConstraint,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {  # noqa: RUF012 (SQLAlchemy's documented class attribute)
+        int: BigInteger(),
+        str: Text(),
+        bytes: LargeBinary(),
+        datetime: DateTime(timezone=True),
+        list[int]: ARRAY(BigInteger()),
+    }
+
+
+def _session_fk() -> ForeignKeyConstraint:
+    return ForeignKeyConstraint(
+        ["tenant_id", "session_id"],
+        ["sessions.tenant_id", "sessions.session_id"],
+        ondelete="CASCADE",
+    )
+
+
+_ZERO = text("0")
+_NOW = func.now()
+_EMPTY_SEQS = text("'{}'")
+
+
+class SessionRow(Base):
+    """One session: its counters and the series state the projection reads."""
+
+    __tablename__ = "sessions"
+    __table_args__ = (
+        # ListSessions: keyset pagination in creation order within a tenant.
+        Index(None, "tenant_id", "create_time", "session_id"),
+    )
+
+    tenant_id: Mapped[str] = mapped_column(primary_key=True)
+    session_id: Mapped[str] = mapped_column(primary_key=True)
+    revision: Mapped[int] = mapped_column(server_default=_ZERO)
+    # The seq of the next event, and the surface position of the next appended node.
+    next_seq: Mapped[int] = mapped_column(server_default=_ZERO)
+    next_position: Mapped[int] = mapped_column(server_default=_ZERO)
+    replace_generation: Mapped[int] = mapped_column(server_default=_ZERO)
+    # replace_generation as of the last derived request (a change since starts a series).
+    last_request_generation: Mapped[int | None]
+    # JSON of the last logged request/header (with its seq and reason) and request/context.
+    last_header: Mapped[bytes | None]
+    last_context: Mapped[bytes | None]
+    # The previous derived request, for the cache forecast's comparison.
+    last_request: Mapped[bytes | None]
+    request_count: Mapped[int] = mapped_column(server_default=_ZERO)
+    create_time: Mapped[datetime] = mapped_column(server_default=_NOW)
+    update_time: Mapped[datetime] = mapped_column(server_default=_NOW, onupdate=_NOW)
+
+
+class EventRow(Base):
+    """The append-only event log; ``payload`` is the event's JSON."""
+
+    __tablename__ = "events"
+    __table_args__ = (
+        _session_fk(),
+        CheckConstraint("seq >= 0", name="seq_not_negative"),
+        CheckConstraint("surface_op IN ('append', 'replace')", name="surface_op"),
+        # A replace cites its range; nothing else has one.
+        CheckConstraint(
+            "CASE WHEN surface_op = 'replace'"
+            " THEN replace_start_seq IS NOT NULL AND replace_end_seq IS NOT NULL"
+            " ELSE replace_start_seq IS NULL AND replace_end_seq IS NULL END",
+            name="replace_range",
+        ),
+        # A replacement shadows nodes that were committed before it.
+        CheckConstraint(
+            "replace_start_seq < seq AND replace_end_seq < seq", name="replace_before_seq"
+        ),
+    )
+
+    tenant_id: Mapped[str] = mapped_column(primary_key=True)
+    session_id: Mapped[str] = mapped_column(primary_key=True)
+    seq: Mapped[int] = mapped_column(primary_key=True)
+    kind: Mapped[str]
+    turn: Mapped[int]
+    step: Mapped[int]
+    commit_time: Mapped[datetime] = mapped_column(server_default=_NOW)
+    surface_op: Mapped[str | None]
+    replace_start_seq: Mapped[int | None]
+    replace_end_seq: Mapped[int | None]
+    source_seqs: Mapped[list[int]] = mapped_column(server_default=_EMPTY_SEQS)
+    admission_id: Mapped[str | None]
+    payload: Mapped[bytes]
+
+
+class SurfaceNodeRow(Base):
+    """The surviving surface nodes only. A replace deletes the shadowed rows and inserts the
+    new node at the first shadowed position, so positions order the surface but have gaps."""
+
+    __tablename__ = "surface_nodes"
+    __table_args__ = (
+        _session_fk(),
+        # Every node is an event of the same session.
+        ForeignKeyConstraint(
+            ["tenant_id", "session_id", "seq"],
+            ["events.tenant_id", "events.session_id", "events.seq"],
+            ondelete="CASCADE",
+        ),
+        UniqueConstraint("tenant_id", "session_id", "position"),
+        # The projection rule reads only the surviving system nodes.
+        Index(
+            "ix_surface_nodes_system",
+            "tenant_id",
+            "session_id",
+            "position",
+            postgresql_where=text("is_system"),
+        ),
+    )
+
+    tenant_id: Mapped[str] = mapped_column(primary_key=True)
+    session_id: Mapped[str] = mapped_column(primary_key=True)
+    seq: Mapped[int] = mapped_column(primary_key=True)
+    position: Mapped[int]
+    is_system: Mapped[bool]
+    # The system prompt's text (UTF-8) for system nodes, NULL otherwise.
+    system_text: Mapped[bytes | None]
+    # The pre-encoded derived message; NULL when the node derives to nothing (empty system or
+    # assistant message).
+    message: Mapped[bytes | None]
+    tokens: Mapped[int] = mapped_column(server_default=_ZERO)
+    turn: Mapped[int]
+    step: Mapped[int]
+    commit_time: Mapped[datetime] = mapped_column(server_default=_NOW)
+
+
+class AdmissionRow(Base):
+    """A step's first attempt: what ``Reconcile`` reuses (prompt and tools are never
+    re-assembled) and which users it admitted."""
+
+    __tablename__ = "admissions"
+    __table_args__ = (_session_fk(),)
+
+    tenant_id: Mapped[str] = mapped_column(primary_key=True)
+    session_id: Mapped[str] = mapped_column(primary_key=True)
+    admission_id: Mapped[str] = mapped_column(primary_key=True)
+    turn: Mapped[int]
+    step: Mapped[int]
+    rendered_prompt: Mapped[bytes]
+    tools: Mapped[bytes]
+    users_seqs: Mapped[list[int]] = mapped_column(server_default=_EMPTY_SEQS)
+    attempts: Mapped[int] = mapped_column(server_default=text("1"))
+    create_time: Mapped[datetime] = mapped_column(server_default=_NOW)
+
+
+class RequestRow(Base):
+    """The cache ledger: one row per derived request, forecast now and usage observed later."""
+
+    __tablename__ = "requests"
+    __table_args__ = (
+        _session_fk(),
+        ForeignKeyConstraint(
+            ["tenant_id", "session_id", "admission_id"],
+            ["admissions.tenant_id", "admissions.session_id", "admissions.admission_id"],
+            ondelete="CASCADE",
+        ),
+    )
+
+    tenant_id: Mapped[str] = mapped_column(primary_key=True)
+    session_id: Mapped[str] = mapped_column(primary_key=True)
+    request_index: Mapped[int] = mapped_column(primary_key=True)
+    admission_id: Mapped[str]
+    attempt: Mapped[int]
+    forecast: Mapped[bytes]
+    observed: Mapped[bytes | None]
+    create_time: Mapped[datetime] = mapped_column(server_default=_NOW)
+
+
+class IdempotencyKeyRow(Base):
+    """The stored response of a mutating RPC, replayed for a repeated ``request_id``."""
+
+    __tablename__ = "idempotency_keys"
+    __table_args__ = (Index(None, "create_time"),)  # expiry sweeps
+
+    tenant_id: Mapped[str] = mapped_column(primary_key=True)
+    session_id: Mapped[str] = mapped_column(primary_key=True)
+    request_id: Mapped[str] = mapped_column(primary_key=True)
+    method: Mapped[str]
+    # SHA-256 of the canonical request: the same request_id with another request is refused.
+    request_digest: Mapped[bytes]
+    response: Mapped[bytes]
+    create_time: Mapped[datetime] = mapped_column(server_default=_NOW)

@@ -1,0 +1,142 @@
+"""Shared fixtures.
+
+The database fixtures are lazy: only tests that ask for them start or touch PostgreSQL.
+``DATABASE_URL`` (any database on a server where the user may CREATE DATABASE) selects the
+server; without it one embedded server is started for the run in a temporary directory. Each
+run works in its own ``pas_test_<random>`` databases, built by the real Alembic migrations and
+dropped at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from admission_service.storage.database import (
+    create_engine,
+    normalise_database_url,
+    run_migrations,
+)
+from admission_service.storage.embedded import start_embedded_postgres
+from sqlalchemy import create_engine as create_sync_engine
+from sqlalchemy import pool, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+
+
+class TestDatabases:
+    """Creates and drops uniquely named databases on one server."""
+
+    __test__ = False  # not a test class
+
+    def __init__(self, server_url: str) -> None:
+        self.server_url = server_url
+        self._created: list[str] = []
+
+    def create(self, *, migrate: bool = True) -> str:
+        """A new empty database (migrated to head unless ``migrate=False``); its async URL."""
+        name = f"pas_test_{secrets.token_hex(6)}"
+        self._execute(f'CREATE DATABASE "{name}"')
+        self._created.append(name)
+        url = make_url(self.server_url).set(database=name).render_as_string(hide_password=False)
+        if migrate:
+            run_migrations(url)
+        return url
+
+    def drop(self, url: str) -> None:
+        name = make_url(url).database
+        assert name in self._created, f"{name} was not created by this fixture"
+        self._execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        self._created.remove(name)
+
+    def drop_all(self) -> None:
+        for name in list(self._created):
+            self._execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        self._created.clear()
+
+    def _execute(self, statement: str) -> None:
+        engine = create_sync_engine(
+            self.server_url, poolclass=pool.NullPool, isolation_level="AUTOCOMMIT"
+        )
+        try:
+            with engine.connect() as connection:
+                connection.execute(text(statement))
+        finally:
+            engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def postgres_server_url() -> Iterator[str]:
+    """The server the test databases live on (``postgresql+psycopg://`` URL of its maintenance
+    database): ``DATABASE_URL`` when set, else an embedded server started for this run."""
+    configured = os.environ.get("DATABASE_URL", "").strip()
+    if configured:
+        yield normalise_database_url(configured)
+        return
+    # Not under pytest's basetemp: that is private to the user, and the server may run as
+    # another OS user (under root).
+    data_dir = Path(tempfile.mkdtemp(prefix="pas-test-postgres-"))
+    server = start_embedded_postgres(data_dir, durable=False)
+    try:
+        yield normalise_database_url(server.url())
+    finally:
+        server.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def test_databases(postgres_server_url: str) -> Iterator[TestDatabases]:
+    databases = TestDatabases(postgres_server_url)
+    try:
+        yield databases
+    finally:
+        databases.drop_all()
+
+
+@pytest.fixture(scope="session")
+def database_url(test_databases: TestDatabases) -> str:
+    """The run's database, migrated to head (``postgresql+psycopg://``). Shared by every test
+    of the run: tests that commit must use their own tenant or session ids."""
+    return test_databases.create()
+
+
+@pytest.fixture
+def empty_database_url(test_databases: TestDatabases) -> Iterator[str]:
+    """A new database with no schema at all, dropped after the test."""
+    url = test_databases.create(migrate=False)
+    yield url
+    test_databases.drop(url)
+
+
+@pytest.fixture(scope="session")
+async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
+    """The service's kind of engine (``storage.database.create_engine``) on ``database_url``."""
+    engine = create_engine(database_url, pool_size=5, max_overflow=5)
+    yield engine
+    await engine.dispose()
+
+
+@pytest.fixture
+async def db_session(engine: AsyncEngine) -> AsyncIterator[AsyncSession]:
+    """An ``AsyncSession`` inside an outer transaction that is rolled back after the test.
+
+    The code under test may commit: with ``join_transaction_mode="create_savepoint"`` its
+    commits and rollbacks only move a savepoint (SQLAlchemy's test-suite recipe).
+    """
+    async with engine.connect() as connection:
+        transaction = await connection.begin()
+        session = AsyncSession(
+            bind=connection,
+            expire_on_commit=False,
+            join_transaction_mode="create_savepoint",
+        )
+        try:
+            yield session
+        finally:
+            await session.close()
+            await transaction.rollback()
