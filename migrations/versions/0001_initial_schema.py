@@ -143,6 +143,16 @@ def upgrade() -> None:
     )
 
     op.create_table(
+        "tool_calls",
+        *_tenant_session(),
+        sa.Column("call_id", sa.Text(), nullable=False),
+        sa.Column("call_seq", sa.BigInteger(), nullable=False),
+        sa.Column("result_seq", sa.BigInteger(), nullable=True),
+        sa.PrimaryKeyConstraint("tenant_id", "session_id", "call_id", name="pk_tool_calls"),
+        _session_fk("tool_calls"),
+    )
+
+    op.create_table(
         "admissions",
         *_tenant_session(),
         sa.Column("admission_id", sa.Text(), nullable=False),
@@ -197,6 +207,7 @@ def downgrade() -> None:
         "idempotency_keys",
         "requests",
         "admissions",
+        "tool_calls",
         "surface_nodes",
         "events",
         "sessions",

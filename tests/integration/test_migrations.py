@@ -18,7 +18,15 @@ from sqlalchemy import Connection, pool, text
 from sqlalchemy import create_engine as create_sync_engine
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-TABLES = {"sessions", "events", "surface_nodes", "admissions", "requests", "idempotency_keys"}
+TABLES = {
+    "sessions",
+    "events",
+    "surface_nodes",
+    "tool_calls",
+    "admissions",
+    "requests",
+    "idempotency_keys",
+}
 # Identifiers and closed vocabularies; everything else that is text-like must be bytea.
 TEXT_COLUMNS = {
     "tenant_id",
@@ -28,6 +36,7 @@ TEXT_COLUMNS = {
     "admission_id",
     "request_id",
     "method",
+    "call_id",  # a caller's identifier; validation refuses NUL in identifiers
 }
 
 

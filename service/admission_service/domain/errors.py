@@ -59,7 +59,20 @@ class UnknownToolCall(InvalidArgument):
     reason = "UNKNOWN_TOOL_CALL"
 
 
-class WireFormatError(DomainError):
+class FailedPrecondition(DomainError):
+    """The request is valid but the session is not in a state that allows it."""
+
+    reason = "FAILED_PRECONDITION"
+
+
+class NothingToCompact(FailedPrecondition):
+    reason = "NOTHING_TO_COMPACT"
+
+    def __init__(self) -> None:
+        super().__init__("no surface range can be compacted with this selection")
+
+
+class WireFormatError(FailedPrecondition):
     """The surface cannot be expressed in the requested provider wire format."""
 
     reason = "UNSUPPORTED_WIRE_CONTENT"

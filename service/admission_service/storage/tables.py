@@ -175,6 +175,23 @@ class SurfaceNodeRow(Base):
     commit_time: Mapped[datetime] = mapped_column(server_default=_NOW)
 
 
+class ToolCallRow(Base):
+    """Every tool call an assistant node made, and the tool result that answered it.
+
+    Record checks a tool result against this table by key instead of scanning the surface:
+    the result must answer a call whose node is still on the surface and is not yet answered.
+    """
+
+    __tablename__ = "tool_calls"
+    __table_args__ = (_session_fk(),)
+
+    tenant_id: Mapped[str] = mapped_column(primary_key=True)
+    session_id: Mapped[str] = mapped_column(primary_key=True)
+    call_id: Mapped[str] = mapped_column(primary_key=True)
+    call_seq: Mapped[int]
+    result_seq: Mapped[int | None]
+
+
 class AdmissionRow(Base):
     """A step's first attempt: what ``Reconcile`` reuses (prompt and tools are never
     re-assembled) and which users it admitted."""

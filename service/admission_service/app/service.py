@@ -1,0 +1,813 @@
+"""The use cases (SPEC §3, §4): one method per RPC, each one database transaction.
+
+Every mutation follows the same shape (``_mutate``): lock the session row, replay a stored
+response for a repeated ``request_id``, check ``expected_revision``, run the pure domain
+transition, write its events and the new session state, store the response, commit. Any
+exception — including the cancellation of a call whose client went away or whose deadline
+passed — leaves the transaction block without a commit, so nothing is written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TypeVar
+
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from admission_service.app import validation
+from admission_service.app.commands import (
+    AdmitCommand,
+    AttemptResult,
+    CompactCommand,
+    CompactResult,
+    DerivedRequestView,
+    EventView,
+    Idempotency,
+    InspectResult,
+    LedgerEntry,
+    Page,
+    PlanCompactionCommand,
+    PlanResult,
+    ReconcileCommand,
+    RecordCommand,
+    RecordResult,
+    RouteRequest,
+    SessionInfo,
+    SystemNodeView,
+    Usage,
+)
+from admission_service.app.hooks import NO_HOOKS, Phase, PhaseHooks
+from admission_service.app.limits import Limits
+from admission_service.app.tokens import decode_token, encode_token
+from admission_service.domain import admission as rules
+from admission_service.domain import codec
+from admission_service.domain.accounting import (
+    CacheForecast,
+    DivergenceReason,
+    PricedNode,
+    RequestFingerprint,
+    breakdown,
+    forecast,
+    message_digest,
+    tools_json,
+    tools_tokens,
+)
+from admission_service.domain.catalog import Catalog, resolve_route
+from admission_service.domain.compaction import (
+    CompactionNode,
+    compact,
+    plan_by_tokens,
+    plan_range,
+    summarization_input,
+)
+from admission_service.domain.errors import (
+    AdmissionNotFound,
+    InvalidArgument,
+    NothingToCompact,
+    RequestIdReused,
+    RevisionMismatch,
+    SessionAlreadyExists,
+    SessionNotFound,
+    StaleCompactionPlan,
+    UnknownToolCall,
+)
+from admission_service.domain.events import Append, Event, EventKind
+from admission_service.domain.messages import Message, Role, Tool
+from admission_service.domain.projection import SystemNode
+from admission_service.domain.series import Route
+from admission_service.domain.surface import effective_prompt
+from admission_service.domain.wire import WireFormat, render
+from admission_service.storage.repository import (
+    NodeRecord,
+    SessionRecord,
+    SessionStore,
+    list_sessions,
+)
+
+R = TypeVar("R")
+LEDGER_ROWS = 50
+_SESSION_NAMESPACE = uuid.UUID("6f1d8a52-3c1e-4c55-9a7e-8e0f1f3b7a10")
+
+
+@dataclass(slots=True)
+class Transaction:
+    """What a use case sees inside ``_mutate``: the store, the locked row, the phase hook."""
+
+    store: SessionStore
+    record: SessionRecord
+    method: str
+    hooks: PhaseHooks
+    validate_only: bool
+
+    async def reached(self, phase: Phase) -> None:
+        await self.hooks.reached(self.method, phase)
+
+
+class _ValidateOnly(Exception):
+    """Leaves the transaction block so it rolls back, carrying the would-be response."""
+
+    def __init__(self, payload: bytes) -> None:
+        self.payload = payload
+
+
+def _forecast_json(value: CacheForecast) -> dict[str, Any]:
+    return {
+        "reused_messages": value.reused_messages,
+        "reused_tokens": value.reused_tokens,
+        "total_messages": value.total_messages,
+        "total_tokens": value.total_tokens,
+        "divergence_index": value.divergence_index,
+        "divergence_reason": value.divergence_reason.value,
+    }
+
+
+def _forecast_from_json(data: dict[str, Any]) -> CacheForecast:
+    return CacheForecast(
+        data["reused_messages"],
+        data["reused_tokens"],
+        data["total_messages"],
+        data["total_tokens"],
+        data["divergence_index"],
+        DivergenceReason(data["divergence_reason"]),
+    )
+
+
+def _usage_json(usage: Usage) -> dict[str, int]:
+    return {
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "cache_read_tokens": usage.cache_read_tokens,
+        "cache_write_tokens": usage.cache_write_tokens,
+    }
+
+
+def _session_info(record: SessionRecord) -> SessionInfo:
+    return SessionInfo(
+        record.session_id,
+        record.create_time,
+        record.update_time,
+        record.revision,
+        record.next_seq,
+        record.series.replace_generation,
+    )
+
+
+def _decode(message: bytes) -> Message:
+    return codec.message_from_json(codec.loads(message))
+
+
+class AdmissionApp:
+    """Every mutating method takes the caller's ``Idempotency`` (or None) and an ``encode``
+    function turning its result into the response bytes; it returns those bytes. The bytes are
+    stored in the same transaction as the effect and replayed verbatim for a repeated
+    ``request_id``. With ``validate_only`` nothing is committed or stored."""
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        catalog: Catalog,
+        limits: Limits | None = None,
+        hooks: PhaseHooks = NO_HOOKS,
+    ) -> None:
+        self.engine = engine
+        self.catalog = catalog
+        self.limits = limits or Limits()
+        self.hooks = hooks
+
+    # ---- the transaction shapes ---------------------------------------------------------
+
+    async def _mutate(
+        self,
+        method: str,
+        tenant: str,
+        session_id: str,
+        idempotency: Idempotency | None,
+        expected_revision: int | None,
+        work: Callable[[Transaction], Awaitable[R]],
+        encode: Callable[[R], bytes],
+        *,
+        validate_only: bool = False,
+    ) -> bytes:
+        if idempotency is not None:
+            validation.check_request_id(idempotency.request_id, self.limits)
+        try:
+            async with self.engine.connect() as connection, connection.begin():
+                store = SessionStore(connection, tenant, session_id)
+                record = await store.read(lock=True)
+                await self.hooks.reached(method, Phase.LOAD)
+                if idempotency is not None and not validate_only:
+                    replay = await self._replay(store, method, idempotency)
+                    if replay is not None:
+                        return replay
+                if record is None:
+                    raise SessionNotFound(session_id)
+                if expected_revision is not None and expected_revision != record.revision:
+                    raise RevisionMismatch(expected_revision, record.revision)
+                transaction = Transaction(store, record, method, self.hooks, validate_only)
+                payload = encode(await work(transaction))
+                if validate_only:
+                    raise _ValidateOnly(payload)
+                if idempotency is not None:
+                    await store.store_response(
+                        idempotency.request_id, method, idempotency.request_digest, payload
+                    )
+                await self.hooks.reached(method, Phase.COMMIT)
+            return payload
+        except _ValidateOnly as rolled_back:
+            return rolled_back.payload
+
+    async def _replay(
+        self, store: SessionStore, method: str, idempotency: Idempotency
+    ) -> bytes | None:
+        stored = await store.stored_response(idempotency.request_id)
+        if stored is None:
+            return None
+        if stored.method != method or stored.request_digest != idempotency.request_digest:
+            raise RequestIdReused(idempotency.request_id)
+        return stored.response
+
+    async def _read(self, work: Callable[[AsyncConnection], Awaitable[R]]) -> R:
+        """A read-only snapshot: every statement sees the same committed state."""
+        async with self.engine.connect() as connection:
+            await connection.execution_options(isolation_level="REPEATABLE READ")
+            async with connection.begin():
+                return await work(connection)
+
+    async def _read_session(
+        self,
+        tenant: str,
+        session_id: str,
+        work: Callable[[SessionStore, SessionRecord], Awaitable[R]],
+    ) -> R:
+        validation.check_session_id(session_id, self.limits)
+
+        async def read(connection: AsyncConnection) -> R:
+            store = SessionStore(connection, tenant, session_id)
+            record = await store.read(lock=False)
+            if record is None:
+                raise SessionNotFound(session_id)
+            return await work(store, record)
+
+        return await self._read(read)
+
+    # ---- session lifecycle --------------------------------------------------------------
+
+    async def create_session(
+        self,
+        tenant: str,
+        session_id: str,
+        idempotency: Idempotency | None,
+        encode: Callable[[SessionInfo], bytes],
+    ) -> bytes:
+        if idempotency is not None:
+            validation.check_request_id(idempotency.request_id, self.limits)
+        if not session_id:
+            # A retried create without an id must land on the same session: derive the id
+            # from the request id when there is one.
+            session_id = (
+                str(uuid.uuid5(_SESSION_NAMESPACE, f"{tenant}\x00{idempotency.request_id}"))
+                if idempotency is not None
+                else str(uuid.uuid4())
+            )
+        validation.check_session_id(session_id, self.limits)
+        async with self.engine.connect() as connection, connection.begin():
+            store = SessionStore(connection, tenant, session_id)
+            record = await store.create()
+            if record is None:
+                if idempotency is not None:
+                    replay = await self._replay(store, "CreateSession", idempotency)
+                    if replay is not None:
+                        return replay
+                raise SessionAlreadyExists(session_id)
+            payload = encode(_session_info(record))
+            if idempotency is not None:
+                await store.store_response(
+                    idempotency.request_id, "CreateSession", idempotency.request_digest, payload
+                )
+            await self.hooks.reached("CreateSession", Phase.COMMIT)
+        return payload
+
+    async def get_session(self, tenant: str, session_id: str) -> SessionInfo:
+        async def get(store: SessionStore, record: SessionRecord) -> SessionInfo:
+            return _session_info(record)
+
+        return await self._read_session(tenant, session_id, get)
+
+    async def list_sessions(
+        self, tenant: str, page_size: int, page_token: str
+    ) -> Page[SessionInfo]:
+        limit = validation.check_page_size(page_size, self.limits)
+        after = None
+        if page_token:
+            cursor = decode_token(f"sessions/{tenant}", page_token, "page_token")
+            after = (datetime.fromisoformat(cursor["t"]), str(cursor["i"]))
+
+        async def page(connection: AsyncConnection) -> Page[SessionInfo]:
+            records = await list_sessions(connection, tenant, after, limit + 1)
+            items = tuple(_session_info(r) for r in records[:limit])
+            token = ""
+            if len(records) > limit:
+                last = records[limit - 1]
+                cursor = {"t": last.create_time.isoformat(), "i": last.session_id}
+                token = encode_token(f"sessions/{tenant}", cursor)
+            return Page(items, token)
+
+        return await self._read(page)
+
+    async def delete_session(
+        self,
+        tenant: str,
+        session_id: str,
+        expected_revision: int | None,
+        idempotency: Idempotency | None,
+        encode: Callable[[None], bytes],
+    ) -> bytes:
+        validation.check_session_id(session_id, self.limits)
+        validation.check_expected_revision(expected_revision)
+
+        async def delete(tx: Transaction) -> None:
+            await tx.store.delete()
+
+        return await self._mutate(
+            "DeleteSession", tenant, session_id, idempotency, expected_revision, delete, encode
+        )
+
+    # ---- admission and reconciliation ---------------------------------------------------
+
+    def _route(self, route: RouteRequest) -> Route:
+        return resolve_route(
+            self.catalog,
+            provider=route.provider,
+            model=route.model,
+            context_window=route.context_window,
+            system_prompt_update=route.system_prompt_update,
+            tool_update=route.tool_update,
+        )
+
+    async def admit(
+        self,
+        tenant: str,
+        command: AdmitCommand,
+        idempotency: Idempotency | None,
+        encode: Callable[[AttemptResult], bytes],
+    ) -> bytes:
+        validation.check_admit(command, self.limits)
+        route = self._route(command.route)
+
+        async def work(tx: Transaction) -> AttemptResult:
+            admission_id = "" if tx.validate_only else uuid.uuid4().hex
+            attempt = rules.Attempt(
+                admission_id=admission_id,
+                turn=command.turn,
+                step=command.step,
+                rendered_prompt=command.rendered_prompt,
+                tools=command.tools,
+                route=route,
+                starts_request_series=command.starts_request_series,
+                users=command.users,
+                resume=command.resume,
+            )
+            await tx.reached(Phase.VALIDATE)
+            result = await self._attempt(tx, attempt, 0, command.wire_format, first=True)
+            if not tx.validate_only:
+                await tx.store.add_admission(
+                    admission_id,
+                    command.turn,
+                    command.step,
+                    command.rendered_prompt,
+                    command.tools,
+                    result.user_seqs,
+                )
+                await self._add_request(tx, admission_id, 0, result.forecast)
+            return result
+
+        return await self._mutate(
+            "Admit",
+            tenant,
+            command.session_id,
+            idempotency,
+            command.expected_revision,
+            work,
+            encode,
+            validate_only=command.validate_only,
+        )
+
+    async def reconcile(
+        self,
+        tenant: str,
+        command: ReconcileCommand,
+        idempotency: Idempotency | None,
+        encode: Callable[[AttemptResult], bytes],
+    ) -> bytes:
+        validation.check_reconcile(command, self.limits)
+        route = self._route(command.route)
+
+        async def work(tx: Transaction) -> AttemptResult:
+            admitted = await tx.store.admission(command.admission_id)
+            if admitted is None:
+                raise AdmissionNotFound(command.admission_id)
+            attempt = rules.Attempt(
+                admission_id=admitted.admission_id,
+                turn=admitted.turn,
+                step=admitted.step,
+                rendered_prompt=admitted.rendered_prompt,
+                tools=admitted.tools,
+                route=route,
+            )
+            await tx.reached(Phase.VALIDATE)
+            number = admitted.attempts
+            result = await self._attempt(tx, attempt, number, command.wire_format, first=False)
+            await tx.store.count_attempt(admitted.admission_id)
+            await self._add_request(tx, admitted.admission_id, number, result.forecast)
+            return result
+
+        return await self._mutate(
+            "Reconcile",
+            tenant,
+            command.session_id,
+            idempotency,
+            command.expected_revision,
+            work,
+            encode,
+            validate_only=command.validate_only,
+        )
+
+    async def _attempt(
+        self,
+        tx: Transaction,
+        attempt: rules.Attempt,
+        number: int,
+        wire: WireFormat,
+        *,
+        first: bool,
+    ) -> AttemptResult:
+        record = tx.record
+        state = rules.AdmissionState(record.next_seq, await tx.store.system_nodes(), record.series)
+        outcome = rules.admit(state, attempt) if first else rules.reconcile(state, attempt)
+        await tx.reached(Phase.PROJECT)
+        next_position = await tx.store.write_events(outcome.events, record.next_position)
+        request, fingerprint = await self._derive(tx.store, attempt.route, attempt.tools, wire)
+        predicted = forecast(record.last_request, fingerprint, starts_series=outcome.starts_series)
+        revision = await tx.store.save(
+            record,
+            next_seq=record.next_seq + len(outcome.events),
+            next_position=next_position,
+            series=outcome.series,
+            last_request=fingerprint,
+            request_count=record.request_count + 1,
+        )
+        prompt = effective_prompt(await tx.store.system_nodes())
+        await tx.reached(Phase.DERIVE)
+        return AttemptResult(
+            admission_id=attempt.admission_id,
+            attempt=number,
+            revision=record.revision if tx.validate_only else revision,
+            commits=outcome.commits,
+            user_seqs=outcome.user_seqs,
+            header=outcome.header,
+            context=outcome.context,
+            starts_series=outcome.starts_series,
+            request=request,
+            effective_prompt=prompt,
+            forecast=predicted,
+            route=attempt.route,
+        )
+
+    async def _add_request(
+        self, tx: Transaction, admission_id: str, attempt: int, predicted: CacheForecast
+    ) -> None:
+        await tx.store.add_request(
+            tx.record.request_count, admission_id, attempt, codec.dumps(_forecast_json(predicted))
+        )
+
+    async def _derive(
+        self, store: SessionStore, route: Route, tools: tuple[Tool, ...], wire: WireFormat
+    ) -> tuple[DerivedRequestView, RequestFingerprint]:
+        """The derived request (every message node in surface order) and its fingerprint."""
+        rows = await store.surface(with_empty=False)
+        messages = tuple(_decode(row.message) for row in rows if row.message is not None)
+        body = render(messages, wire, in_history=route.in_history)
+        fingerprint = RequestFingerprint(
+            provider=route.provider,
+            model=route.model,
+            tools_digest=message_digest(tools_json(tools).encode()),
+            tools_tokens=tools_tokens(tools),
+            message_digests=tuple(
+                message_digest(row.message) for row in rows if row.message is not None
+            ),
+            message_tokens=tuple(row.tokens for row in rows),
+            system_positions=frozenset(i for i, row in enumerate(rows) if row.is_system),
+        )
+        return DerivedRequestView(wire, messages, body, tools), fingerprint
+
+    # ---- what the model and tools produced ------------------------------------------------
+
+    async def record(
+        self,
+        tenant: str,
+        command: RecordCommand,
+        idempotency: Idempotency | None,
+        encode: Callable[[RecordResult], bytes],
+    ) -> bytes:
+        validation.check_record(command, self.limits)
+
+        async def work(tx: Transaction) -> RecordResult:
+            admitted = await tx.store.admission(command.admission_id)
+            if admitted is None:
+                raise AdmissionNotFound(command.admission_id)
+            record = tx.record
+            new_events: list[Event] = []
+            seq = record.next_seq
+            assistant_seq = None
+            if command.assistant is not None:
+                calls = command.assistant.tool_call_ids()
+                for call_id in await tx.store.known_tool_calls(calls):
+                    index = calls.index(call_id)
+                    raise InvalidArgument(
+                        "assistant.content", f"tool call id {call_id!r} (call {index}) is taken"
+                    )
+                new_events.append(
+                    Event(
+                        seq,
+                        EventKind.ASSISTANT_MESSAGE,
+                        admitted.turn,
+                        admitted.step,
+                        Append(),
+                        (),
+                        command.assistant,
+                        admission_id=admitted.admission_id,
+                    )
+                )
+                assistant_seq, seq = seq, seq + 1
+            result_seqs = []
+            for result in command.tool_results:
+                message = Message(Role.TOOL, (result,))
+                new_events.append(
+                    Event(
+                        seq,
+                        EventKind.TOOL_RESULT,
+                        admitted.turn,
+                        admitted.step,
+                        Append(),
+                        (),
+                        message,
+                        admission_id=admitted.admission_id,
+                    )
+                )
+                result_seqs.append(seq)
+                seq += 1
+            await tx.reached(Phase.VALIDATE)
+            await tx.reached(Phase.PROJECT)
+            next_position = await tx.store.write_events(new_events, record.next_position)
+            for index, (result, result_seq) in enumerate(
+                zip(command.tool_results, result_seqs, strict=True)
+            ):
+                if not await tx.store.answer_tool_call(result.call_id, result_seq):
+                    raise UnknownToolCall(
+                        f"tool_results[{index}].call_id",
+                        f"{result.call_id!r} answers no open tool call on the surface",
+                    )
+            if command.usage is not None:
+                usage = codec.dumps(_usage_json(command.usage))
+                await tx.store.observe_usage(admitted.admission_id, usage)
+            await tx.reached(Phase.DERIVE)
+            revision = await tx.store.save(
+                record,
+                next_seq=seq,
+                next_position=next_position,
+                series=record.series,
+                last_request=record.last_request,
+                request_count=record.request_count,
+            )
+            return RecordResult(revision, assistant_seq, tuple(result_seqs))
+
+        return await self._mutate(
+            "Record",
+            tenant,
+            command.session_id,
+            idempotency,
+            command.expected_revision,
+            work,
+            encode,
+        )
+
+    # ---- compaction -----------------------------------------------------------------------
+
+    @staticmethod
+    def _compaction_nodes(rows: list[NodeRecord]) -> list[CompactionNode]:
+        result = []
+        for row in rows:
+            message = _decode(row.message) if row.message is not None else None
+            result.append(
+                CompactionNode(
+                    row.seq,
+                    row.tokens,
+                    row.is_system,
+                    message,
+                    message.tool_call_ids() if message else (),
+                    message.tool_result_ids() if message else (),
+                )
+            )
+        return result
+
+    @staticmethod
+    def _system_nodes(
+        rows: list[NodeRecord], nodes: list[CompactionNode]
+    ) -> tuple[SystemNode, ...]:
+        return tuple(
+            SystemNode(node.seq, node.message.text if node.message else "")
+            for node in nodes
+            if node.is_system
+        )
+
+    async def plan_compaction(self, tenant: str, command: PlanCompactionCommand) -> PlanResult:
+        validation.check_plan(command, self.limits)
+        scope = f"compaction/{tenant}/{command.session_id}"
+
+        async def plan(store: SessionStore, record: SessionRecord) -> PlanResult:
+            nodes = self._compaction_nodes(await store.surface())
+            if command.seq_range is not None:
+                selected = plan_range(nodes, *command.seq_range)
+            else:
+                assert command.retain_tokens is not None
+                found = plan_by_tokens(nodes, command.retain_tokens)
+                if found is None:
+                    raise NothingToCompact()
+                selected = found
+            token = encode_token(
+                scope,
+                {
+                    "start": selected.start_seq,
+                    "end": selected.end_seq,
+                    "generation": record.series.replace_generation,
+                    "next_seq": record.next_seq,
+                },
+            )
+            header = record.series.last_header
+            return PlanResult(
+                token,
+                selected,
+                summarization_input(nodes, selected),
+                header.header.tools if header else (),
+                record.revision,
+            )
+
+        return await self._read_session(tenant, command.session_id, plan)
+
+    async def compact(
+        self,
+        tenant: str,
+        command: CompactCommand,
+        idempotency: Idempotency | None,
+        encode: Callable[[CompactResult], bytes],
+    ) -> bytes:
+        validation.check_compact(command, self.limits)
+        scope = f"compaction/{tenant}/{command.session_id}"
+        token = decode_token(scope, command.plan_token, "plan_token")
+
+        async def work(tx: Transaction) -> CompactResult:
+            record = tx.record
+            if (token["generation"], token["next_seq"]) != (
+                record.series.replace_generation,
+                record.next_seq,
+            ):
+                raise StaleCompactionPlan()
+            rows = await tx.store.surface()
+            nodes = self._compaction_nodes(rows)
+            selected = plan_range(nodes, token["start"], token["end"])
+            state = rules.AdmissionState(
+                record.next_seq, self._system_nodes(rows, nodes), record.series
+            )
+            await tx.reached(Phase.VALIDATE)
+            outcome = compact(state, selected, command.summary)
+            await tx.reached(Phase.PROJECT)
+            next_position = await tx.store.write_events(outcome.events, record.next_position)
+            prompt = effective_prompt(await tx.store.system_nodes())
+            await tx.reached(Phase.DERIVE)
+            revision = await tx.store.save(
+                record,
+                next_seq=record.next_seq + len(outcome.events),
+                next_position=next_position,
+                series=outcome.series,
+                last_request=record.last_request,
+                request_count=record.request_count,
+            )
+            return CompactResult(
+                revision, outcome.summary_seq, selected.shadowed_seqs, outcome.commits, prompt
+            )
+
+        return await self._mutate(
+            "Compact",
+            tenant,
+            command.session_id,
+            idempotency,
+            command.expected_revision,
+            work,
+            encode,
+        )
+
+    # ---- reads ------------------------------------------------------------------------------
+
+    async def inspect(self, tenant: str, session_id: str, wire: WireFormat) -> InspectResult:
+        async def inspect(store: SessionStore, record: SessionRecord) -> InspectResult:
+            details = await store.system_node_details()
+            system_nodes = tuple(
+                SystemNodeView(
+                    row.seq,
+                    row.commit_time,
+                    row.turn,
+                    row.step,
+                    row.system_text.decode(),
+                    bool(codec.loads(row.payload).get("update", False)),
+                )
+                for row in details
+            )
+            series = record.series
+            header = series.last_header
+            tools = header.header.tools if header else ()
+            context = series.last_context
+            route = Route(
+                context.context.provider if context else "",
+                context.context.model if context else "",
+                context.context.context_window if context else 0,
+                in_history=context.context.in_history if context else False,
+                tool_update=False,
+            )
+            request, _ = await self._derive(store, route, tools, wire)
+            rows = await store.surface()
+            priced = [PricedNode(row.seq, row.tokens, row.is_system) for row in rows]
+            ledger = tuple(
+                LedgerEntry(
+                    row.request_index,
+                    row.admission_id,
+                    row.attempt,
+                    _forecast_from_json(codec.loads(row.forecast)),
+                    Usage(**codec.loads(row.observed)) if row.observed is not None else None,
+                )
+                for row in await store.ledger(LEDGER_ROWS)
+            )
+            return InspectResult(
+                session=_session_info(record),
+                effective_prompt=effective_prompt(
+                    tuple(SystemNode(n.seq, n.text) for n in system_nodes)
+                ),
+                system_nodes=system_nodes,
+                request=request,
+                breakdown=breakdown(priced, tools),
+                series=series,
+                ledger=ledger,
+            )
+
+        return await self._read_session(tenant, session_id, inspect)
+
+    async def list_events(
+        self, tenant: str, session_id: str, page_size: int, page_token: str
+    ) -> Page[EventView]:
+        limit = validation.check_page_size(page_size, self.limits)
+        scope = f"events/{tenant}/{session_id}"
+        after = -1
+        if page_token:
+            after = int(decode_token(scope, page_token, "page_token")["after"])
+
+        async def page(store: SessionStore, record: SessionRecord) -> Page[EventView]:
+            rows = await store.events_after(after, limit + 1)
+            items = tuple(
+                EventView(
+                    codec.event_from_json(
+                        {
+                            "seq": row.seq,
+                            "kind": row.kind,
+                            "turn": row.turn,
+                            "step": row.step,
+                            "surface_op": _surface_op(row),
+                            "source_seqs": list(row.source_seqs),
+                            "admission_id": row.admission_id or "",
+                            "payload": codec.loads(row.payload),
+                        }
+                    ),
+                    row.commit_time,
+                )
+                for row in rows[:limit]
+            )
+            token = ""
+            if len(rows) > limit:
+                token = encode_token(scope, {"after": rows[limit - 1].seq})
+            return Page(items, token)
+
+        return await self._read_session(tenant, session_id, page)
+
+
+def _surface_op(row: Any) -> dict[str, Any] | None:
+    if row.surface_op == "append":
+        return {"op": "append"}
+    if row.surface_op == "replace":
+        return {"op": "replace", "start_seq": row.replace_start_seq, "end_seq": row.replace_end_seq}
+    return None
+
+
+def request_digest(serialized: bytes) -> bytes:
+    return hashlib.sha256(serialized).digest()

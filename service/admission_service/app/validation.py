@@ -1,0 +1,242 @@
+"""Input validation (SPEC §8): every field checked, errors name the field.
+
+Pure checks on the commands, run before any database work; the checks that need the session
+(an admission exists, a tool result answers an open call) live with the use cases.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+
+from admission_service.app.commands import (
+    AdmitCommand,
+    CompactCommand,
+    PlanCompactionCommand,
+    ReconcileCommand,
+    RecordCommand,
+    RouteRequest,
+    Usage,
+)
+from admission_service.app.limits import Limits
+from admission_service.domain.errors import InvalidArgument
+from admission_service.domain.messages import (
+    Block,
+    Image,
+    Message,
+    Reasoning,
+    Role,
+    Text,
+    Tool,
+    ToolCall,
+)
+
+SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+INT64_MAX = 2**63 - 1
+
+
+def _utf8_size(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def check_session_id(session_id: str, limits: Limits, field: str = "session_id") -> None:
+    if not session_id:
+        raise InvalidArgument(field, "is required")
+    if len(session_id) > limits.max_session_id_length:
+        raise InvalidArgument(field, f"is longer than {limits.max_session_id_length} characters")
+    if not SESSION_ID.fullmatch(session_id):
+        raise InvalidArgument(field, "may hold only letters, digits, '.', '_' and '-'")
+
+
+def check_request_id(request_id: str, limits: Limits) -> None:
+    if len(request_id) > limits.max_request_id_length:
+        raise InvalidArgument(
+            "request_id", f"is longer than {limits.max_request_id_length} characters"
+        )
+
+
+def check_expected_revision(expected: int | None) -> None:
+    if expected is not None and expected < 0:
+        raise InvalidArgument("expected_revision", "must not be negative")
+
+
+def _check_count(value: int, field: str, *, maximum: int = INT64_MAX) -> None:
+    if value < 0:
+        raise InvalidArgument(field, "must not be negative")
+    if value > maximum:
+        raise InvalidArgument(field, f"must be at most {maximum}")
+
+
+def _check_json_object(text: str, field: str) -> None:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        raise InvalidArgument(field, "is not valid JSON") from None
+    if not isinstance(value, dict):
+        raise InvalidArgument(field, "must be a JSON object")
+
+
+def check_route(route: RouteRequest, limits: Limits) -> None:
+    for name, value in (("provider", route.provider), ("model", route.model)):
+        if not value:
+            raise InvalidArgument(f"route.{name}", "is required")
+        if len(value) > limits.max_route_name_length:
+            raise InvalidArgument(
+                f"route.{name}", f"is longer than {limits.max_route_name_length} characters"
+            )
+    _check_count(route.context_window, "route.context_window")
+
+
+def check_tools(tools: Sequence[Tool], limits: Limits) -> None:
+    if len(tools) > limits.max_tools:
+        raise InvalidArgument("tools", f"holds more than {limits.max_tools} tools")
+    names: set[str] = set()
+    for index, tool in enumerate(tools):
+        field = f"tools[{index}]"
+        if not tool.name:
+            raise InvalidArgument(f"{field}.name", "is required")
+        if len(tool.name) > limits.max_tool_name_length:
+            raise InvalidArgument(
+                f"{field}.name", f"is longer than {limits.max_tool_name_length} characters"
+            )
+        if tool.name in names:
+            raise InvalidArgument(f"{field}.name", f"duplicates tool {tool.name!r}")
+        names.add(tool.name)
+        if _utf8_size(tool.parameters_json) + _utf8_size(tool.description) > (
+            limits.max_tool_schema_bytes
+        ):
+            raise InvalidArgument(field, f"is larger than {limits.max_tool_schema_bytes} bytes")
+        _check_json_object(tool.parameters_json, f"{field}.parameters_json")
+
+
+def _block_size(block: Block) -> int:
+    if isinstance(block, Text | Reasoning):
+        return _utf8_size(block.text)
+    if isinstance(block, Image):
+        return _utf8_size(block.uri) + _utf8_size(block.media_type)
+    if isinstance(block, ToolCall):
+        return sum(map(_utf8_size, (block.call_id, block.name, block.arguments_json)))
+    return _utf8_size(block.call_id) + sum(_block_size(inner) for inner in block.content)
+
+
+def check_message(message: Message, field: str, limits: Limits, allowed: tuple[type, ...]) -> None:
+    if not message.content and message.role is not Role.ASSISTANT:
+        raise InvalidArgument(f"{field}.content", "must hold at least one block")
+    if len(message.content) > limits.max_blocks_per_message:
+        raise InvalidArgument(
+            f"{field}.content", f"holds more than {limits.max_blocks_per_message} blocks"
+        )
+    if sum(_block_size(block) for block in message.content) > limits.max_message_bytes:
+        raise InvalidArgument(field, f"is larger than {limits.max_message_bytes} bytes")
+    for index, block in enumerate(message.content):
+        where = f"{field}.content[{index}]"
+        if not isinstance(block, allowed):
+            raise InvalidArgument(where, f"a {type(block).__name__} block is not allowed here")
+        if isinstance(block, Image) and not block.uri:
+            raise InvalidArgument(f"{where}.image.uri", "is required")
+        if isinstance(block, ToolCall):
+            if not block.call_id:
+                raise InvalidArgument(f"{where}.tool_call.call_id", "is required")
+            if not block.name:
+                raise InvalidArgument(f"{where}.tool_call.name", "is required")
+            _check_json_object(block.arguments_json or "{}", f"{where}.tool_call.arguments_json")
+
+
+def check_admit(command: AdmitCommand, limits: Limits) -> None:
+    check_session_id(command.session_id, limits)
+    check_expected_revision(command.expected_revision)
+    _check_count(command.turn, "turn")
+    _check_count(command.step, "step")
+    if _utf8_size(command.rendered_prompt) > limits.max_prompt_bytes:
+        raise InvalidArgument("rendered_prompt", f"is larger than {limits.max_prompt_bytes} bytes")
+    check_tools(command.tools, limits)
+    check_route(command.route, limits)
+    if len(command.users) > limits.max_users:
+        raise InvalidArgument("users", f"holds more than {limits.max_users} messages")
+    for index, user in enumerate(command.users):
+        if user.role is not Role.USER:
+            raise InvalidArgument(f"users[{index}].role", "must be USER")
+        check_message(user, f"users[{index}]", limits, (Text, Image))
+
+
+def check_admission_id(admission_id: str, limits: Limits) -> None:
+    if not admission_id:
+        raise InvalidArgument("admission_id", "is required")
+    if len(admission_id) > limits.max_admission_id_length:
+        raise InvalidArgument(
+            "admission_id", f"is longer than {limits.max_admission_id_length} characters"
+        )
+
+
+def check_reconcile(command: ReconcileCommand, limits: Limits) -> None:
+    check_session_id(command.session_id, limits)
+    check_expected_revision(command.expected_revision)
+    check_admission_id(command.admission_id, limits)
+    check_route(command.route, limits)
+
+
+def check_usage(usage: Usage) -> None:
+    for name in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"):
+        _check_count(getattr(usage, name), f"usage.{name}")
+
+
+def check_record(command: RecordCommand, limits: Limits) -> None:
+    check_session_id(command.session_id, limits)
+    check_expected_revision(command.expected_revision)
+    check_admission_id(command.admission_id, limits)
+    if command.assistant is None and not command.tool_results and command.usage is None:
+        raise InvalidArgument(
+            "assistant", "a record needs an assistant message, tool results or usage"
+        )
+    if command.assistant is not None:
+        if command.assistant.role is not Role.ASSISTANT:
+            raise InvalidArgument("assistant.role", "must be ASSISTANT")
+        check_message(command.assistant, "assistant", limits, (Text, Reasoning, ToolCall))
+        ids = [call.call_id for call in command.assistant.tool_calls()]
+        if len(set(ids)) != len(ids):
+            raise InvalidArgument("assistant.content", "repeats a tool call id")
+    if len(command.tool_results) > limits.max_tool_results:
+        raise InvalidArgument("tool_results", f"holds more than {limits.max_tool_results} results")
+    answered: set[str] = set()
+    for index, result in enumerate(command.tool_results):
+        field = f"tool_results[{index}]"
+        if not result.call_id:
+            raise InvalidArgument(f"{field}.call_id", "is required")
+        if result.call_id in answered:
+            raise InvalidArgument(f"{field}.call_id", f"answers {result.call_id!r} twice")
+        answered.add(result.call_id)
+        wrapped = Message(Role.TOOL, result.content)
+        check_message(wrapped, field, limits, (Text, Image))
+    if command.usage is not None:
+        check_usage(command.usage)
+
+
+def check_plan(command: PlanCompactionCommand, limits: Limits) -> None:
+    check_session_id(command.session_id, limits)
+    if (command.retain_tokens is None) == (command.seq_range is None):
+        raise InvalidArgument("selection", "set exactly one of retain_tokens and range")
+    if command.retain_tokens is not None:
+        _check_count(command.retain_tokens, "retain_tokens")
+    if command.seq_range is not None:
+        _check_count(command.seq_range[0], "range.start_seq")
+        _check_count(command.seq_range[1], "range.end_seq")
+
+
+def check_compact(command: CompactCommand, limits: Limits) -> None:
+    check_session_id(command.session_id, limits)
+    check_expected_revision(command.expected_revision)
+    if not command.plan_token:
+        raise InvalidArgument("plan_token", "is required")
+    if not command.summary:
+        raise InvalidArgument("summary", "is required")
+    if _utf8_size(command.summary) > limits.max_summary_bytes:
+        raise InvalidArgument("summary", f"is larger than {limits.max_summary_bytes} bytes")
+
+
+def check_page_size(page_size: int, limits: Limits) -> int:
+    if page_size < 0:
+        raise InvalidArgument("page_size", "must not be negative")
+    if page_size == 0:
+        return limits.default_page_size
+    return min(page_size, limits.max_page_size)

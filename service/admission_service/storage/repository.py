@@ -1,0 +1,484 @@
+"""SQL for one session inside one transaction. It reads and writes, never commits.
+
+Everything the projection rule needs is indexed so an admission does not read or rewrite the
+whole surface: the session row (counters, series state), the surviving system nodes (partial
+index), and the surface nodes by position. Only the derived request itself reads every node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, cast
+
+from sqlalchemy import Table, and_, delete, exists, func, insert, literal, select, tuple_, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from admission_service.domain import codec
+from admission_service.domain.accounting import RequestFingerprint, message_tokens
+from admission_service.domain.events import Append, Event, Replace
+from admission_service.domain.messages import Tool
+from admission_service.domain.projection import SystemNode
+from admission_service.domain.series import SeriesState
+from admission_service.storage.tables import (
+    AdmissionRow,
+    EventRow,
+    IdempotencyKeyRow,
+    RequestRow,
+    SessionRow,
+    SurfaceNodeRow,
+    ToolCallRow,
+)
+
+sessions = cast(Table, SessionRow.__table__)
+events = cast(Table, EventRow.__table__)
+nodes = cast(Table, SurfaceNodeRow.__table__)
+admissions = cast(Table, AdmissionRow.__table__)
+requests = cast(Table, RequestRow.__table__)
+idempotency = cast(Table, IdempotencyKeyRow.__table__)
+tool_calls = cast(Table, ToolCallRow.__table__)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRecord:
+    """The session row, decoded."""
+
+    session_id: str
+    revision: int
+    next_seq: int
+    next_position: int
+    series: SeriesState
+    last_request: RequestFingerprint | None
+    request_count: int
+    create_time: datetime
+    update_time: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class StoredResponse:
+    method: str
+    request_digest: bytes
+    response: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionRecord:
+    admission_id: str
+    turn: int
+    step: int
+    rendered_prompt: str
+    tools: tuple[Tool, ...]
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRecord:
+    """A surviving surface node as stored: its pre-encoded message and price."""
+
+    seq: int
+    position: int
+    is_system: bool
+    message: bytes | None
+    tokens: int
+
+
+def fingerprint_to_json(value: RequestFingerprint) -> dict[str, Any]:
+    return {
+        "provider": value.provider,
+        "model": value.model,
+        "tools_digest": value.tools_digest,
+        "tools_tokens": value.tools_tokens,
+        "digests": list(value.message_digests),
+        "tokens": list(value.message_tokens),
+        "systems": sorted(value.system_positions),
+    }
+
+
+def fingerprint_from_json(data: dict[str, Any]) -> RequestFingerprint:
+    return RequestFingerprint(
+        data["provider"],
+        data["model"],
+        data["tools_digest"],
+        data["tools_tokens"],
+        tuple(data["digests"]),
+        tuple(data["tokens"]),
+        frozenset(data["systems"]),
+    )
+
+
+def _record(row: Any) -> SessionRecord:
+    series = SeriesState(
+        replace_generation=row.replace_generation,
+        last_request_generation=row.last_request_generation,
+        last_header=codec.header_from_json(codec.loads(row.last_header))
+        if row.last_header is not None
+        else None,
+        last_context=codec.context_from_json(codec.loads(row.last_context))
+        if row.last_context is not None
+        else None,
+    )
+    return SessionRecord(
+        session_id=row.session_id,
+        revision=row.revision,
+        next_seq=row.next_seq,
+        next_position=row.next_position,
+        series=series,
+        last_request=fingerprint_from_json(codec.loads(row.last_request))
+        if row.last_request is not None
+        else None,
+        request_count=row.request_count,
+        create_time=row.create_time,
+        update_time=row.update_time,
+    )
+
+
+class SessionStore:
+    """The SQL of one (tenant, session) within the caller's transaction."""
+
+    def __init__(self, connection: AsyncConnection, tenant: str, session_id: str) -> None:
+        self.connection = connection
+        self.tenant = tenant
+        self.session_id = session_id
+
+    def _mine(self, table: Any) -> Any:
+        return and_(table.c.tenant_id == self.tenant, table.c.session_id == self.session_id)
+
+    def _keys(self) -> dict[str, str]:
+        return {"tenant_id": self.tenant, "session_id": self.session_id}
+
+    # ---- the session row --------------------------------------------------------------
+
+    async def create(self) -> SessionRecord | None:
+        """Insert the session; None when it already exists (the caller decides what that means)."""
+        statement = (
+            pg_insert(sessions)
+            .values(**self._keys())
+            .on_conflict_do_nothing()
+            .returning(*sessions.c)
+        )
+        row = (await self.connection.execute(statement)).first()
+        return _record(row) if row is not None else None
+
+    async def read(self, *, lock: bool) -> SessionRecord | None:
+        """The session row; ``lock`` takes the row lock that serialises writers of one session."""
+        statement = select(sessions).where(self._mine(sessions))
+        if lock:
+            statement = statement.with_for_update()
+        row = (await self.connection.execute(statement)).first()
+        return _record(row) if row is not None else None
+
+    async def save(
+        self,
+        record: SessionRecord,
+        *,
+        next_seq: int,
+        next_position: int,
+        series: SeriesState,
+        last_request: RequestFingerprint | None,
+        request_count: int,
+    ) -> int:
+        """Write the new counters and series state, bump the revision; returns it."""
+        revision = record.revision + 1
+        values: dict[str, Any] = {
+            "revision": revision,
+            "next_seq": next_seq,
+            "next_position": next_position,
+            "replace_generation": series.replace_generation,
+            "last_request_generation": series.last_request_generation,
+            "last_header": codec.dumps(codec.header_to_json(series.last_header))
+            if series.last_header
+            else None,
+            "last_context": codec.dumps(codec.context_to_json(series.last_context))
+            if series.last_context
+            else None,
+            "last_request": codec.dumps(fingerprint_to_json(last_request))
+            if last_request
+            else None,
+            "request_count": request_count,
+            "update_time": func.now(),
+        }
+        await self.connection.execute(update(sessions).where(self._mine(sessions)).values(values))
+        return revision
+
+    async def delete(self) -> None:
+        """Delete the session; its events, surface, admissions and ledger cascade."""
+        await self.connection.execute(delete(sessions).where(self._mine(sessions)))
+        await self.connection.execute(delete(idempotency).where(self._mine(idempotency)))
+
+    # ---- idempotency ------------------------------------------------------------------
+
+    async def stored_response(self, request_id: str) -> StoredResponse | None:
+        statement = select(
+            idempotency.c.method, idempotency.c.request_digest, idempotency.c.response
+        ).where(self._mine(idempotency), idempotency.c.request_id == request_id)
+        row = (await self.connection.execute(statement)).first()
+        return StoredResponse(row.method, row.request_digest, row.response) if row else None
+
+    async def store_response(
+        self, request_id: str, method: str, request_digest: bytes, response: bytes
+    ) -> None:
+        await self.connection.execute(
+            insert(idempotency).values(
+                **self._keys(),
+                request_id=request_id,
+                method=method,
+                request_digest=request_digest,
+                response=response,
+            )
+        )
+
+    # ---- the surface ------------------------------------------------------------------
+
+    async def system_nodes(self) -> tuple[SystemNode, ...]:
+        """The surviving system nodes in surface order (partial index ``WHERE is_system``)."""
+        statement = (
+            select(nodes.c.seq, nodes.c.system_text)
+            .where(self._mine(nodes), nodes.c.is_system)
+            .order_by(nodes.c.position)
+        )
+        rows = await self.connection.execute(statement)
+        return tuple(SystemNode(row.seq, row.system_text.decode()) for row in rows)
+
+    async def surface(self, *, with_empty: bool = True) -> list[NodeRecord]:
+        """Every surviving node in surface order (``with_empty=False``: only message nodes)."""
+        statement = select(
+            nodes.c.seq, nodes.c.position, nodes.c.is_system, nodes.c.message, nodes.c.tokens
+        ).where(self._mine(nodes))
+        if not with_empty:
+            statement = statement.where(nodes.c.message.is_not(None))
+        rows = await self.connection.execute(statement.order_by(nodes.c.position))
+        return [NodeRecord(r.seq, r.position, r.is_system, r.message, r.tokens) for r in rows]
+
+    async def write_events(self, new_events: Sequence[Event], next_position: int) -> int:
+        """Log ``new_events`` and apply their surface operations; returns the next position."""
+        if not new_events:
+            return next_position
+        await self.connection.execute(insert(events), [self._event_row(e) for e in new_events])
+        for event in new_events:
+            if event.op is None:
+                continue
+            message = event.derived_message()
+            node = {
+                **self._keys(),
+                "seq": event.seq,
+                "is_system": event.is_system,
+                "system_text": event.system_text.encode() if event.is_system else None,
+                "message": codec.encode_message(message) if message else None,
+                "tokens": message_tokens(message),
+                "turn": event.turn,
+                "step": event.step,
+            }
+            if isinstance(event.op, Append):
+                node["position"] = next_position
+                next_position += 1
+            else:
+                node["position"] = await self._shadow(event.op)
+            await self.connection.execute(insert(nodes).values(node))
+            if message is not None:
+                await self._track_tool_calls(event, message.tool_call_ids())
+        return next_position
+
+    async def _shadow(self, op: Replace) -> int:
+        """Delete the shadowed run of nodes; returns the position the new node takes."""
+        positions = await self.connection.execute(
+            select(nodes.c.seq, nodes.c.position).where(
+                self._mine(nodes), nodes.c.seq.in_((op.start_seq, op.end_seq))
+            )
+        )
+        by_seq: dict[int, int] = {row.seq: row.position for row in positions}
+        start, end = by_seq[op.start_seq], by_seq[op.end_seq]
+        await self.connection.execute(
+            delete(nodes).where(self._mine(nodes), nodes.c.position.between(start, end))
+        )
+        return start
+
+    def _event_row(self, event: Event) -> dict[str, Any]:
+        surface_op = None
+        start = end = None
+        if isinstance(event.op, Append):
+            surface_op = "append"
+        elif isinstance(event.op, Replace):
+            surface_op, start, end = "replace", event.op.start_seq, event.op.end_seq
+        return {
+            **self._keys(),
+            "seq": event.seq,
+            "kind": event.kind.value,
+            "turn": event.turn,
+            "step": event.step,
+            "surface_op": surface_op,
+            "replace_start_seq": start,
+            "replace_end_seq": end,
+            "source_seqs": list(event.source_seqs),
+            "admission_id": event.admission_id or None,
+            "payload": codec.dumps(codec.event_payload(event)),
+        }
+
+    # ---- tool calls -------------------------------------------------------------------
+
+    async def _track_tool_calls(self, event: Event, call_ids: Sequence[str]) -> None:
+        if call_ids:
+            await self.connection.execute(
+                insert(tool_calls),
+                [{**self._keys(), "call_id": c, "call_seq": event.seq} for c in call_ids],
+            )
+
+    async def known_tool_calls(self, call_ids: Sequence[str]) -> set[str]:
+        """Which of ``call_ids`` were already made in this session (on the surface or not)."""
+        rows = await self.connection.execute(
+            select(tool_calls.c.call_id).where(
+                self._mine(tool_calls), tool_calls.c.call_id.in_(list(call_ids))
+            )
+        )
+        return {row.call_id for row in rows}
+
+    async def answer_tool_call(self, call_id: str, result_seq: int) -> bool:
+        """Mark ``call_id`` answered if it is open and its call is still on the surface."""
+        on_surface = exists().where(self._mine(nodes), nodes.c.seq == tool_calls.c.call_seq)
+        statement = (
+            update(tool_calls)
+            .where(
+                self._mine(tool_calls),
+                tool_calls.c.call_id == call_id,
+                tool_calls.c.result_seq.is_(None),
+                on_surface,
+            )
+            .values(result_seq=result_seq)
+            .returning(tool_calls.c.call_id)
+        )
+        return (await self.connection.execute(statement)).first() is not None
+
+    # ---- admissions and the ledger ----------------------------------------------------
+
+    async def add_admission(
+        self,
+        admission_id: str,
+        turn: int,
+        step: int,
+        rendered: str,
+        tools: tuple[Tool, ...],
+        user_seqs: Sequence[int],
+    ) -> None:
+        await self.connection.execute(
+            insert(admissions).values(
+                **self._keys(),
+                admission_id=admission_id,
+                turn=turn,
+                step=step,
+                rendered_prompt=rendered.encode(),
+                tools=codec.encode_tools(tools),
+                users_seqs=list(user_seqs),
+                attempts=1,
+            )
+        )
+
+    async def admission(self, admission_id: str) -> AdmissionRecord | None:
+        row = (
+            await self.connection.execute(
+                select(admissions).where(
+                    self._mine(admissions), admissions.c.admission_id == admission_id
+                )
+            )
+        ).first()
+        if row is None:
+            return None
+        return AdmissionRecord(
+            row.admission_id,
+            row.turn,
+            row.step,
+            row.rendered_prompt.decode(),
+            codec.decode_tools(row.tools),
+            row.attempts,
+        )
+
+    async def count_attempt(self, admission_id: str) -> None:
+        await self.connection.execute(
+            update(admissions)
+            .where(self._mine(admissions), admissions.c.admission_id == admission_id)
+            .values(attempts=admissions.c.attempts + 1)
+        )
+
+    async def add_request(
+        self, request_index: int, admission_id: str, attempt: int, forecast: bytes
+    ) -> None:
+        await self.connection.execute(
+            insert(requests).values(
+                **self._keys(),
+                request_index=request_index,
+                admission_id=admission_id,
+                attempt=attempt,
+                forecast=forecast,
+            )
+        )
+
+    async def observe_usage(self, admission_id: str, observed: bytes) -> None:
+        """Attach the provider's usage to the admission's latest request."""
+        latest = (
+            select(func.max(requests.c.request_index))
+            .where(self._mine(requests), requests.c.admission_id == admission_id)
+            .scalar_subquery()
+        )
+        await self.connection.execute(
+            update(requests)
+            .where(self._mine(requests), requests.c.request_index == latest)
+            .values(observed=observed)
+        )
+
+    async def ledger(self, limit: int) -> list[Any]:
+        statement = (
+            select(requests)
+            .where(self._mine(requests))
+            .order_by(requests.c.request_index.desc())
+            .limit(limit)
+        )
+        return list(reversed((await self.connection.execute(statement)).all()))
+
+    # ---- reads for Inspect and ListEvents ---------------------------------------------
+
+    async def system_node_details(self) -> list[Any]:
+        """Surviving system nodes in surface order with their event's time and payload."""
+        statement = (
+            select(
+                nodes.c.seq,
+                nodes.c.turn,
+                nodes.c.step,
+                nodes.c.system_text,
+                events.c.commit_time,
+                events.c.payload,
+            )
+            .join(
+                events,
+                and_(
+                    events.c.tenant_id == nodes.c.tenant_id,
+                    events.c.session_id == nodes.c.session_id,
+                    events.c.seq == nodes.c.seq,
+                ),
+            )
+            .where(self._mine(nodes), nodes.c.is_system)
+            .order_by(nodes.c.position)
+        )
+        return list((await self.connection.execute(statement)).all())
+
+    async def events_after(self, after_seq: int, limit: int) -> list[Any]:
+        statement = (
+            select(events)
+            .where(self._mine(events), events.c.seq > after_seq)
+            .order_by(events.c.seq)
+            .limit(limit)
+        )
+        return list((await self.connection.execute(statement)).all())
+
+
+async def list_sessions(
+    connection: AsyncConnection, tenant: str, after: tuple[datetime, str] | None, limit: int
+) -> list[SessionRecord]:
+    """A tenant's sessions in creation order, keyset-paginated after ``after``."""
+    statement = select(sessions).where(sessions.c.tenant_id == tenant)
+    if after is not None:
+        statement = statement.where(
+            tuple_(sessions.c.create_time, sessions.c.session_id)
+            > tuple_(literal(after[0]), literal(after[1]))
+        )
+    statement = statement.order_by(sessions.c.create_time, sessions.c.session_id).limit(limit)
+    return [_record(row) for row in await connection.execute(statement)]

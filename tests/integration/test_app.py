@@ -1,0 +1,200 @@
+"""The use cases against real PostgreSQL (no gRPC): a whole session, end to end."""
+
+from __future__ import annotations
+
+import pickle
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from admission_service.app.commands import (
+    AdmitCommand,
+    AttemptResult,
+    CompactCommand,
+    CompactResult,
+    Idempotency,
+    PlanCompactionCommand,
+    ReconcileCommand,
+    RecordCommand,
+    RecordResult,
+    RouteRequest,
+    SessionInfo,
+    Usage,
+)
+from admission_service.app.service import AdmissionApp
+from admission_service.domain.catalog import parse_catalog
+from admission_service.domain.errors import (
+    AdmissionNotFound,
+    RequestIdReused,
+    RevisionMismatch,
+    SessionNotFound,
+    StaleCompactionPlan,
+    UnknownToolCall,
+)
+from admission_service.domain.events import EventKind
+from admission_service.domain.messages import Message, Role, Text, ToolCall, ToolResult
+from admission_service.domain.surface import SessionLog
+from admission_service.domain.wire import WireFormat
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+CATALOG = parse_catalog(
+    {
+        "models": [
+            {"id": "deepseek-flash", "provider": "deepseek", "system_prompt_update": "in-history"}
+        ]
+    }
+)
+CAPABLE = RouteRequest("deepseek", "deepseek-flash", 128_000)
+INCAPABLE = RouteRequest("openai", "gpt", 128_000)
+encode: Callable[[Any], bytes] = pickle.dumps
+
+
+def user(text: str) -> Message:
+    return Message(Role.USER, (Text(text),))
+
+
+@pytest.fixture(scope="module")
+def app(engine: AsyncEngine) -> AdmissionApp:
+    return AdmissionApp(engine, CATALOG)
+
+
+async def new_session(app: AdmissionApp, tenant: str = "t") -> str:
+    session_id = f"s-{uuid.uuid4().hex}"
+    info: SessionInfo = pickle.loads(await app.create_session(tenant, session_id, None, encode))
+    assert info.revision == 0
+    return session_id
+
+
+async def admit(
+    app: AdmissionApp, session_id: str, prompt: str, route: RouteRequest = CAPABLE, **kwargs: Any
+) -> AttemptResult:
+    command = AdmitCommand(session_id, 1, 1, prompt, (), route, **kwargs)
+    idempotency = kwargs.pop("idempotency", None)
+    result: AttemptResult = pickle.loads(await app.admit("t", command, idempotency, encode))
+    return result
+
+
+async def audit(app: AdmissionApp, session_id: str) -> SessionLog:
+    """Re-derive the surface from the log alone and compare with what Inspect serves."""
+    page = await app.list_events("t", session_id, 1000, "")
+    log = SessionLog(view.event for view in page.items)
+    inspected = await app.inspect("t", session_id, WireFormat.NEUTRAL)
+    assert list(inspected.request.messages) == log.derived_messages()
+    assert inspected.effective_prompt == log.effective_prompt()
+    assert inspected.session.event_count == log.next_seq
+    return log
+
+
+async def test_a_whole_session(app: AdmissionApp) -> None:
+    sid = await new_session(app)
+    first = await admit(app, sid, "A", users=(user("hi"),))
+    assert [c.commit.op.value for c in first.commits] == ["append"]
+    assert first.header is not None and first.context is not None
+    assert first.route.capability_source.value == "catalog"
+    assert [m.role for m in first.request.messages] == [Role.SYSTEM, Role.USER]
+    assert first.forecast.divergence_reason.value == "first_request"
+
+    call = Message(Role.ASSISTANT, (Text("look"), ToolCall("c1", "read", "{}")))
+    recorded: RecordResult = pickle.loads(
+        await app.record("t", RecordCommand(sid, first.admission_id, call), None, encode)
+    )
+    assert recorded.assistant_seq == 4
+    result = ToolResult("c1", (Text("body"),))
+    recorded = pickle.loads(
+        await app.record(
+            "t",
+            RecordCommand(sid, first.admission_id, None, (result,), Usage(100, 5, 0, 100)),
+            None,
+            encode,
+        )
+    )
+    assert recorded.tool_result_seqs == (5,)
+    with pytest.raises(UnknownToolCall):
+        await app.record("t", RecordCommand(sid, first.admission_id, None, (result,)), None, encode)
+
+    second = await admit(app, sid, "B", users=(user("next"),), wire_format=WireFormat.OPENAI_CHAT)
+    assert [c.commit.op.value for c in second.commits] == ["append"]
+    assert second.header is None
+    assert second.forecast.divergence_reason.value == "none"
+    assert second.forecast.reused_messages == 2  # the whole previous request
+    assert '"role":"system","content":"B"' in second.request.body_json
+
+    plan = await app.plan_compaction("t", PlanCompactionCommand(sid, retain_tokens=0))
+    assert plan.plan.start_seq == 1
+    assert [m.text for m in plan.summarization_input][:2] == ["A", "hi"]
+    compacted: CompactResult = pickle.loads(
+        await app.compact("t", CompactCommand(sid, plan.plan_token, "s"), None, encode)
+    )
+    assert compacted.effective_prompt.text == "B"
+    assert compacted.effective_prompt.location == "head"
+    with pytest.raises(StaleCompactionPlan):
+        await app.compact("t", CompactCommand(sid, plan.plan_token, "s"), None, encode)
+
+    retry: AttemptResult = pickle.loads(
+        await app.reconcile("t", ReconcileCommand(sid, second.admission_id, CAPABLE), None, encode)
+    )
+    assert retry.user_seqs == ()
+    assert retry.starts_series is True
+    assert retry.attempt == 1
+    assert retry.header is not None and retry.header.reason.value == "series"
+    again: AttemptResult = pickle.loads(
+        await app.reconcile("t", ReconcileCommand(sid, second.admission_id, CAPABLE), None, encode)
+    )
+    assert again.commits == () and again.header is None and again.context is None
+
+    inspected = await app.inspect("t", sid, WireFormat.NEUTRAL)
+    assert [n.text for n in inspected.system_nodes] == ["B"]
+    assert inspected.breakdown.system_tokens > 0
+    assert len(inspected.ledger) == 4
+    assert inspected.ledger[0].observed == Usage(100, 5, 0, 100)
+    log = await audit(app, sid)
+    users = [e for e in log.events if e.kind is EventKind.USER_MESSAGE]
+    assert len(users) == 2
+
+
+async def test_validate_only_commits_nothing(app: AdmissionApp) -> None:
+    sid = await new_session(app)
+    dry = await admit(app, sid, "A", users=(user("x"),), validate_only=True)
+    assert dry.admission_id == "" and len(dry.request.messages) == 2
+    assert (await app.get_session("t", sid)).event_count == 0
+
+
+async def test_idempotency_and_revision(app: AdmissionApp) -> None:
+    sid = await new_session(app)
+    key = Idempotency("r1", b"digest")
+    command = AdmitCommand(sid, 1, 1, "A", (), CAPABLE, (user("u"),))
+    first = await app.admit("t", command, key, encode)
+    assert await app.admit("t", command, key, encode) == first
+    assert (await app.get_session("t", sid)).revision == 1
+    with pytest.raises(RequestIdReused):
+        await app.admit("t", command, Idempotency("r1", b"other"), encode)
+    with pytest.raises(RevisionMismatch):
+        await app.admit(
+            "t", AdmitCommand(sid, 1, 2, "A", (), CAPABLE, expected_revision=0), None, encode
+        )
+    with pytest.raises(SessionNotFound):
+        await app.get_session("other-tenant", sid)
+    with pytest.raises(AdmissionNotFound):
+        await app.reconcile("t", ReconcileCommand(sid, "nope", CAPABLE), None, encode)
+    deleted = await app.delete_session("t", sid, None, Idempotency("d1", b"x"), lambda _: b"ok")
+    assert deleted == b"ok"
+    assert (
+        await app.delete_session("t", sid, None, Idempotency("d1", b"x"), lambda _: b"no") == b"ok"
+    )
+    with pytest.raises(SessionNotFound):
+        await app.get_session("t", sid)
+
+
+async def test_pagination(app: AdmissionApp) -> None:
+    tenant = f"tenant-{uuid.uuid4().hex}"
+    ids = [await new_session(app, tenant) for _ in range(5)]
+    seen: list[str] = []
+    token = ""
+    while True:
+        page = await app.list_sessions(tenant, 2, token)
+        seen += [s.session_id for s in page.items]
+        token = page.next_page_token
+        if not token:
+            break
+    assert sorted(seen) == sorted(ids)
