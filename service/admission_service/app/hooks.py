@@ -16,6 +16,7 @@ class Phase(StrEnum):
     PROJECT = "project"  # the domain transition produced the events to commit
     DERIVE = "derive"  # the events were written and the derived request built
     COMMIT = "commit"  # just before COMMIT
+    COMMITTED = "committed"  # after COMMIT, before the response is sent (lost-response tests)
 
 
 class PhaseHooks(Protocol):

@@ -216,9 +216,10 @@ class AdmissionApp:
                         idempotency.request_id, method, idempotency.request_digest, payload
                     )
                 await self.hooks.reached(method, Phase.COMMIT)
-            return payload
         except _ValidateOnly as rolled_back:
             return rolled_back.payload
+        await self.hooks.reached(method, Phase.COMMITTED)
+        return payload
 
     async def _replay(
         self, store: SessionStore, method: str, idempotency: Idempotency
