@@ -53,7 +53,7 @@ async def server(database_url: str, hooks: PausingHooks) -> AsyncIterator[Runnin
 @pytest.fixture(scope="module")
 async def stub(server: RunningServer) -> AsyncIterator[api_grpc.AdmissionServiceAsyncStub]:
     async with grpc.aio.insecure_channel(server.target) as channel:
-        yield cast(api_grpc.AdmissionServiceAsyncStub, api_grpc.AdmissionServiceStub(channel))
+        yield cast("api_grpc.AdmissionServiceAsyncStub", api_grpc.AdmissionServiceStub(channel))
 
 
 async def new_session(stub: api_grpc.AdmissionServiceAsyncStub) -> str:
