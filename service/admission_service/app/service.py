@@ -47,9 +47,11 @@ from admission_service.domain import admission as rules
 from admission_service.domain import codec
 from admission_service.domain.accounting import (
     CacheForecast,
+    Divergence,
     DivergenceReason,
+    PreviousRequest,
     PricedNode,
-    RequestFingerprint,
+    RequestKey,
     breakdown,
     forecast,
     message_digest,
@@ -85,6 +87,7 @@ from admission_service.storage.repository import (
     NodeRecord,
     SessionRecord,
     SessionStore,
+    Shadowed,
     list_sessions,
 )
 
@@ -450,15 +453,22 @@ class AdmissionApp:
         state = rules.AdmissionState(record.next_seq, await tx.store.system_nodes(), record.series)
         outcome = rules.admit(state, attempt) if first else rules.reconcile(state, attempt)
         await tx.reached(Phase.PROJECT)
-        next_position = await tx.store.write_events(outcome.events, record.next_position)
-        request, fingerprint = await self._derive(tx.store, attempt.route, attempt.tools, wire)
-        predicted = forecast(record.last_request, fingerprint, starts_series=outcome.starts_series)
+        next_position, shadowed = await tx.store.write_events(outcome.events, record.next_position)
+        if record.shadowed is not None:
+            shadowed = record.shadowed.earliest(shadowed)
+        request, key, tokens, divergence = await self._derive(
+            tx.store, attempt.route, attempt.tools, wire, shadowed
+        )
+        predicted = forecast(
+            record.last_request, key, tokens, divergence, starts_series=outcome.starts_series
+        )
         revision = await tx.store.save(
             record,
             next_seq=record.next_seq + len(outcome.events),
             next_position=next_position,
             series=outcome.series,
-            last_request=fingerprint,
+            last_request=PreviousRequest(key, len(tokens)),
+            shadowed=None,  # the next forecast compares with this request
             request_count=record.request_count + 1,
         )
         prompt = effective_prompt(await tx.store.system_nodes())
@@ -486,24 +496,30 @@ class AdmissionApp:
         )
 
     async def _derive(
-        self, store: SessionStore, route: Route, tools: tuple[Tool, ...], wire: WireFormat
-    ) -> tuple[DerivedRequestView, RequestFingerprint]:
-        """The derived request (every message node in surface order) and its fingerprint."""
+        self,
+        store: SessionStore,
+        route: Route,
+        tools: tuple[Tool, ...],
+        wire: WireFormat,
+        shadowed: Shadowed | None,
+    ) -> tuple[DerivedRequestView, RequestKey, list[int], Divergence | None]:
+        """The derived request (every message node in surface order), its cache key, the
+        price of each message, and where it diverges from the previous request."""
         rows = await store.surface(with_empty=False)
         messages = tuple(_decode(row.message) for row in rows if row.message is not None)
         body = render(messages, wire, in_history=route.in_history)
-        fingerprint = RequestFingerprint(
-            provider=route.provider,
-            model=route.model,
-            tools_digest=message_digest(tools_json(tools).encode()),
-            tools_tokens=tools_tokens(tools),
-            message_digests=tuple(
-                message_digest(row.message) for row in rows if row.message is not None
-            ),
-            message_tokens=tuple(row.tokens for row in rows),
-            system_positions=frozenset(i for i, row in enumerate(rows) if row.is_system),
+        key = RequestKey(
+            route.provider,
+            route.model,
+            message_digest(tools_json(tools).encode()),
+            tools_tokens(tools),
         )
-        return DerivedRequestView(wire, messages, body, tools), fingerprint
+        divergence = None
+        if shadowed is not None:
+            unchanged = sum(row.position < shadowed.position for row in rows)
+            divergence = Divergence(unchanged, shadowed.system)
+        view = DerivedRequestView(wire, messages, body, tools)
+        return view, key, [row.tokens for row in rows], divergence
 
     # ---- what the model and tools produced ------------------------------------------------
 
@@ -563,7 +579,7 @@ class AdmissionApp:
                 seq += 1
             await tx.reached(Phase.VALIDATE)
             await tx.reached(Phase.PROJECT)
-            next_position = await tx.store.write_events(new_events, record.next_position)
+            next_position, _ = await tx.store.write_events(new_events, record.next_position)
             for index, (result, result_seq) in enumerate(
                 zip(command.tool_results, result_seqs, strict=True)
             ):
@@ -582,6 +598,7 @@ class AdmissionApp:
                 next_position=next_position,
                 series=record.series,
                 last_request=record.last_request,
+                shadowed=record.shadowed,
                 request_count=record.request_count,
             )
             return RecordResult(revision, assistant_seq, tuple(result_seqs))
@@ -686,7 +703,11 @@ class AdmissionApp:
             await tx.reached(Phase.VALIDATE)
             outcome = compact(state, selected, command.summary)
             await tx.reached(Phase.PROJECT)
-            next_position = await tx.store.write_events(outcome.events, record.next_position)
+            next_position, shadowed = await tx.store.write_events(
+                outcome.events, record.next_position
+            )
+            if record.shadowed is not None:
+                shadowed = record.shadowed.earliest(shadowed)
             prompt = effective_prompt(await tx.store.system_nodes())
             await tx.reached(Phase.DERIVE)
             revision = await tx.store.save(
@@ -695,6 +716,7 @@ class AdmissionApp:
                 next_position=next_position,
                 series=outcome.series,
                 last_request=record.last_request,
+                shadowed=shadowed,
                 request_count=record.request_count,
             )
             return CompactResult(
@@ -738,7 +760,7 @@ class AdmissionApp:
                 in_history=context.context.in_history if context else False,
                 tool_update=False,
             )
-            request, _ = await self._derive(store, route, tools, wire)
+            request, *_ = await self._derive(store, route, tools, wire, None)
             rows = await store.surface()
             priced = [PricedNode(row.seq, row.tokens, row.is_system) for row in rows]
             ledger = tuple(

@@ -132,16 +132,38 @@ def message_digest(encoded: bytes) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class RequestFingerprint:
-    """What the forecast compares between consecutive requests: the cache key's parts."""
+class RequestKey:
+    """What a provider's cache keys on before the messages: the route and the tools."""
 
     provider: str
     model: str
     tools_digest: str
     tools_tokens: int
-    message_digests: tuple[str, ...]
-    message_tokens: tuple[int, ...]
-    system_positions: frozenset[int]
+
+
+@dataclass(frozen=True, slots=True)
+class PreviousRequest:
+    """All the forecast keeps of the previous request: its key and how many messages it had.
+
+    Between two requests the surface only grows at its end, except where a replacement
+    shadows nodes; the session records the first shadowed position, so the previous request's
+    messages never need to be stored or compared one by one.
+    """
+
+    key: RequestKey
+    message_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Divergence:
+    """The first place the surface changed since the previous request.
+
+    ``unchanged_messages`` counts the current request's leading messages that lie before the
+    first shadowed node; ``at_system`` tells whether that node was a system node.
+    """
+
+    unchanged_messages: int
+    at_system: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,37 +177,45 @@ class CacheForecast:
 
 
 def forecast(
-    previous: RequestFingerprint | None, current: RequestFingerprint, *, starts_series: bool
+    previous: PreviousRequest | None,
+    current: RequestKey,
+    message_tokens: Sequence[int],
+    divergence: Divergence | None,
+    *,
+    starts_series: bool,
 ) -> CacheForecast:
-    """How much of ``current`` is a byte-identical prefix of ``previous``, and why it diverges.
+    """How much of the current request is a byte-identical prefix of the previous one, and why
+    it diverges.
 
     Tools precede the messages in a provider's cache key, so a model or tool change reuses
-    nothing. Otherwise the reused prefix is the longest run of identical leading messages.
+    nothing. Otherwise the reused prefix is every previous message when nothing was shadowed
+    since, else the messages before the first shadowed node. That equals the longest
+    byte-identical prefix (the property tests compare the two) except when a replacement
+    reproduces exactly the bytes it replaced, where the forecast stays on the cautious side.
     """
-    total = current.tools_tokens + sum(current.message_tokens)
-    count = len(current.message_digests)
+    total = current.tools_tokens + sum(message_tokens)
+    count = len(message_tokens)
 
     def cold(reason: DivergenceReason) -> CacheForecast:
         return CacheForecast(0, 0, count, total, 0, reason)
 
     if previous is None:
         return cold(DivergenceReason.FIRST_REQUEST)
-    if (previous.provider, previous.model) != (current.provider, current.model):
+    before = previous.key
+    if (before.provider, before.model) != (current.provider, current.model):
         return cold(DivergenceReason.MODEL_CHANGED)
-    if previous.tools_digest != current.tools_digest:
+    if before.tools_digest != current.tools_digest:
         return cold(DivergenceReason.TOOLS_CHANGED)
-    shared = 0
-    for before, now in zip(previous.message_digests, current.message_digests, strict=False):
-        if before != now:
-            break
-        shared += 1
-    reused_tokens = current.tools_tokens + sum(current.message_tokens[:shared])
-    if shared == len(previous.message_digests):
+    shared = previous.message_count
+    if divergence is not None:
+        shared = min(shared, divergence.unchanged_messages)
+    reused_tokens = current.tools_tokens + sum(message_tokens[:shared])
+    if shared == previous.message_count:
         reason = DivergenceReason.NONE
     elif starts_series:
         reason = DivergenceReason.SERIES_START
-    elif shared in previous.system_positions or shared in current.system_positions:
-        reason = DivergenceReason.SYSTEM_CHANGED
     else:
-        reason = DivergenceReason.MESSAGES_CHANGED
+        assert divergence is not None
+        at_system = divergence.at_system
+        reason = DivergenceReason.SYSTEM_CHANGED if at_system else DivergenceReason.MESSAGES_CHANGED
     return CacheForecast(shared, reused_tokens, count, total, shared, reason)

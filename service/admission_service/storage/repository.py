@@ -17,7 +17,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from admission_service.domain import codec
-from admission_service.domain.accounting import RequestFingerprint, message_tokens
+from admission_service.domain.accounting import PreviousRequest, RequestKey, message_tokens
 from admission_service.domain.events import Append, Event, Replace
 from admission_service.domain.messages import Tool
 from admission_service.domain.projection import SystemNode
@@ -50,7 +50,8 @@ class SessionRecord:
     next_seq: int
     next_position: int
     series: SeriesState
-    last_request: RequestFingerprint | None
+    last_request: PreviousRequest | None
+    shadowed: Shadowed | None
     request_count: int
     create_time: datetime
     update_time: datetime
@@ -84,28 +85,32 @@ class NodeRecord:
     tokens: int
 
 
-def fingerprint_to_json(value: RequestFingerprint) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class Shadowed:
+    """The first surface position shadowed since the last request, and whether it held a
+    system node (what the cache forecast needs to find the divergence)."""
+
+    position: int
+    system: bool
+
+    def earliest(self, other: Shadowed | None) -> Shadowed:
+        return self if other is None or self.position <= other.position else other
+
+
+def previous_request_to_json(value: PreviousRequest) -> dict[str, Any]:
+    key = value.key
     return {
-        "provider": value.provider,
-        "model": value.model,
-        "tools_digest": value.tools_digest,
-        "tools_tokens": value.tools_tokens,
-        "digests": list(value.message_digests),
-        "tokens": list(value.message_tokens),
-        "systems": sorted(value.system_positions),
+        "provider": key.provider,
+        "model": key.model,
+        "tools_digest": key.tools_digest,
+        "tools_tokens": key.tools_tokens,
+        "message_count": value.message_count,
     }
 
 
-def fingerprint_from_json(data: dict[str, Any]) -> RequestFingerprint:
-    return RequestFingerprint(
-        data["provider"],
-        data["model"],
-        data["tools_digest"],
-        data["tools_tokens"],
-        tuple(data["digests"]),
-        tuple(data["tokens"]),
-        frozenset(data["systems"]),
-    )
+def previous_request_from_json(data: dict[str, Any]) -> PreviousRequest:
+    key = RequestKey(data["provider"], data["model"], data["tools_digest"], data["tools_tokens"])
+    return PreviousRequest(key, data["message_count"])
 
 
 def _record(row: Any) -> SessionRecord:
@@ -125,8 +130,11 @@ def _record(row: Any) -> SessionRecord:
         next_seq=row.next_seq,
         next_position=row.next_position,
         series=series,
-        last_request=fingerprint_from_json(codec.loads(row.last_request))
+        last_request=previous_request_from_json(codec.loads(row.last_request))
         if row.last_request is not None
+        else None,
+        shadowed=Shadowed(row.shadowed_position, row.shadowed_system)
+        if row.shadowed_position is not None
         else None,
         request_count=row.request_count,
         create_time=row.create_time,
@@ -176,7 +184,8 @@ class SessionStore:
         next_seq: int,
         next_position: int,
         series: SeriesState,
-        last_request: RequestFingerprint | None,
+        last_request: PreviousRequest | None,
+        shadowed: Shadowed | None,
         request_count: int,
     ) -> int:
         """Write the new counters and series state, bump the revision; returns it."""
@@ -193,9 +202,11 @@ class SessionStore:
             "last_context": codec.dumps(codec.context_to_json(series.last_context))
             if series.last_context
             else None,
-            "last_request": codec.dumps(fingerprint_to_json(last_request))
+            "last_request": codec.dumps(previous_request_to_json(last_request))
             if last_request
             else None,
+            "shadowed_position": shadowed.position if shadowed else None,
+            "shadowed_system": shadowed.system if shadowed else False,
             "request_count": request_count,
             "update_time": func.now(),
         }
@@ -251,10 +262,16 @@ class SessionStore:
         rows = await self.connection.execute(statement.order_by(nodes.c.position))
         return [NodeRecord(r.seq, r.position, r.is_system, r.message, r.tokens) for r in rows]
 
-    async def write_events(self, new_events: Sequence[Event], next_position: int) -> int:
-        """Log ``new_events`` and apply their surface operations; returns the next position."""
+    async def write_events(
+        self, new_events: Sequence[Event], next_position: int
+    ) -> tuple[int, Shadowed | None]:
+        """Log ``new_events`` and apply their surface operations.
+
+        Returns the next append position and the earliest position the events shadowed.
+        """
+        shadowed: Shadowed | None = None
         if not new_events:
-            return next_position
+            return next_position, shadowed
         await self.connection.execute(insert(events), [self._event_row(e) for e in new_events])
         for event in new_events:
             if event.op is None:
@@ -274,23 +291,27 @@ class SessionStore:
                 node["position"] = next_position
                 next_position += 1
             else:
-                node["position"] = await self._shadow(event.op)
+                first = await self._shadow(event.op)
+                node["position"] = first.position
+                shadowed = first.earliest(shadowed)
             await self.connection.execute(insert(nodes).values(node))
             if message is not None:
                 await self._track_tool_calls(event, message.tool_call_ids())
-        return next_position
+        return next_position, shadowed
 
-    async def _shadow(self, op: Replace) -> int:
-        """Delete the shadowed run of nodes; returns the position the new node takes."""
-        positions = await self.connection.execute(
-            select(nodes.c.seq, nodes.c.position).where(
+    async def _shadow(self, op: Replace) -> Shadowed:
+        """Delete the shadowed run of nodes; the new node takes the first one's position."""
+        rows = await self.connection.execute(
+            select(nodes.c.seq, nodes.c.position, nodes.c.is_system).where(
                 self._mine(nodes), nodes.c.seq.in_((op.start_seq, op.end_seq))
             )
         )
-        by_seq: dict[int, int] = {row.seq: row.position for row in positions}
+        by_seq = {row.seq: Shadowed(row.position, row.is_system) for row in rows}
         start, end = by_seq[op.start_seq], by_seq[op.end_seq]
         await self.connection.execute(
-            delete(nodes).where(self._mine(nodes), nodes.c.position.between(start, end))
+            delete(nodes).where(
+                self._mine(nodes), nodes.c.position.between(start.position, end.position)
+            )
         )
         return start
 

@@ -92,8 +92,11 @@ class SessionRow(Base):
     # JSON of the last logged request/header (with its seq and reason) and request/context.
     last_header: Mapped[bytes | None]
     last_context: Mapped[bytes | None]
-    # The previous derived request, for the cache forecast's comparison.
+    # The previous derived request's key and message count (JSON), and the first surface
+    # position shadowed since it: all the cache forecast needs, whatever the session's length.
     last_request: Mapped[bytes | None]
+    shadowed_position: Mapped[int | None]
+    shadowed_system: Mapped[bool] = mapped_column(server_default=text("false"))
     request_count: Mapped[int] = mapped_column(server_default=_ZERO)
     create_time: Mapped[datetime] = mapped_column(server_default=_NOW)
     update_time: Mapped[datetime] = mapped_column(server_default=_NOW, onupdate=_NOW)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from admission_service.domain.accounting import (
+    Divergence,
     DivergenceReason,
+    PreviousRequest,
     PricedNode,
-    RequestFingerprint,
+    RequestKey,
     breakdown,
     forecast,
     js_length,
@@ -74,41 +76,40 @@ def test_breakdown_prices_the_last_non_empty_system_node_as_system() -> None:
     assert breakdown([], ()).total_tokens == 0
 
 
-def fingerprint(
-    digests: tuple[str, ...],
-    *,
-    model: str = "m",
-    tools: str = "t",
-    systems: frozenset[int] = frozenset(),
-) -> RequestFingerprint:
-    return RequestFingerprint("p", model, tools, 10, digests, tuple(5 for _ in digests), systems)
+KEY = RequestKey("p", "m", "t", 10)
+
+
+def previous(count: int, key: RequestKey = KEY) -> PreviousRequest:
+    return PreviousRequest(key, count)
 
 
 def test_forecast_reasons_and_reused_prefix() -> None:
-    first = forecast(None, fingerprint(("a", "b")), starts_series=False)
+    tokens = [5, 5, 5]
+    first = forecast(None, KEY, tokens[:2], None, starts_series=False)
     assert (first.reused_messages, first.divergence_reason) == (0, DivergenceReason.FIRST_REQUEST)
     assert first.total_tokens == 20
 
-    extends = forecast(fingerprint(("a", "b")), fingerprint(("a", "b", "c")), starts_series=False)
+    extends = forecast(previous(2), KEY, tokens, None, starts_series=False)
     assert extends.divergence_reason is DivergenceReason.NONE
     assert (extends.reused_messages, extends.reused_tokens, extends.total_tokens) == (2, 20, 25)
 
-    edited = forecast(fingerprint(("a", "b")), fingerprint(("a", "x")), starts_series=False)
+    edited = forecast(previous(2), KEY, tokens[:2], Divergence(1, False), starts_series=False)
     assert (edited.divergence_index, edited.divergence_reason) == (
         1,
         DivergenceReason.MESSAGES_CHANGED,
     )
-    head = forecast(
-        fingerprint(("a", "b"), systems=frozenset({0})),
-        fingerprint(("z", "b"), systems=frozenset({0})),
-        starts_series=False,
-    )
+    head = forecast(previous(2), KEY, tokens[:2], Divergence(0, True), starts_series=False)
     assert (head.reused_messages, head.reused_tokens) == (0, 10)
     assert head.divergence_reason is DivergenceReason.SYSTEM_CHANGED
-    series = forecast(fingerprint(("a", "b")), fingerprint(("z",)), starts_series=True)
+    series = forecast(previous(2), KEY, tokens[:1], Divergence(0, True), starts_series=True)
     assert series.divergence_reason is DivergenceReason.SERIES_START
+    # A node shadowed after everything the previous request held changes nothing it reused.
+    late = forecast(previous(2), KEY, tokens, Divergence(3, False), starts_series=False)
+    assert (late.reused_messages, late.divergence_reason) == (2, DivergenceReason.NONE)
 
-    model = forecast(fingerprint(("a",)), fingerprint(("a",), model="n"), starts_series=False)
+    other_model = RequestKey("p", "n", "t", 10)
+    model = forecast(previous(1), other_model, tokens, None, starts_series=False)
     assert (model.reused_tokens, model.divergence_reason) == (0, DivergenceReason.MODEL_CHANGED)
-    tools = forecast(fingerprint(("a",)), fingerprint(("a",), tools="u"), starts_series=False)
+    other_tools = RequestKey("p", "m", "u", 10)
+    tools = forecast(previous(1), other_tools, tokens, None, starts_series=False)
     assert (tools.reused_tokens, tools.divergence_reason) == (0, DivergenceReason.TOOLS_CHANGED)

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from admission_service.domain.accounting import message_tokens
+from admission_service.domain.accounting import (
+    Divergence,
+    PreviousRequest,
+    RequestKey,
+    forecast,
+    message_tokens,
+)
 from admission_service.domain.admission import admit
+from admission_service.domain.codec import encode_message
 from admission_service.domain.events import Replace
 from admission_service.domain.messages import Message, Role, Tool
 from admission_service.domain.series import Route
@@ -91,6 +98,9 @@ class Checker:
     def __init__(self) -> None:
         self.sim = Sim()
         self.previous_request: list[Message] | None = None
+        self.previous_nodes: list[int] = []
+        self.previous_key: RequestKey | None = None
+        self.summaries = 0
         self.generation_at_request = 0
         self.open_calls: list[str] = []
         self.calls = 0
@@ -156,6 +166,7 @@ class Checker:
         if continuing:
             assert self.previous_request is not None
             assert messages[: len(self.previous_request)] == self.previous_request
+        self.check_forecast(r, messages, starts)
         # Admitting the same rendered prompt again commits nothing.
         attempt = self.sim.attempts[f"a{self.sim.counter}"]
         again = admit(
@@ -166,12 +177,46 @@ class Checker:
         self.previous_request = messages
         self.generation_at_request = log.replace_generation
 
+    def check_forecast(self, r: Route, messages: list[Message], starts: bool) -> None:
+        """The forecast from the first shadowed node equals the byte-for-byte comparison."""
+        log = self.sim.log
+        key = RequestKey(r.provider, r.model, "tools", 0)
+        divergence = None
+        surviving = set(log.nodes)
+        for index, seq in enumerate(self.previous_nodes):
+            if seq not in surviving:
+                before = [log.events[s].derived_message() for s in self.previous_nodes[:index]]
+                divergence = Divergence(
+                    sum(m is not None for m in before), log.events[seq].is_system
+                )
+                break
+        previous = None
+        if self.previous_request is not None and self.previous_key is not None:
+            previous = PreviousRequest(self.previous_key, len(self.previous_request))
+        tokens = [message_tokens(m) for m in messages]
+        predicted = forecast(previous, key, tokens, divergence, starts_series=starts)
+        if previous is not None and previous.key == key:
+            assert self.previous_request is not None
+            shared = 0
+            for before, now in zip(self.previous_request, messages, strict=False):
+                if encode_message(before) != encode_message(now):
+                    break
+                shared += 1
+            assert predicted.reused_messages == shared
+        self.previous_nodes = list(log.nodes)
+        self.previous_key = key
+
     def compact(self, op: CompactOp) -> None:
         plan = self.sim.plan(op.retain_tokens)
-        if plan is None or plan.shadowed_tokens <= message_tokens(user("s")):
+        # Distinct summaries: a summary that reproduces the bytes it replaced is the one case
+        # where the forecast (counting from the first shadowed node) is more cautious than a
+        # byte-for-byte comparison.
+        self.summaries += 1
+        summary = f"s{self.summaries}"
+        if plan is None or plan.shadowed_tokens <= message_tokens(user(summary)):
             return
         before = self.sim.log.effective_prompt().text
-        self.sim.compact(op.retain_tokens, summary="s")
+        self.sim.compact(op.retain_tokens, summary=summary)
         # Compaction never changes the effective prompt (SPEC §5).
         assert self.sim.log.effective_prompt().text == before
 
