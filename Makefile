@@ -7,8 +7,11 @@ STAMP  := $(VENV)/.installed
 # Node tooling (buf), pinned in tools/package-lock.json; reinstalled when the lockfile changes.
 TOOLS_STAMP := tools/node_modules/.installed
 BUF         := $(CURDIR)/tools/node_modules/.bin/buf
+# The TypeScript client, pinned in its package-lock.json; reinstalled when the lockfile changes.
+TS_DIR   := clients/typescript
+TS_STAMP := $(TS_DIR)/node_modules/.installed
 
-.PHONY: install test lint typecheck rule-coverage run generate proto-lint clean
+.PHONY: install test lint typecheck rule-coverage run generate proto-lint ts-install ts-test clean
 
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,14 +25,23 @@ $(TOOLS_STAMP): tools/package.json tools/package-lock.json
 	npm ci --prefix tools --ignore-scripts --no-audit --no-fund
 	touch $(TOOLS_STAMP)
 
+$(TS_STAMP): $(TS_DIR)/package.json $(TS_DIR)/package-lock.json
+	npm ci --prefix $(TS_DIR) --ignore-scripts --no-audit --no-fund
+	touch $(TS_STAMP)
+
+ts-install: $(TS_STAMP)
+
 # The API contract: buf lint (STANDARD + COMMENTS) and buf format, both on proto/.
 proto-lint: $(TOOLS_STAMP)
 	cd proto && $(BUF) lint
 	cd proto && $(BUF) format --diff --exit-code
 
-# Regenerate the checked-in Python code in clients/python/src/promptadmission/v1 from proto/.
-generate: install
+# Regenerate the checked-in client code from proto/: Python in
+# clients/python/src/promptadmission/v1, TypeScript in clients/typescript/src/gen.
+# tests/test_generated_code.py fails when either is stale.
+generate: install $(TS_STAMP)
 	PYTHON=$(BIN)/python scripts/generate.sh
+	PYTHON=$(BIN)/python scripts/generate-ts.sh
 
 lint: install
 	$(BIN)/ruff format --check .
@@ -37,6 +49,7 @@ lint: install
 
 typecheck: install
 	$(BIN)/mypy service/admission_service tests
+	$(BIN)/mypy --strict -p promptadmission
 
 # The projection and series modules must stay at 100% statement and branch coverage.
 rule-coverage: install
@@ -45,9 +58,16 @@ rule-coverage: install
 	$(BIN)/coverage report --show-missing --fail-under=100 \
 		--include='*/domain/projection.py,*/domain/series.py'
 
-# The whole suite: proto, lint, types, rule coverage, then every test (domain, storage, API).
-test: proto-lint lint typecheck rule-coverage
-	$(BIN)/pytest -q
+# The TypeScript client: strict tsc build, then its tests against a real server they start
+# (this venv's admission-service; DATABASE_URL's server or the embedded PostgreSQL).
+ts-test: install $(TS_STAMP)
+	cd $(TS_DIR) && npm run --silent build
+	cd $(TS_DIR) && PAS_SERVICE_BIN=$(CURDIR)/$(BIN)/admission-service npm test --silent
+
+# The whole suite: proto, lint, types, rule coverage, the TypeScript client, then every test
+# (domain, storage, API, clients; the cross-language tests need the TypeScript build).
+test: proto-lint lint typecheck rule-coverage ts-test
+	PAS_REQUIRE_TYPESCRIPT=1 $(BIN)/pytest -q
 
 run: install
 	$(BIN)/admission-service serve

@@ -7,6 +7,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from google.protobuf import descriptor_pb2
 from promptadmission.v1 import admission_service_pb2, admission_service_pb2_grpc
 
@@ -14,6 +15,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PROTO_ROOT = ROOT / "proto"
 PACKAGE = Path("promptadmission/v1")
 CHECKED_IN = ROOT / "clients/python/src" / PACKAGE
+TS_CHECKED_IN = ROOT / "clients/typescript/src/gen"
+PROTOC_GEN_ES = ROOT / "clients/typescript/node_modules/.bin/protoc-gen-es"
 
 RPCS = {
     "CreateSession",
@@ -54,6 +57,44 @@ def test_checked_in_code_matches_a_fresh_generation(tmp_path: Path) -> None:
     }
     assert problems == {"missing": [], "extra": [], "stale": []}, (
         f"{CHECKED_IN.relative_to(ROOT)} is out of date; run `make generate` and commit the result"
+    )
+
+
+def _read_tree(directory: Path) -> dict[str, bytes]:
+    return {
+        str(path.relative_to(directory)): path.read_bytes()
+        for path in sorted(directory.rglob("*"))
+        if path.is_file()
+    }
+
+
+def test_checked_in_typescript_code_matches_a_fresh_generation(tmp_path: Path) -> None:
+    if not PROTOC_GEN_ES.exists():
+        reason = "protoc-gen-es is not installed (run `make ts-install`)"
+        if os.environ.get("PAS_REQUIRE_TYPESCRIPT") == "1":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    subprocess.run(
+        [str(ROOT / "scripts/generate-ts.sh"), str(tmp_path / "gen")],
+        check=True,
+        capture_output=True,
+        env={**os.environ, "PYTHON": sys.executable},
+    )
+    fresh = _read_tree(tmp_path / "gen")
+    checked_in = _read_tree(TS_CHECKED_IN)
+
+    assert "promptadmission/v1/admission_service_pb.ts" in fresh
+    assert "google/rpc/error_details_pb.ts" in fresh
+    problems = {
+        "missing": sorted(fresh.keys() - checked_in.keys()),
+        "extra": sorted(checked_in.keys() - fresh.keys()),
+        "stale": sorted(
+            name for name in fresh.keys() & checked_in.keys() if fresh[name] != checked_in[name]
+        ),
+    }
+    assert problems == {"missing": [], "extra": [], "stale": []}, (
+        f"{TS_CHECKED_IN.relative_to(ROOT)} is out of date; run `make generate` and commit the "
+        "result"
     )
 
 
