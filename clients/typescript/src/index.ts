@@ -17,22 +17,16 @@
  */
 import { randomUUID } from "node:crypto";
 
+import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import type { Client, Interceptor, Transport } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 
-import {
-  BadRequestSchema,
-  ErrorInfoSchema,
-} from "./gen/google/rpc/error_details_pb.js";
-import type {
-  BadRequest_FieldViolation,
-  ErrorInfo,
-} from "./gen/google/rpc/error_details_pb.js";
+import { BadRequestSchema, ErrorInfoSchema } from "./gen/google/rpc/error_details_pb.js";
+import type { BadRequest_FieldViolation, ErrorInfo } from "./gen/google/rpc/error_details_pb.js";
 import { AdmissionService } from "./gen/promptadmission/v1/admission_service_pb.js";
 import { MessageRole, MessageSchema } from "./gen/promptadmission/v1/session_pb.js";
 import type { Message } from "./gen/promptadmission/v1/session_pb.js";
-import { create } from "@bufbuild/protobuf";
 
 export * from "./gen/promptadmission/v1/admission_service_pb.js";
 export * from "./gen/promptadmission/v1/session_pb.js";
@@ -128,10 +122,13 @@ export function createAdmissionTransport(options: AdmissionClientOptions): Trans
  * const { session } = await client.createSession({});
  * ```
  *
- * Every method also takes Connect's call options (`timeoutMs`, `signal`, `headers`).
+ * Every method also takes Connect's call options (`timeoutMs`, `signal`, `headers`). Given a
+ * `Transport` instead of options, the client uses it as it is (for example one made with
+ * `createAdmissionTransport`, or Connect's `createRouterTransport` in a unit test).
  */
-export function createAdmissionClient(options: AdmissionClientOptions): AdmissionClient {
-  return createClient(AdmissionService, createAdmissionTransport(options));
+export function createAdmissionClient(options: AdmissionClientOptions | Transport): AdmissionClient {
+  const transport = "baseUrl" in options ? createAdmissionTransport(options) : options;
+  return createClient(AdmissionService, transport);
 }
 
 /** The service's `ErrorInfo` carried by `err` (a `ConnectError`), if any. */

@@ -2,6 +2,7 @@ import * as assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { after, before, test } from "node:test";
 
+import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { Interceptor } from "@connectrpc/connect";
 
 import {
@@ -14,15 +15,14 @@ import {
   Reason,
   SystemPromptUpdate,
   createAdmissionClient,
+  createAdmissionTransport,
   errorInfo,
   errorReason,
   fieldViolations,
   isRetryable,
   userMessage,
 } from "../src/index.js";
-import type { AdmissionClientOptions, AdmitRequest } from "../src/index.js";
-import type { MessageInitShape } from "@bufbuild/protobuf";
-import type { AdmitRequestSchema } from "../src/index.js";
+import type { AdmissionClientOptions, AdmitRequest, AdmitRequestSchema } from "../src/index.js";
 import { startServer } from "./server.js";
 import type { RunningServer } from "./server.js";
 
@@ -194,4 +194,13 @@ test("the bearer token goes out as authorization metadata", async () => {
   await client({ interceptors: [interceptor] }).listSessions({ pageSize: 1 });
 
   assert.deepEqual(seen, ["Bearer s3cret", null]);
+});
+
+test("a client can be built on a given transport", async () => {
+  const transport = createAdmissionTransport({ baseUrl: server.baseUrl, timeoutMs: 5_000 });
+  const sessionId = await newSession();
+
+  const { session } = await createAdmissionClient(transport).getSession({ sessionId });
+
+  assert.equal(session?.sessionId, sessionId);
 });
