@@ -1,0 +1,1 @@
+"""The gRPC edge: proto conversion, the servicer, error mapping and the composition root."""

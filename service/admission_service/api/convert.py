@@ -1,0 +1,695 @@
+"""Pure conversion between the v1 protos and the use cases' commands, results and domain values.
+
+Inbound, only the *shape* of a request is checked here: enum numbers the contract does not
+define (proto3 enums are open), content blocks with nothing set, roles and block kinds a message
+may not carry, and required sub-messages. Sizes, ranges and everything that needs the session are
+the use cases' business. Errors name the offending field by its proto path
+(``users[2].content[0]``).
+
+Outbound, responses of mutating RPCs are encoded with ``SerializeToString(deterministic=True)``:
+the use cases store those bytes with the effect and replay them for a repeated ``request_id``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import TypeVar
+
+from google.protobuf.message import Message as ProtoMessage
+from google.protobuf.timestamp_pb2 import Timestamp
+from promptadmission.v1 import admission_service_pb2 as api
+from promptadmission.v1 import session_pb2 as pb
+
+from admission_service.app import commands as app
+from admission_service.domain.accounting import CacheForecast, DivergenceReason, TokenBreakdown
+from admission_service.domain.admission import AppliedCommit
+from admission_service.domain.catalog import Capability
+from admission_service.domain.errors import InvalidArgument, InvalidModelInfo
+from admission_service.domain.events import Append, Event, EventKind, Replace
+from admission_service.domain.messages import (
+    Block,
+    Image,
+    Message,
+    Reasoning,
+    Role,
+    Text,
+    Tool,
+    ToolCall,
+    ToolResult,
+)
+from admission_service.domain.projection import CommitOp
+from admission_service.domain.series import (
+    CapabilitySource,
+    ContextLog,
+    HeaderLog,
+    HeaderReason,
+    RequestContext,
+    RequestHeader,
+    SeriesState,
+)
+from admission_service.domain.surface import EffectivePrompt
+from admission_service.domain.wire import WireFormat
+
+V = TypeVar("V")
+
+# ---- enums --------------------------------------------------------------------------------
+
+_WIRE_FORMATS: Mapping[int, WireFormat] = {
+    pb.WIRE_FORMAT_UNSPECIFIED: WireFormat.NEUTRAL,
+    pb.WIRE_FORMAT_NEUTRAL: WireFormat.NEUTRAL,
+    pb.WIRE_FORMAT_OPENAI_CHAT: WireFormat.OPENAI_CHAT,
+    pb.WIRE_FORMAT_OPENAI_RESPONSES: WireFormat.OPENAI_RESPONSES,
+    pb.WIRE_FORMAT_ANTHROPIC_MESSAGES: WireFormat.ANTHROPIC_MESSAGES,
+}
+_WIRE_FORMATS_OUT: Mapping[WireFormat, pb.WireFormat.ValueType] = {
+    WireFormat.NEUTRAL: pb.WIRE_FORMAT_NEUTRAL,
+    WireFormat.OPENAI_CHAT: pb.WIRE_FORMAT_OPENAI_CHAT,
+    WireFormat.OPENAI_RESPONSES: pb.WIRE_FORMAT_OPENAI_RESPONSES,
+    WireFormat.ANTHROPIC_MESSAGES: pb.WIRE_FORMAT_ANTHROPIC_MESSAGES,
+}
+_SYSTEM_PROMPT_UPDATES: Mapping[int, Capability] = {
+    pb.SYSTEM_PROMPT_UPDATE_UNSPECIFIED: Capability.UNSPECIFIED,
+    pb.SYSTEM_PROMPT_UPDATE_REPLACE: Capability.REPLACE,
+    pb.SYSTEM_PROMPT_UPDATE_IN_HISTORY: Capability.IN_HISTORY,
+}
+_TOOL_UPDATES: Mapping[int, Capability] = {
+    pb.TOOL_UPDATE_UNSPECIFIED: Capability.UNSPECIFIED,
+    pb.TOOL_UPDATE_REPLACE: Capability.REPLACE,
+    pb.TOOL_UPDATE_IN_HISTORY: Capability.IN_HISTORY,
+}
+_ROLES_OUT: Mapping[Role, pb.MessageRole.ValueType] = {
+    Role.SYSTEM: pb.MESSAGE_ROLE_SYSTEM,
+    Role.USER: pb.MESSAGE_ROLE_USER,
+    Role.ASSISTANT: pb.MESSAGE_ROLE_ASSISTANT,
+    Role.TOOL: pb.MESSAGE_ROLE_TOOL,
+}
+_CAPABILITY_SOURCES: Mapping[CapabilitySource, pb.CapabilitySource.ValueType] = {
+    CapabilitySource.REQUEST: pb.CAPABILITY_SOURCE_REQUEST,
+    CapabilitySource.CATALOG: pb.CAPABILITY_SOURCE_CATALOG,
+    CapabilitySource.DEFAULT: pb.CAPABILITY_SOURCE_DEFAULT,
+}
+_COMMIT_OPS: Mapping[CommitOp, pb.CommitOperation.ValueType] = {
+    CommitOp.APPEND: pb.COMMIT_OPERATION_APPEND,
+    CommitOp.REPLACE: pb.COMMIT_OPERATION_REPLACE,
+}
+_HEADER_REASONS: Mapping[HeaderReason, pb.HeaderReason.ValueType] = {
+    HeaderReason.INITIAL: pb.HEADER_REASON_INITIAL,
+    HeaderReason.RESUME: pb.HEADER_REASON_RESUME,
+    HeaderReason.CHANGE: pb.HEADER_REASON_CHANGE,
+    HeaderReason.SERIES: pb.HEADER_REASON_SERIES,
+}
+_LOCATIONS: Mapping[str, pb.PromptLocation.ValueType] = {
+    "none": pb.PROMPT_LOCATION_NONE,
+    "head": pb.PROMPT_LOCATION_HEAD,
+    "in_history": pb.PROMPT_LOCATION_IN_HISTORY,
+}
+_DIVERGENCE_REASONS: Mapping[DivergenceReason, pb.DivergenceReason.ValueType] = {
+    DivergenceReason.NONE: pb.DIVERGENCE_REASON_NONE,
+    DivergenceReason.FIRST_REQUEST: pb.DIVERGENCE_REASON_FIRST_REQUEST,
+    DivergenceReason.SYSTEM_CHANGED: pb.DIVERGENCE_REASON_SYSTEM_CHANGED,
+    DivergenceReason.TOOLS_CHANGED: pb.DIVERGENCE_REASON_TOOLS_CHANGED,
+    DivergenceReason.MESSAGES_CHANGED: pb.DIVERGENCE_REASON_MESSAGES_CHANGED,
+    DivergenceReason.MODEL_CHANGED: pb.DIVERGENCE_REASON_MODEL_CHANGED,
+    DivergenceReason.SERIES_START: pb.DIVERGENCE_REASON_SERIES_START,
+}
+_EVENT_KINDS: Mapping[EventKind, pb.EventKind.ValueType] = {
+    EventKind.SYSTEM_MESSAGE: pb.EVENT_KIND_SYSTEM_MESSAGE,
+    EventKind.USER_MESSAGE: pb.EVENT_KIND_USER_MESSAGE,
+    EventKind.ASSISTANT_MESSAGE: pb.EVENT_KIND_ASSISTANT_MESSAGE,
+    EventKind.TOOL_RESULT: pb.EVENT_KIND_TOOL_RESULT,
+    EventKind.COMPACTION_SUMMARY: pb.EVENT_KIND_COMPACTION_SUMMARY,
+    EventKind.REQUEST_HEADER: pb.EVENT_KIND_REQUEST_HEADER,
+    EventKind.REQUEST_CONTEXT: pb.EVENT_KIND_REQUEST_CONTEXT,
+}
+
+# Block kinds (the ContentBlock oneof names) each kind of inbound message may carry.
+USER_BLOCKS = frozenset({"text", "image"})
+ASSISTANT_BLOCKS = frozenset({"text", "reasoning", "tool_call"})
+TOOL_RESULT_BLOCKS = frozenset({"text", "image"})
+
+
+def _enum_in(
+    table: Mapping[int, V], value: int, field: str, enum_name: str, *, model_info: bool = False
+) -> V:
+    try:
+        return table[value]
+    except KeyError:
+        message = f"{value} is not a {enum_name} value"
+        if model_info:
+            raise InvalidModelInfo(field, message) from None
+        raise InvalidArgument(field, message) from None
+
+
+def wire_format_from_proto(value: int, field: str = "wire_format") -> WireFormat:
+    """``WIRE_FORMAT_UNSPECIFIED`` means ``NEUTRAL``."""
+    return _enum_in(_WIRE_FORMATS, value, field, "WireFormat")
+
+
+def wire_format_to_proto(value: WireFormat) -> pb.WireFormat.ValueType:
+    return _WIRE_FORMATS_OUT[value]
+
+
+# ---- requests: idempotency ----------------------------------------------------------------
+
+
+def request_digest(request: ProtoMessage) -> bytes:
+    """What a repeated ``request_id`` is compared on: the whole request, deterministically."""
+    return hashlib.sha256(request.SerializeToString(deterministic=True)).digest()
+
+
+def idempotency_of(request_id: str, request: ProtoMessage) -> app.Idempotency | None:
+    if not request_id:
+        return None
+    return app.Idempotency(request_id, request_digest(request))
+
+
+def _expected_revision(
+    request: api.DeleteSessionRequest
+    | api.AdmitRequest
+    | api.ReconcileRequest
+    | api.RecordRequest
+    | api.CompactRequest,
+) -> int | None:
+    return request.expected_revision if request.HasField("expected_revision") else None
+
+
+# ---- requests: messages and tools ---------------------------------------------------------
+
+
+def _block_from_proto(block: pb.ContentBlock, field: str, allowed: frozenset[str]) -> Block:
+    which = block.WhichOneof("block")
+    if which is None:
+        raise InvalidArgument(field, "the content block is empty; set exactly one block kind")
+    if which not in allowed:
+        raise InvalidArgument(
+            field, f"a {which} block is not allowed here (allowed: {', '.join(sorted(allowed))})"
+        )
+    if which == "text":
+        return Text(block.text.text)
+    if which == "image":
+        return Image(block.image.uri, block.image.media_type)
+    if which == "reasoning":
+        return Reasoning(block.reasoning.text)
+    if which == "tool_call":
+        call = block.tool_call
+        return ToolCall(call.call_id, call.name, call.arguments_json)
+    # Inbound tool results travel as RecordRequest.tool_results, so no caller allows this kind.
+    result = block.tool_result
+    return ToolResult(
+        result.call_id,
+        _result_content(result.content, f"{field}.tool_result.content"),
+        result.is_error,
+    )
+
+
+def _blocks_from_proto(
+    blocks: Iterable[pb.ContentBlock], field: str, allowed: frozenset[str]
+) -> tuple[Block, ...]:
+    return tuple(
+        _block_from_proto(block, f"{field}[{index}]", allowed) for index, block in enumerate(blocks)
+    )
+
+
+def _result_content(blocks: Iterable[pb.ContentBlock], field: str) -> tuple[Text | Image, ...]:
+    content: list[Text | Image] = []
+    for block in _blocks_from_proto(blocks, field, TOOL_RESULT_BLOCKS):
+        assert isinstance(block, Text | Image)
+        content.append(block)
+    return tuple(content)
+
+
+def _check_role(
+    role: pb.MessageRole.ValueType, expected: pb.MessageRole.ValueType, field: str
+) -> None:
+    """The role must be ``expected``; ``MESSAGE_ROLE_UNSPECIFIED`` is read as ``expected``."""
+    if role in (expected, pb.MESSAGE_ROLE_UNSPECIFIED):
+        return
+    if role not in pb.MessageRole.values():
+        raise InvalidArgument(field, f"{role} is not a MessageRole value")
+    raise InvalidArgument(
+        field, f"must be {pb.MessageRole.Name(expected)}, not {pb.MessageRole.Name(role)}"
+    )
+
+
+def user_from_proto(message: pb.Message, field: str) -> Message:
+    _check_role(message.role, pb.MESSAGE_ROLE_USER, f"{field}.role")
+    return Message(Role.USER, _blocks_from_proto(message.content, f"{field}.content", USER_BLOCKS))
+
+
+def assistant_from_proto(message: pb.Message, field: str = "assistant") -> Message:
+    _check_role(message.role, pb.MESSAGE_ROLE_ASSISTANT, f"{field}.role")
+    content = _blocks_from_proto(message.content, f"{field}.content", ASSISTANT_BLOCKS)
+    return Message(Role.ASSISTANT, content)
+
+
+def tool_result_from_proto(result: pb.ToolResult, field: str) -> ToolResult:
+    return ToolResult(
+        result.call_id, _result_content(result.content, f"{field}.content"), result.is_error
+    )
+
+
+def tool_from_proto(tool: pb.Tool) -> Tool:
+    return Tool(tool.name, tool.description, tool.parameters_json)
+
+
+def route_from_proto(request: api.AdmitRequest | api.ReconcileRequest) -> app.RouteRequest:
+    """The request's route; unknown capability numbers are INVALID_MODEL_INFO."""
+    if not request.HasField("route"):
+        raise InvalidArgument("route", "is required")
+    route = request.route
+    return app.RouteRequest(
+        provider=route.provider,
+        model=route.model,
+        context_window=route.context_window,
+        system_prompt_update=_enum_in(
+            _SYSTEM_PROMPT_UPDATES,
+            route.system_prompt_update,
+            "route.system_prompt_update",
+            "SystemPromptUpdate",
+            model_info=True,
+        ),
+        tool_update=_enum_in(
+            _TOOL_UPDATES, route.tool_update, "route.tool_update", "ToolUpdate", model_info=True
+        ),
+    )
+
+
+# ---- requests: commands -------------------------------------------------------------------
+
+
+def admit_command(request: api.AdmitRequest) -> app.AdmitCommand:
+    return app.AdmitCommand(
+        session_id=request.session_id,
+        turn=request.turn,
+        step=request.step,
+        rendered_prompt=request.rendered_prompt,
+        tools=tuple(tool_from_proto(tool) for tool in request.tools),
+        route=route_from_proto(request),
+        users=tuple(
+            user_from_proto(user, f"users[{index}]") for index, user in enumerate(request.users)
+        ),
+        starts_request_series=request.starts_request_series,
+        resume=request.resume,
+        wire_format=wire_format_from_proto(request.wire_format),
+        validate_only=request.validate_only,
+        expected_revision=_expected_revision(request),
+    )
+
+
+def reconcile_command(request: api.ReconcileRequest) -> app.ReconcileCommand:
+    return app.ReconcileCommand(
+        session_id=request.session_id,
+        admission_id=request.admission_id,
+        route=route_from_proto(request),
+        wire_format=wire_format_from_proto(request.wire_format),
+        validate_only=request.validate_only,
+        expected_revision=_expected_revision(request),
+    )
+
+
+def record_command(request: api.RecordRequest) -> app.RecordCommand:
+    usage = None
+    if request.HasField("usage"):
+        usage = app.Usage(
+            input_tokens=request.usage.input_tokens,
+            output_tokens=request.usage.output_tokens,
+            cache_read_tokens=request.usage.cache_read_tokens,
+            cache_write_tokens=request.usage.cache_write_tokens,
+        )
+    return app.RecordCommand(
+        session_id=request.session_id,
+        admission_id=request.admission_id,
+        assistant=(
+            assistant_from_proto(request.assistant) if request.HasField("assistant") else None
+        ),
+        tool_results=tuple(
+            tool_result_from_proto(result, f"tool_results[{index}]")
+            for index, result in enumerate(request.tool_results)
+        ),
+        usage=usage,
+        expected_revision=_expected_revision(request),
+    )
+
+
+def plan_compaction_command(request: api.PlanCompactionRequest) -> app.PlanCompactionCommand:
+    selection = request.WhichOneof("selection")
+    if selection == "retain_tokens":
+        return app.PlanCompactionCommand(request.session_id, retain_tokens=request.retain_tokens)
+    if selection == "range":
+        seq_range = (request.range.start_seq, request.range.end_seq)
+        return app.PlanCompactionCommand(request.session_id, seq_range=seq_range)
+    raise InvalidArgument("selection", "set exactly one of retain_tokens and range")
+
+
+def compact_command(request: api.CompactRequest) -> app.CompactCommand:
+    return app.CompactCommand(
+        session_id=request.session_id,
+        plan_token=request.plan_token,
+        summary=request.summary,
+        expected_revision=_expected_revision(request),
+    )
+
+
+def delete_expected_revision(request: api.DeleteSessionRequest) -> int | None:
+    return _expected_revision(request)
+
+
+# ---- responses: values --------------------------------------------------------------------
+
+
+def timestamp(value: datetime) -> Timestamp:
+    stamp = Timestamp()
+    stamp.FromDatetime(value)
+    return stamp
+
+
+def _block_to_proto(block: Block) -> pb.ContentBlock:
+    if isinstance(block, Text):
+        return pb.ContentBlock(text=pb.TextBlock(text=block.text))
+    if isinstance(block, Image):
+        return pb.ContentBlock(image=pb.ImageBlock(uri=block.uri, media_type=block.media_type))
+    if isinstance(block, Reasoning):
+        return pb.ContentBlock(reasoning=pb.ReasoningBlock(text=block.text))
+    if isinstance(block, ToolCall):
+        return pb.ContentBlock(
+            tool_call=pb.ToolCallBlock(
+                call_id=block.call_id, name=block.name, arguments_json=block.arguments_json
+            )
+        )
+    return pb.ContentBlock(
+        tool_result=pb.ToolResultBlock(
+            call_id=block.call_id,
+            content=[_block_to_proto(part) for part in block.content],
+            is_error=block.is_error,
+        )
+    )
+
+
+def message_to_proto(message: Message) -> pb.Message:
+    return pb.Message(
+        role=_ROLES_OUT[message.role],
+        content=[_block_to_proto(block) for block in message.content],
+    )
+
+
+def tool_to_proto(tool: Tool) -> pb.Tool:
+    return pb.Tool(
+        name=tool.name, description=tool.description, parameters_json=tool.parameters_json
+    )
+
+
+def _tools(tools: Iterable[Tool]) -> list[pb.Tool]:
+    return [tool_to_proto(tool) for tool in tools]
+
+
+def session_to_proto(info: app.SessionInfo) -> pb.Session:
+    return pb.Session(
+        session_id=info.session_id,
+        create_time=timestamp(info.create_time),
+        update_time=timestamp(info.update_time),
+        revision=info.revision,
+        event_count=info.event_count,
+        replace_generation=info.replace_generation,
+    )
+
+
+def commit_to_proto(applied: AppliedCommit) -> pb.SystemCommit:
+    commit = applied.commit
+    return pb.SystemCommit(
+        operation=_COMMIT_OPS[commit.op],
+        seq=applied.seq,
+        text=commit.text,
+        replaced_seq=commit.replaced_seq or 0,
+    )
+
+
+def _header_to_proto(header: RequestHeader) -> pb.RequestHeader:
+    return pb.RequestHeader(
+        provider=header.provider, model=header.model, tools=_tools(header.tools)
+    )
+
+
+def header_log_to_proto(log: HeaderLog) -> pb.HeaderLog:
+    return pb.HeaderLog(
+        seq=log.seq,
+        reason=_HEADER_REASONS[log.reason],
+        starts_series=log.starts_series,
+        header=_header_to_proto(log.header),
+    )
+
+
+def _system_prompt_update(in_history: bool) -> pb.SystemPromptUpdate.ValueType:
+    return pb.SYSTEM_PROMPT_UPDATE_IN_HISTORY if in_history else pb.SYSTEM_PROMPT_UPDATE_REPLACE
+
+
+def request_context_to_proto(context: RequestContext) -> pb.RequestContext:
+    return pb.RequestContext(
+        provider=context.provider,
+        model=context.model,
+        context_window=context.context_window,
+        system_prompt_update=_system_prompt_update(context.in_history),
+    )
+
+
+def context_log_to_proto(log: ContextLog) -> pb.ContextLog:
+    return pb.ContextLog(seq=log.seq, context=request_context_to_proto(log.context))
+
+
+def effective_prompt_to_proto(prompt: EffectivePrompt) -> pb.EffectivePrompt:
+    return pb.EffectivePrompt(
+        text=prompt.text, seq=prompt.seq or 0, location=_LOCATIONS[prompt.location]
+    )
+
+
+def forecast_to_proto(forecast: CacheForecast) -> pb.CacheForecast:
+    return pb.CacheForecast(
+        reused_messages=forecast.reused_messages,
+        reused_tokens=forecast.reused_tokens,
+        total_messages=forecast.total_messages,
+        total_tokens=forecast.total_tokens,
+        divergence_index=forecast.divergence_index,
+        divergence_reason=_DIVERGENCE_REASONS[forecast.divergence_reason],
+    )
+
+
+def breakdown_to_proto(breakdown: TokenBreakdown) -> pb.TokenBreakdown:
+    return pb.TokenBreakdown(
+        system_tokens=breakdown.system_tokens,
+        tools_tokens=breakdown.tools_tokens,
+        message_tokens=breakdown.message_tokens,
+        total_tokens=breakdown.total_tokens,
+    )
+
+
+def series_to_proto(series: SeriesState) -> pb.SeriesState:
+    proto = pb.SeriesState(replace_generation=series.replace_generation)
+    if series.last_request_generation is not None:
+        proto.last_request_generation = series.last_request_generation
+    if series.last_header is not None:
+        proto.last_header.CopyFrom(header_log_to_proto(series.last_header))
+    if series.last_context is not None:
+        proto.last_context.CopyFrom(context_log_to_proto(series.last_context))
+    return proto
+
+
+def derived_request_to_proto(view: app.DerivedRequestView) -> pb.DerivedRequest:
+    return pb.DerivedRequest(
+        wire_format=wire_format_to_proto(view.wire_format),
+        messages=[message_to_proto(message) for message in view.messages],
+        body_json=view.body_json,
+        tools=_tools(view.tools),
+    )
+
+
+def usage_to_proto(usage: app.Usage) -> pb.Usage:
+    return pb.Usage(
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        cache_read_tokens=usage.cache_read_tokens,
+        cache_write_tokens=usage.cache_write_tokens,
+    )
+
+
+def ledger_entry_to_proto(entry: app.LedgerEntry) -> pb.LedgerEntry:
+    proto = pb.LedgerEntry(
+        request_index=entry.request_index,
+        admission_id=entry.admission_id,
+        attempt=entry.attempt,
+        forecast=forecast_to_proto(entry.forecast),
+        drift_tokens=entry.drift_tokens,
+    )
+    if entry.observed is not None:
+        proto.observed.CopyFrom(usage_to_proto(entry.observed))
+    return proto
+
+
+def system_node_to_proto(node: app.SystemNodeView) -> pb.SystemPromptNode:
+    return pb.SystemPromptNode(
+        seq=node.seq,
+        time=timestamp(node.time),
+        turn=node.turn,
+        step=node.step,
+        text=node.text,
+        update=node.update,
+    )
+
+
+def event_to_proto(view: app.EventView) -> pb.Event:
+    event: Event = view.event
+    proto = pb.Event(
+        seq=event.seq,
+        commit_time=timestamp(view.commit_time),
+        kind=_EVENT_KINDS[event.kind],
+        turn=event.turn,
+        step=event.step,
+        source_seqs=event.source_seqs,
+        admission_id=event.admission_id,
+    )
+    if isinstance(event.op, Append):
+        proto.surface_op.append.SetInParent()
+    elif isinstance(event.op, Replace):
+        proto.surface_op.replace.start_seq = event.op.start_seq
+        proto.surface_op.replace.end_seq = event.op.end_seq
+    if event.message is not None:
+        proto.message.CopyFrom(message_to_proto(event.message))
+    elif event.header is not None:
+        proto.header.CopyFrom(header_log_to_proto(event.header))
+    elif event.context is not None:
+        proto.context.CopyFrom(request_context_to_proto(event.context.context))
+    return proto
+
+
+def _attempt_fields(
+    response: api.AdmitResponse | api.ReconcileResponse, result: app.AttemptResult
+) -> None:
+    """The fields Admit and Reconcile responses share."""
+    response.admission_id = result.admission_id
+    response.revision = result.revision
+    response.commits.extend(commit_to_proto(commit) for commit in result.commits)
+    if result.header is not None:
+        response.header.CopyFrom(header_log_to_proto(result.header))
+    if result.context is not None:
+        response.context.CopyFrom(context_log_to_proto(result.context))
+    response.starts_series = result.starts_series
+    response.request.CopyFrom(derived_request_to_proto(result.request))
+    response.effective_prompt.CopyFrom(effective_prompt_to_proto(result.effective_prompt))
+    response.forecast.CopyFrom(forecast_to_proto(result.forecast))
+    route = result.route
+    response.system_prompt_update = _system_prompt_update(route.in_history)
+    response.capability_source = _CAPABILITY_SOURCES[route.capability_source]
+    response.tool_update = (
+        pb.TOOL_UPDATE_IN_HISTORY if route.tool_update else pb.TOOL_UPDATE_REPLACE
+    )
+
+
+# ---- responses: one per RPC ---------------------------------------------------------------
+
+
+def _encode(response: ProtoMessage) -> bytes:
+    return response.SerializeToString(deterministic=True)
+
+
+def create_session_response(info: app.SessionInfo) -> api.CreateSessionResponse:
+    return api.CreateSessionResponse(session=session_to_proto(info))
+
+
+def encode_create_session(info: app.SessionInfo) -> bytes:
+    return _encode(create_session_response(info))
+
+
+def get_session_response(info: app.SessionInfo) -> api.GetSessionResponse:
+    return api.GetSessionResponse(session=session_to_proto(info))
+
+
+def list_sessions_response(page: app.Page[app.SessionInfo]) -> api.ListSessionsResponse:
+    return api.ListSessionsResponse(
+        sessions=[session_to_proto(info) for info in page.items],
+        next_page_token=page.next_page_token,
+    )
+
+
+def encode_delete_session(_: None) -> bytes:
+    return _encode(api.DeleteSessionResponse())
+
+
+def admit_response(result: app.AttemptResult) -> api.AdmitResponse:
+    response = api.AdmitResponse(user_seqs=result.user_seqs)
+    _attempt_fields(response, result)
+    return response
+
+
+def encode_admit(result: app.AttemptResult) -> bytes:
+    return _encode(admit_response(result))
+
+
+def reconcile_response(result: app.AttemptResult) -> api.ReconcileResponse:
+    response = api.ReconcileResponse(attempt=result.attempt)
+    _attempt_fields(response, result)
+    return response
+
+
+def encode_reconcile(result: app.AttemptResult) -> bytes:
+    return _encode(reconcile_response(result))
+
+
+def record_response(result: app.RecordResult) -> api.RecordResponse:
+    response = api.RecordResponse(
+        revision=result.revision, tool_result_seqs=result.tool_result_seqs
+    )
+    if result.assistant_seq is not None:
+        response.assistant_seq = result.assistant_seq
+    return response
+
+
+def encode_record(result: app.RecordResult) -> bytes:
+    return _encode(record_response(result))
+
+
+def plan_compaction_response(result: app.PlanResult) -> api.PlanCompactionResponse:
+    plan = result.plan
+    return api.PlanCompactionResponse(
+        plan_token=result.plan_token,
+        start_seq=plan.start_seq,
+        end_seq=plan.end_seq,
+        shadowed_seqs=plan.shadowed_seqs,
+        shadowed_tokens=plan.shadowed_tokens,
+        summarization_input=[message_to_proto(message) for message in result.summarization_input],
+        tools=_tools(result.tools),
+        revision=result.revision,
+    )
+
+
+def compact_response(result: app.CompactResult) -> api.CompactResponse:
+    return api.CompactResponse(
+        revision=result.revision,
+        summary_seq=result.summary_seq,
+        shadowed_seqs=result.shadowed_seqs,
+        commits=[commit_to_proto(commit) for commit in result.commits],
+        effective_prompt=effective_prompt_to_proto(result.effective_prompt),
+    )
+
+
+def encode_compact(result: app.CompactResult) -> bytes:
+    return _encode(compact_response(result))
+
+
+def inspect_response(result: app.InspectResult) -> api.InspectResponse:
+    return api.InspectResponse(
+        session=session_to_proto(result.session),
+        effective_prompt=effective_prompt_to_proto(result.effective_prompt),
+        system_nodes=[system_node_to_proto(node) for node in result.system_nodes],
+        request=derived_request_to_proto(result.request),
+        breakdown=breakdown_to_proto(result.breakdown),
+        series=series_to_proto(result.series),
+        revision=result.session.revision,
+        ledger=[ledger_entry_to_proto(entry) for entry in result.ledger],
+    )
+
+
+def list_events_response(page: app.Page[app.EventView]) -> api.ListEventsResponse:
+    return api.ListEventsResponse(
+        events=[event_to_proto(view) for view in page.items],
+        next_page_token=page.next_page_token,
+    )

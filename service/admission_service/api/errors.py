@@ -1,0 +1,192 @@
+"""The one place that turns exceptions into gRPC statuses (STYLE G10).
+
+Domain and use-case code raise typed errors that know nothing about gRPC. ``ErrorInterceptor``
+wraps every unary-unary handler and maps what escapes it to a canonical code and a
+``google.rpc.Status`` carrying exactly one ``ErrorInfo`` (domain ``promptadmission.v1``, a stable
+UPPER_SNAKE reason, and every value of the message in its metadata), plus a ``BadRequest`` field
+violation for invalid input. Nothing escapes as UNKNOWN, and a client never sees a traceback, SQL
+or exception text it did not cause: unexpected failures are INTERNAL with a generic message and
+an ``error_id`` that finds the logged traceback.
+
+Cancellation is not an error: ``asyncio.CancelledError`` (a ``BaseException``) propagates, so a
+cancelled call or an expired deadline unwinds the handler and rolls its transaction back.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+import psycopg
+import sqlalchemy.exc
+from google.protobuf.any_pb2 import Any as AnyProto
+from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
+from grpc_status import rpc_status
+
+from admission_service.domain.errors import (
+    Aborted,
+    AlreadyExists,
+    DomainError,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    Unavailable,
+)
+
+ERROR_DOMAIN = "promptadmission.v1"
+DATABASE_UNAVAILABLE = "DATABASE_UNAVAILABLE"
+INTERNAL = "INTERNAL"
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class MappedError:
+    """What a client learns about a failure."""
+
+    code: grpc.StatusCode
+    reason: str
+    message: str
+    metadata: dict[str, str] = field(default_factory=dict)
+    field: str | None = None  # the BadRequest field violation, for invalid input
+    field_description: str = ""
+
+    def to_status(self) -> status_pb2.Status:
+        details = [
+            error_details_pb2.ErrorInfo(
+                reason=self.reason, domain=ERROR_DOMAIN, metadata=self.metadata
+            )
+        ]
+        if self.field is not None:
+            violation = error_details_pb2.BadRequest.FieldViolation(
+                field=self.field, description=self.field_description, reason=self.reason
+            )
+            details.append(error_details_pb2.BadRequest(field_violations=[violation]))
+        packed = []
+        for detail in details:
+            any_detail = AnyProto()
+            any_detail.Pack(detail)
+            packed.append(any_detail)
+        return status_pb2.Status(code=self.code.value[0], message=self.message, details=packed)
+
+
+_DOMAIN_CODES: tuple[tuple[type[DomainError], grpc.StatusCode], ...] = (
+    (InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT),
+    (NotFound, grpc.StatusCode.NOT_FOUND),
+    (AlreadyExists, grpc.StatusCode.ALREADY_EXISTS),
+    (Aborted, grpc.StatusCode.ABORTED),
+    (FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION),  # e.g. WireFormatError
+    (Unavailable, grpc.StatusCode.UNAVAILABLE),
+    # SurfaceViolation and any other DomainError fall through to INTERNAL: they mean a bug.
+)
+
+# Failures to reach or keep the database. psycopg's OperationalError family also covers the
+# retryable transaction conflicts (serialization failure, deadlock); the transaction was rolled
+# back, so "retry with backoff" is the right advice for them too.
+_DATABASE_ERRORS: tuple[type[BaseException], ...] = (
+    sqlalchemy.exc.OperationalError,
+    sqlalchemy.exc.InterfaceError,
+    sqlalchemy.exc.TimeoutError,  # the connection pool is exhausted
+    sqlalchemy.exc.DisconnectionError,
+    psycopg.OperationalError,
+    psycopg.InterfaceError,
+)
+
+
+def _is_database_unavailable(exc: BaseException) -> bool:
+    if isinstance(exc, _DATABASE_ERRORS):
+        return True
+    return isinstance(exc, sqlalchemy.exc.DBAPIError) and exc.connection_invalidated
+
+
+def map_exception(exc: Exception) -> MappedError:
+    """The status for ``exc``; anything unexpected is INTERNAL (the caller logs it)."""
+    if isinstance(exc, DomainError):
+        for kind, code in _DOMAIN_CODES:
+            if isinstance(exc, kind):
+                if isinstance(exc, InvalidArgument):
+                    prefix = f"{exc.field}: "
+                    description = exc.message.removeprefix(prefix)
+                    return MappedError(
+                        code, exc.reason, exc.message, exc.metadata, exc.field, description
+                    )
+                return MappedError(code, exc.reason, exc.message, exc.metadata)
+    if _is_database_unavailable(exc):
+        return MappedError(
+            grpc.StatusCode.UNAVAILABLE,
+            DATABASE_UNAVAILABLE,
+            "the database is unavailable; retry with backoff",
+        )
+    error_id = uuid.uuid4().hex
+    return MappedError(
+        grpc.StatusCode.INTERNAL,
+        INTERNAL,
+        f"internal error (error_id {error_id})",
+        {"error_id": error_id},
+    )
+
+
+def _log_failure(method: str, exc: Exception, mapped: MappedError) -> None:
+    # Client errors are routine: one line, no exception text (it may quote the client's input).
+    if mapped.code is grpc.StatusCode.INTERNAL:
+        _log.error(
+            "%s failed unexpectedly (error_id %s)",
+            method,
+            mapped.metadata["error_id"],
+            exc_info=exc,
+        )
+    elif mapped.reason == DATABASE_UNAVAILABLE:
+        _log.warning("%s: database unavailable (%s)", method, type(exc).__name__, exc_info=exc)
+    else:
+        _log.info("%s: %s %s", method, mapped.code.name, mapped.reason)
+
+
+async def abort_with(context: grpc.aio.ServicerContext[Any, Any], mapped: MappedError) -> None:
+    """End the call with ``mapped`` (the rich status travels in ``grpc-status-details-bin``)."""
+    status = rpc_status.to_status(mapped.to_status())
+    await context.abort(status.code, status.details, status.trailing_metadata)
+
+
+Behavior = Callable[[Any, Any], Any]
+
+
+class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
+    """Maps exceptions escaping unary-unary handlers; streaming handlers pass through."""
+
+    async def intercept_service(
+        self,
+        continuation: Callable[
+            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]
+        ],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        handler = await continuation(handler_call_details)
+        if handler is None or handler.unary_unary is None:
+            return handler
+        return grpc.unary_unary_rpc_method_handler(
+            _wrap(handler.unary_unary, handler_call_details.method),
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+
+def _wrap(behavior: Behavior, method: str) -> Behavior:
+    async def guarded(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        try:
+            response = behavior(request, context)
+            if inspect.isawaitable(response):
+                response = await response
+            return response
+        except grpc.aio.AbortError:
+            raise  # the handler ended the call itself
+        except Exception as exc:  # CancelledError is a BaseException and propagates
+            mapped = map_exception(exc)
+            _log_failure(method, exc, mapped)
+            await abort_with(context, mapped)
+
+    return guarded

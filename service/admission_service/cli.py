@@ -1,0 +1,308 @@
+"""``admission-service``: run the service, migrate its database, inspect a session.
+
+    admission-service serve                       # configuration from PAS_* / DATABASE_URL
+    admission-service migrate                     # alembic upgrade head, then exit
+    admission-service inspect SESSION_ID [--target HOST:PORT] [--wire FORMAT]
+
+Exit status: 0 on success, 1 when the work failed, 2 for bad usage or configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from typing import TextIO
+
+import grpc
+from grpc_status import rpc_status
+from promptadmission.v1 import admission_service_pb2 as api
+from promptadmission.v1 import admission_service_pb2_grpc as api_grpc
+from promptadmission.v1 import session_pb2 as pb
+
+from admission_service.config import DEFAULT_LISTEN, ConfigError, Settings
+from admission_service.storage.embedded import EmbeddedPostgresError
+
+PROG = "admission-service"
+WIRE_FORMATS = {
+    "neutral": pb.WIRE_FORMAT_NEUTRAL,
+    "openai_chat": pb.WIRE_FORMAT_OPENAI_CHAT,
+    "openai_responses": pb.WIRE_FORMAT_OPENAI_RESPONSES,
+    "anthropic_messages": pb.WIRE_FORMAT_ANTHROPIC_MESSAGES,
+}
+PREVIEW_CHARS = 80
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description="The Prompt Admission Service.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands.add_parser(
+        "serve",
+        help="serve gRPC until SIGTERM/SIGINT (configured by PAS_* and DATABASE_URL)",
+        description="Serve gRPC until SIGTERM or SIGINT. Without DATABASE_URL an embedded "
+        "PostgreSQL is started in PAS_DATA_DIR. See admission_service.config for every setting.",
+    )
+    commands.add_parser(
+        "migrate",
+        help="upgrade the database schema to the latest migration, then exit",
+        description="Run the Alembic migrations (upgrade head) on DATABASE_URL, or on the "
+        "embedded PostgreSQL in PAS_DATA_DIR when DATABASE_URL is unset.",
+    )
+    inspect = commands.add_parser(
+        "inspect",
+        help="show what the model sees in a session, and why",
+        description="Call Inspect on a running service and print the session for an operator.",
+    )
+    inspect.add_argument("session_id", metavar="SESSION_ID")
+    inspect.add_argument(
+        "--target",
+        metavar="HOST:PORT",
+        help=f"the service's address (default: PAS_LISTEN, else {DEFAULT_LISTEN})",
+    )
+    inspect.add_argument(
+        "--wire",
+        choices=sorted(WIRE_FORMATS),
+        default="neutral",
+        help="also print the derived request's provider body in this format",
+    )
+    inspect.add_argument(
+        "--ledger", type=int, default=10, metavar="N", help="ledger rows to show (default 10)"
+    )
+    inspect.add_argument(
+        "--timeout", type=float, default=10.0, help="call deadline in seconds (default 10)"
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "inspect":
+            return _inspect(args, sys.stdout)
+        settings = Settings.from_env()
+        _configure_logging(settings.log_level)
+        if args.command == "migrate":
+            return _migrate(settings)
+        return _serve(settings)
+    except ConfigError as exc:
+        print(f"{PROG}: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except EmbeddedPostgresError as exc:
+        print(f"{PROG}: embedded PostgreSQL: {exc}", file=sys.stderr)
+        return 1
+
+
+def _configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+
+
+def _serve(settings: Settings) -> int:
+    from admission_service.api.server import serve
+
+    asyncio.run(serve(settings))
+    return 0
+
+
+def _migrate(settings: Settings) -> int:
+    from admission_service.storage.database import run_migrations
+
+    run_migrations(settings.resolve_database_url())
+    print("database schema is at the latest migration")
+    return 0
+
+
+# ---- inspect ------------------------------------------------------------------------------
+
+
+def _default_target() -> str:
+    listen = os.environ.get("PAS_LISTEN", "").strip() or DEFAULT_LISTEN
+    host, _, port = listen.rpartition(":")
+    if host in ("0.0.0.0", "[::]", "::", ""):
+        host = "127.0.0.1"
+    return f"{host}:{port}"
+
+
+def _inspect(args: argparse.Namespace, out: TextIO) -> int:
+    target = args.target or _default_target()
+    request = api.InspectRequest(session_id=args.session_id, wire_format=WIRE_FORMATS[args.wire])
+    with grpc.insecure_channel(target) as channel:
+        stub = api_grpc.AdmissionServiceStub(channel)
+        try:
+            response = stub.Inspect(request, timeout=args.timeout)
+        except grpc.RpcError as exc:
+            print(f"{PROG}: inspect failed: {_describe_rpc_error(exc)}", file=sys.stderr)
+            return 1
+    out.write(format_inspect(response, ledger_rows=args.ledger))
+    return 0
+
+
+def _describe_rpc_error(exc: grpc.RpcError) -> str:
+    assert isinstance(exc, grpc.Call)
+    text = f"{exc.code().name}: {exc.details()}"
+    try:
+        status = rpc_status.from_call(exc)
+    except ValueError:
+        status = None
+    if status is not None:
+        from google.rpc import error_details_pb2  # type: ignore[import-untyped]
+
+        for detail in status.details:
+            info = error_details_pb2.ErrorInfo()
+            if detail.Unpack(info):
+                text += f" ({info.reason})"
+    return text
+
+
+def _quote(text: str, limit: int = PREVIEW_CHARS) -> str:
+    """``text`` on one line, control characters escaped, cut to ``limit`` characters."""
+    cut = text if len(text) <= limit else text[: limit - 1] + "…"
+    return json.dumps(cut, ensure_ascii=False)
+
+
+def _block_preview(block: pb.ContentBlock) -> str:
+    which = block.WhichOneof("block")
+    if which == "text":
+        return block.text.text
+    if which == "image":
+        return f"[image {block.image.uri}]"
+    if which == "reasoning":
+        return f"[reasoning] {block.reasoning.text}"
+    if which == "tool_call":
+        call = block.tool_call
+        return f"[tool_call {call.name} {call.call_id}] {call.arguments_json}"
+    if which == "tool_result":
+        result = block.tool_result
+        inner = " ".join(_block_preview(part) for part in result.content)
+        error = " error" if result.is_error else ""
+        return f"[tool_result {result.call_id}{error}] {inner}"
+    return "[empty block]"
+
+
+def _short(name: str, prefix: str) -> str:
+    """An enum value's name without its prefix, lower case (``HEADER_REASON_INITIAL`` ->
+    ``initial``)."""
+    return name.removeprefix(prefix).lower()
+
+
+def _header(log: pb.HeaderLog) -> str:
+    series = ", starts series" if log.starts_series else ""
+    reason = _short(pb.HeaderReason.Name(log.reason), "HEADER_REASON_")
+    tools = ", ".join(tool.name for tool in log.header.tools) or "no tools"
+    return (
+        f"seq {log.seq} ({reason}{series}): {log.header.provider}/{log.header.model}, "
+        f"{len(log.header.tools)} tools ({tools})"
+    )
+
+
+def _context(log: pb.ContextLog) -> str:
+    context = log.context
+    window = context.context_window or "undeclared"
+    update = _short(
+        pb.SystemPromptUpdate.Name(context.system_prompt_update), "SYSTEM_PROMPT_UPDATE_"
+    )
+    return (
+        f"seq {log.seq}: {context.provider}/{context.model}, context window {window}, "
+        f"system prompt update {update}"
+    )
+
+
+def format_inspect(response: api.InspectResponse, *, ledger_rows: int = 10) -> str:
+    """The operator's view of an Inspect response, as text."""
+    lines: list[str] = []
+    add = lines.append
+    session = response.session
+    add(f"session {session.session_id}")
+    add(
+        f"  revision {response.revision}, {session.event_count} events, "
+        f"replace generation {session.replace_generation}"
+    )
+    add(
+        f"  created {session.create_time.ToJsonString()}, "
+        f"updated {session.update_time.ToJsonString()}"
+    )
+
+    prompt = response.effective_prompt
+    location = _short(pb.PromptLocation.Name(prompt.location), "PROMPT_LOCATION_").replace("_", "-")
+    add("")
+    if prompt.location == pb.PROMPT_LOCATION_NONE:
+        add("effective prompt: none")
+    else:
+        add(f"effective prompt: seq {prompt.seq}, {location}, {len(prompt.text)} chars")
+        add(f"  {_quote(prompt.text)}")
+
+    add("")
+    add(f"system nodes ({len(response.system_nodes)}):")
+    if response.system_nodes:
+        add(f"  {'seq':>6}  {'turn/step':>9}  {'update':6}  text")
+    for node in response.system_nodes:
+        flag = "update" if node.update else "-"
+        text = _quote(node.text) if node.text else "(empty)"
+        add(f"  {node.seq:>6}  {f'{node.turn}/{node.step}':>9}  {flag:6}  {text}")
+
+    tokens = response.breakdown
+    add("")
+    add(
+        f"tokens: system {tokens.system_tokens}, tools {tokens.tools_tokens}, "
+        f"messages {tokens.message_tokens}, total {tokens.total_tokens}"
+    )
+
+    series = response.series
+    add("")
+    last_generation = (
+        str(series.last_request_generation)
+        if series.HasField("last_request_generation")
+        else "none (no request yet)"
+    )
+    add(
+        f"series: replace generation {series.replace_generation}, at last request {last_generation}"
+    )
+    add(
+        "  last header: "
+        + (_header(series.last_header) if series.HasField("last_header") else "none")
+    )
+    add(
+        "  last context: "
+        + (_context(series.last_context) if series.HasField("last_context") else "none")
+    )
+
+    ledger = list(response.ledger)[-ledger_rows:] if ledger_rows > 0 else []
+    add("")
+    add(f"cache ledger (last {len(ledger)} of {len(response.ledger)}):")
+    if ledger:
+        add(
+            f"  {'request':>7}  {'admission':12}  {'attempt':>7}  {'reused/total msgs':>17}  "
+            f"{'reused/total tokens':>19}  {'divergence':16}  {'cache read':>10}  {'drift':>6}"
+        )
+    for entry in ledger:
+        forecast = entry.forecast
+        reason = _short(pb.DivergenceReason.Name(forecast.divergence_reason), "DIVERGENCE_REASON_")
+        observed = str(entry.observed.cache_read_tokens) if entry.HasField("observed") else "-"
+        drift = str(entry.drift_tokens) if entry.HasField("observed") else "-"
+        admission = entry.admission_id[:12]
+        add(
+            f"  {entry.request_index:>7}  {admission:12}  {entry.attempt:>7}  "
+            f"{f'{forecast.reused_messages}/{forecast.total_messages}':>17}  "
+            f"{f'{forecast.reused_tokens}/{forecast.total_tokens}':>19}  "
+            f"{reason:16}  {observed:>10}  {drift:>6}"
+        )
+
+    request = response.request
+    wire = _short(pb.WireFormat.Name(request.wire_format), "WIRE_FORMAT_")
+    add("")
+    add(f"derived request ({len(request.messages)} messages, {len(request.tools)} tools, {wire}):")
+    for index, message in enumerate(request.messages):
+        role = _short(pb.MessageRole.Name(message.role), "MESSAGE_ROLE_")
+        text = " ".join(_block_preview(block) for block in message.content)
+        add(f"  [{index}] {role:9}  {_quote(text)}")
+    if request.body_json:
+        add("")
+        add(f"{wire} body:")
+        body = json.dumps(json.loads(request.body_json), indent=2, ensure_ascii=False)
+        lines.extend(f"  {line}" for line in body.splitlines())
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,203 @@
+"""Service settings, read once from the environment at start.
+
+| Variable | Default | Meaning |
+|---|---|---|
+| ``PAS_LISTEN`` | ``127.0.0.1:50051`` | gRPC listen address (``host:port``; port 0 picks one) |
+| ``DATABASE_URL`` | unset | ``postgresql://…``; unset starts an embedded PostgreSQL |
+| ``PAS_DATA_DIR`` | ``.data/postgres`` | the embedded PostgreSQL's data directory |
+| ``PAS_EMBEDDED_PG_PORT`` | a free port | the embedded PostgreSQL's port |
+| ``PAS_MIGRATE_ON_START`` | ``true`` | run ``alembic upgrade head`` before serving |
+| ``PAS_MODEL_CATALOG`` | built-in | path to a YAML model catalog replacing the built-in one |
+| ``PAS_DB_POOL_SIZE`` | ``10`` | database connections kept open |
+| ``PAS_DB_MAX_OVERFLOW`` | ``10`` | extra connections allowed under load |
+| ``PAS_SHUTDOWN_GRACE_SECONDS`` | ``10`` | how long in-flight RPCs may run after SIGTERM |
+| ``PAS_DEFAULT_TENANT`` | ``default`` | the tenant of unauthenticated calls |
+| ``PAS_MAX_RECEIVE_MESSAGE_BYTES`` | ``16777216`` (16 MiB) | largest request gRPC accepts |
+| ``PAS_LOG_LEVEL`` | ``INFO`` | ``DEBUG``, ``INFO``, ``WARNING``, ``ERROR`` or ``CRITICAL`` |
+| ``PAS_LIMIT_<NAME>`` | ``app.limits.Limits`` | a limit (``PAS_LIMIT_MAX_PROMPT_BYTES``, …) |
+
+A request larger than ``PAS_MAX_RECEIVE_MESSAGE_BYTES`` is refused by gRPC itself
+(RESOURCE_EXHAUSTED) before the service can name the offending field; keep it above the largest
+request the ``PAS_LIMIT_*`` values allow in practice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from admission_service.app.limits import MIB, Limits
+from admission_service.storage.database import (
+    DEFAULT_DATA_DIR,
+    normalise_database_url,
+    resolve_database_url,
+)
+
+DEFAULT_LISTEN = "127.0.0.1:50051"
+DEFAULT_MAX_RECEIVE_MESSAGE_BYTES = 16 * MIB
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+LIMIT_PREFIX = "PAS_LIMIT_"
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+
+
+class ConfigError(ValueError):
+    """A setting is invalid; the service refuses to start and prints this message."""
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    listen: str = DEFAULT_LISTEN
+    database_url: str | None = None
+    data_dir: Path = DEFAULT_DATA_DIR
+    embedded_pg_port: int | None = None
+    migrate_on_start: bool = True
+    model_catalog: Path | None = None
+    db_pool_size: int = 10
+    db_max_overflow: int = 10
+    shutdown_grace_seconds: float = 10.0
+    default_tenant: str = "default"
+    max_receive_message_bytes: int = DEFAULT_MAX_RECEIVE_MESSAGE_BYTES
+    log_level: str = "INFO"
+    limits: Limits = field(default_factory=Limits)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """Settings from ``env`` (default ``os.environ``); ``ConfigError`` names a bad one."""
+        env = os.environ if env is None else env
+        reader = _Reader(env)
+        settings = cls(
+            listen=reader.listen("PAS_LISTEN", DEFAULT_LISTEN),
+            database_url=reader.database_url("DATABASE_URL"),
+            data_dir=Path(reader.text("PAS_DATA_DIR") or DEFAULT_DATA_DIR),
+            embedded_pg_port=reader.optional_port("PAS_EMBEDDED_PG_PORT"),
+            migrate_on_start=reader.boolean("PAS_MIGRATE_ON_START", True),
+            model_catalog=reader.path("PAS_MODEL_CATALOG"),
+            db_pool_size=reader.integer("PAS_DB_POOL_SIZE", 10, minimum=1),
+            db_max_overflow=reader.integer("PAS_DB_MAX_OVERFLOW", 10, minimum=0),
+            shutdown_grace_seconds=reader.number("PAS_SHUTDOWN_GRACE_SECONDS", 10.0),
+            default_tenant=reader.text("PAS_DEFAULT_TENANT") or "default",
+            max_receive_message_bytes=reader.integer(
+                "PAS_MAX_RECEIVE_MESSAGE_BYTES", DEFAULT_MAX_RECEIVE_MESSAGE_BYTES, minimum=1024
+            ),
+            log_level=reader.choice("PAS_LOG_LEVEL", "INFO", LOG_LEVELS),
+            limits=reader.limits(),
+        )
+        return settings
+
+    def resolve_database_url(self) -> str:
+        """``database_url``, or the URL of an embedded server started now (blocking: it may
+        initialise a cluster). The embedded server stops when the process exits."""
+        if self.database_url:
+            return self.database_url
+        env = {"PAS_DATA_DIR": str(self.data_dir)}
+        if self.embedded_pg_port is not None:
+            env["PAS_EMBEDDED_PG_PORT"] = str(self.embedded_pg_port)
+        return resolve_database_url(env)
+
+
+class _Reader:
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self.env = env
+
+    def text(self, name: str) -> str:
+        return self.env.get(name, "").strip()
+
+    def _fail(self, name: str, expected: str) -> ConfigError:
+        return ConfigError(f"{name} must be {expected}, got {self.env.get(name, '')!r}")
+
+    def integer(self, name: str, default: int, *, minimum: int) -> int:
+        raw = self.text(name)
+        if not raw:
+            return default
+        try:
+            value = int(raw)
+        except ValueError:
+            raise self._fail(name, f"an integer >= {minimum}") from None
+        if value < minimum:
+            raise self._fail(name, f"an integer >= {minimum}")
+        return value
+
+    def number(self, name: str, default: float) -> float:
+        raw = self.text(name)
+        if not raw:
+            return default
+        try:
+            value = float(raw)
+        except ValueError:
+            raise self._fail(name, "a number of seconds >= 0") from None
+        if not value >= 0 or value == float("inf"):
+            raise self._fail(name, "a number of seconds >= 0")
+        return value
+
+    def boolean(self, name: str, default: bool) -> bool:
+        raw = self.text(name).lower()
+        if not raw:
+            return default
+        if raw in _TRUE:
+            return True
+        if raw in _FALSE:
+            return False
+        raise self._fail(name, "true or false")
+
+    def choice(self, name: str, default: str, choices: tuple[str, ...]) -> str:
+        raw = self.text(name).upper()
+        if not raw:
+            return default
+        if raw not in choices:
+            raise self._fail(name, f"one of {', '.join(choices)}")
+        return raw
+
+    def path(self, name: str) -> Path | None:
+        raw = self.text(name)
+        return Path(raw).expanduser() if raw else None
+
+    def optional_port(self, name: str) -> int | None:
+        raw = self.text(name)
+        if not raw:
+            return None
+        if not raw.isdigit() or not 0 < int(raw) < 65536:
+            raise self._fail(name, "a port number (1-65535)")
+        return int(raw)
+
+    def listen(self, name: str, default: str) -> str:
+        raw = self.text(name) or default
+        host, sep, port = raw.rpartition(":")
+        if not sep or not host or not port.isdigit() or int(port) > 65535:
+            raise self._fail(name, "host:port (for example 127.0.0.1:50051 or [::]:50051)")
+        return raw
+
+    def database_url(self, name: str) -> str | None:
+        raw = self.text(name)
+        if not raw:
+            return None
+        try:
+            return normalise_database_url(raw)
+        except Exception as exc:  # sqlalchemy's ArgumentError or our ValueError
+            # Never echo the URL: it may hold a password.
+            raise ConfigError(f"{name} is not a usable PostgreSQL URL: {exc}") from None
+
+    def limits(self) -> Limits:
+        defaults = Limits()
+        values = {
+            f.name: self.integer(
+                LIMIT_PREFIX + f.name.upper(), getattr(defaults, f.name), minimum=1
+            )
+            for f in dataclasses.fields(Limits)
+        }
+        known = {LIMIT_PREFIX + name.upper() for name in values}
+        unknown = sorted(k for k in self.env if k.startswith(LIMIT_PREFIX) and k not in known)
+        if unknown:
+            raise ConfigError(
+                f"unknown limit {', '.join(unknown)}; known limits: {', '.join(sorted(known))}"
+            )
+        limits = Limits(**values)
+        if limits.default_page_size > limits.max_page_size:
+            raise ConfigError(
+                f"{LIMIT_PREFIX}DEFAULT_PAGE_SIZE ({limits.default_page_size}) must not exceed "
+                f"{LIMIT_PREFIX}MAX_PAGE_SIZE ({limits.max_page_size})"
+            )
+        return limits

@@ -1,0 +1,158 @@
+"""Helpers for the API tests: starting servers, reading rich errors, building requests."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, replace
+from typing import Any, Protocol, cast
+
+import grpc
+from admission_service.api.server import RunningServer, start_server
+from admission_service.app.hooks import NO_HOOKS, PhaseHooks
+from admission_service.config import Settings
+from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
+from promptadmission.v1 import admission_service_pb2 as api
+from promptadmission.v1 import admission_service_pb2_grpc as api_grpc
+from promptadmission.v1 import session_pb2 as pb
+
+DETAILS_KEY = "grpc-status-details-bin"
+ERROR_DOMAIN = "promptadmission.v1"
+
+
+@dataclass(slots=True)
+class ApiClient:
+    """A started server and a channel to it."""
+
+    server: RunningServer
+    channel: grpc.aio.Channel
+    stub: api_grpc.AdmissionServiceAsyncStub
+
+    async def close(self) -> None:
+        await self.channel.close(None)
+        await self.server.stop(0)
+
+
+class StartApi(Protocol):
+    """The ``start_api`` fixture: ``await start_api(hooks=..., **settings_overrides)``."""
+
+    async def __call__(self, *, hooks: PhaseHooks = NO_HOOKS, **settings: Any) -> ApiClient: ...
+
+
+def api_settings(database_url: str, **overrides: Any) -> Settings:
+    """Settings for an in-process test server: loopback, a free port, the test database
+    (already migrated by the ``database_url`` fixture), a small pool."""
+    base = Settings(
+        listen="127.0.0.1:0",
+        database_url=database_url,
+        migrate_on_start=False,
+        db_pool_size=4,
+        db_max_overflow=4,
+        shutdown_grace_seconds=5.0,
+    )
+    return replace(base, **overrides)
+
+
+def async_stub(channel: grpc.aio.Channel) -> api_grpc.AdmissionServiceAsyncStub:
+    return cast("api_grpc.AdmissionServiceAsyncStub", api_grpc.AdmissionServiceStub(channel))
+
+
+def connect(server: RunningServer) -> ApiClient:
+    channel = grpc.aio.insecure_channel(server.target)
+    return ApiClient(server, channel, async_stub(channel))
+
+
+async def start_client(
+    database_url: str, *, hooks: PhaseHooks = NO_HOOKS, **settings: Any
+) -> ApiClient:
+    server = await start_server(api_settings(database_url, **settings), hooks=hooks)
+    return connect(server)
+
+
+def new_session_id() -> str:
+    return f"api-{uuid.uuid4().hex}"
+
+
+# ---- rich errors --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RichError:
+    code: grpc.StatusCode
+    message: str
+    status: Any  # google.rpc.Status
+    error_infos: list[Any]  # google.rpc.ErrorInfo
+    bad_requests: list[Any]  # google.rpc.BadRequest
+
+    @property
+    def reason(self) -> str:
+        assert len(self.error_infos) == 1, f"expected one ErrorInfo, got {self.error_infos}"
+        reason: str = self.error_infos[0].reason
+        return reason
+
+    @property
+    def violated_fields(self) -> list[str]:
+        return [v.field for request in self.bad_requests for v in request.field_violations]
+
+
+def rich_error(error: grpc.aio.AioRpcError) -> RichError:
+    """The ``google.rpc.Status`` an error carries, checked against the call's own status."""
+    raw: list[bytes] = []
+    trailers: Any = error.trailing_metadata() or ()  # grpc.aio.Metadata; the stubs disagree
+    for key, value in trailers:
+        if key == DETAILS_KEY:
+            assert isinstance(value, bytes)
+            raw.append(value)
+    assert len(raw) == 1, f"expected one {DETAILS_KEY} trailer, got {len(raw)}"
+    status = status_pb2.Status.FromString(raw[0])
+    assert status.code == error.code().value[0]
+    assert status.message == error.details()
+    infos, bad_requests = [], []
+    for detail in status.details:
+        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            detail.Unpack(info)
+            assert info.domain == ERROR_DOMAIN
+            infos.append(info)
+        elif detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+            bad_request = error_details_pb2.BadRequest()
+            detail.Unpack(bad_request)
+            bad_requests.append(bad_request)
+    return RichError(error.code(), error.details() or "", status, infos, bad_requests)
+
+
+# ---- requests -----------------------------------------------------------------------------
+
+IN_HISTORY_ROUTE = pb.Route(provider="deepseek", model="deepseek-flash", context_window=128_000)
+REPLACE_ROUTE = pb.Route(provider="openai", model="gpt-test", context_window=128_000)
+
+
+def user(text: str) -> pb.Message:
+    return pb.Message(
+        role=pb.MESSAGE_ROLE_USER, content=[pb.ContentBlock(text=pb.TextBlock(text=text))]
+    )
+
+
+def admit_request(
+    session_id: str,
+    prompt: str,
+    *users: str,
+    turn: int = 0,
+    step: int = 0,
+    route: pb.Route = IN_HISTORY_ROUTE,
+    **fields: Any,
+) -> api.AdmitRequest:
+    return api.AdmitRequest(
+        session_id=session_id,
+        turn=turn,
+        step=step,
+        rendered_prompt=prompt,
+        route=route,
+        users=[user(text) for text in users],
+        **fields,
+    )
+
+
+async def create_session(stub: api_grpc.AdmissionServiceAsyncStub) -> str:
+    session_id = new_session_id()
+    await stub.CreateSession(api.CreateSessionRequest(session_id=session_id))
+    return session_id
