@@ -68,9 +68,7 @@ def upgrade() -> None:
         sa.Column("last_context", sa.LargeBinary(), nullable=True),
         sa.Column("last_request", sa.LargeBinary(), nullable=True),
         sa.Column("shadowed_position", sa.BigInteger(), nullable=True),
-        sa.Column(
-            "shadowed_system", sa.Boolean(), server_default=sa.text("false"), nullable=False
-        ),
+        sa.Column("shadowed_system", sa.Boolean(), server_default=sa.text("false"), nullable=False),
         _counter("request_count"),
         _now("create_time"),
         _now("update_time"),

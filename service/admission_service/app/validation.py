@@ -107,7 +107,8 @@ def check_tools(tools: Sequence[Tool], limits: Limits) -> None:
             limits.max_tool_schema_bytes
         ):
             raise InvalidArgument(field, f"is larger than {limits.max_tool_schema_bytes} bytes")
-        _check_json_object(tool.parameters_json, f"{field}.parameters_json")
+        if tool.parameters_json:  # empty means "no parameters"
+            _check_json_object(tool.parameters_json, f"{field}.parameters_json")
 
 
 def _block_size(block: Block) -> int:

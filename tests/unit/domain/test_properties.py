@@ -198,8 +198,8 @@ class Checker:
         if previous is not None and previous.key == key:
             assert self.previous_request is not None
             shared = 0
-            for before, now in zip(self.previous_request, messages, strict=False):
-                if encode_message(before) != encode_message(now):
+            for old, new in zip(self.previous_request, messages, strict=False):
+                if encode_message(old) != encode_message(new):
                     break
                 shared += 1
             assert predicted.reused_messages == shared
