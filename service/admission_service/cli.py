@@ -205,7 +205,7 @@ def _context(log: pb.ContextLog) -> str:
     window = context.context_window or "undeclared"
     update = _short(
         pb.SystemPromptUpdate.Name(context.system_prompt_update), "SYSTEM_PROMPT_UPDATE_"
-    )
+    ).replace("_", "-")
     return (
         f"seq {log.seq}: {context.provider}/{context.model}, context window {window}, "
         f"system prompt update {update}"

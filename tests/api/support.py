@@ -38,7 +38,7 @@ class StartApi(Protocol):
     async def __call__(self, *, hooks: PhaseHooks = NO_HOOKS, **settings: Any) -> ApiClient: ...
 
 
-def api_settings(database_url: str, **overrides: Any) -> Settings:
+def api_settings(database_url: str, /, **overrides: Any) -> Settings:
     """Settings for an in-process test server: loopback, a free port, the test database
     (already migrated by the ``database_url`` fixture), a small pool."""
     base = Settings(
@@ -62,8 +62,9 @@ def connect(server: RunningServer) -> ApiClient:
 
 
 async def start_client(
-    database_url: str, *, hooks: PhaseHooks = NO_HOOKS, **settings: Any
+    database_url: str, /, *, hooks: PhaseHooks = NO_HOOKS, **settings: Any
 ) -> ApiClient:
+    """A server on ``database_url`` (``settings`` may override it, and any other setting)."""
     server = await start_server(api_settings(database_url, **settings), hooks=hooks)
     return connect(server)
 
@@ -138,7 +139,7 @@ def admit_request(
     *users: str,
     turn: int = 0,
     step: int = 0,
-    route: pb.Route = IN_HISTORY_ROUTE,
+    route: pb.Route | None = IN_HISTORY_ROUTE,
     **fields: Any,
 ) -> api.AdmitRequest:
     return api.AdmitRequest(

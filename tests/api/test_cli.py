@@ -1,0 +1,141 @@
+"""The ``admission-service`` command: ``inspect`` against a running server, ``migrate``."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from admission_service.cli import format_inspect, main
+from promptadmission.v1 import admission_service_pb2 as api
+from promptadmission.v1 import session_pb2 as pb
+from sqlalchemy import create_engine, inspect, pool
+
+from tests.api.support import ApiClient, admit_request, create_session
+
+LONG_PROMPT = "You are a careful assistant.\n" + "x" * 200
+
+
+async def small_session(client: ApiClient) -> str:
+    stub = client.stub
+    session_id = await create_session(stub)
+    tools = [pb.Tool(name="read", parameters_json="{}")]
+    first = await stub.Admit(
+        admit_request(session_id, LONG_PROMPT, "hello there", turn=1, tools=tools)
+    )
+    await stub.Record(
+        api.RecordRequest(
+            session_id=session_id,
+            admission_id=first.admission_id,
+            assistant=pb.Message(
+                role=pb.MESSAGE_ROLE_ASSISTANT,
+                content=[pb.ContentBlock(text=pb.TextBlock(text="hi!"))],
+            ),
+            usage=pb.Usage(input_tokens=50, output_tokens=3, cache_read_tokens=7),
+        )
+    )
+    await stub.Admit(admit_request(session_id, "Plan mode.", "go on", turn=2, tools=tools))
+    return session_id
+
+
+async def run_cli(*args: str) -> int:
+    # The server runs on this event loop; the CLI's blocking channel must not.
+    return await asyncio.to_thread(main, list(args))
+
+
+async def test_inspect_prints_the_session(
+    api: ApiClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    session_id = await small_session(api)
+
+    assert await run_cli("inspect", session_id, "--target", api.server.target) == 0
+
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0] == f"session {session_id}"
+    assert "revision 3, 7 events, replace generation 0" in lines[1]
+    # The effective prompt lives in history, after the head.
+    assert "effective prompt: seq 5, in-history, 10 chars" in out
+    assert '"Plan mode."' in out
+    # Each surviving system node, its turn/step and update flag, its text truncated.
+    header = lines.index("system nodes (2):")
+    node_lines = lines[header + 2 : header + 4]
+    assert "1/0" in node_lines[0] and " - " in node_lines[0]
+    assert '"You are a careful assistant.\\nxxx' in node_lines[0]
+    assert "…" in node_lines[0]
+    assert "2/0" in node_lines[1] and "update" in node_lines[1]
+    assert "tokens: system " in out and ", total " in out
+    assert "series: replace generation 0, at last request 0" in out
+    assert "last header: seq 2 (initial): deepseek/deepseek-flash, 1 tools (read)" in out
+    assert "system prompt update in-history" in out
+    assert "cache ledger (last 2 of 2):" in out
+    assert "first_request" in out
+    # The derived request, one line per message.
+    assert "derived request (5 messages, 1 tools, neutral):" in out
+    assert '  [1] user       "hello there"' in out
+    assert '  [2] assistant  "hi!"' in out
+    assert '  [3] system     "Plan mode."' in out
+    assert '  [4] user       "go on"' in out
+
+
+async def test_inspect_with_a_wire_format_prints_the_body(
+    api: ApiClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    session_id = await small_session(api)
+    target = api.server.target
+    assert await run_cli("inspect", session_id, "--target", target, "--wire", "openai_chat") == 0
+    out = capsys.readouterr().out
+    assert "openai_chat body:" in out
+    assert '"role": "system"' in out
+
+
+async def test_inspect_of_an_unknown_session_fails(
+    api: ApiClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert await run_cli("inspect", "no-such-session", "--target", api.server.target) == 1
+    err = capsys.readouterr().err
+    assert "NOT_FOUND" in err and "SESSION_NOT_FOUND" in err
+
+
+async def test_inspect_without_a_server_fails(capsys: pytest.CaptureFixture[str]) -> None:
+    code = await run_cli("inspect", "s", "--target", "127.0.0.1:9", "--timeout", "2")
+    assert code == 1
+    assert "UNAVAILABLE" in capsys.readouterr().err
+
+
+def test_an_empty_session_formats() -> None:
+    response = api.InspectResponse(
+        session=pb.Session(session_id="s"),
+        effective_prompt=pb.EffectivePrompt(location=pb.PROMPT_LOCATION_NONE),
+        request=pb.DerivedRequest(wire_format=pb.WIRE_FORMAT_NEUTRAL),
+    )
+    out = format_inspect(response)
+    assert "effective prompt: none" in out
+    assert "system nodes (0):" in out
+    assert "last header: none" in out
+
+
+def test_migrate_creates_the_schema(
+    empty_database_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("DATABASE_URL", empty_database_url)
+    assert main(["migrate"]) == 0
+    assert "latest migration" in capsys.readouterr().out
+    engine = create_engine(empty_database_url, poolclass=pool.NullPool)
+    try:
+        assert "alembic_version" in inspect(engine).get_table_names()
+    finally:
+        engine.dispose()
+
+
+def test_a_configuration_error_exits_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PAS_DB_POOL_SIZE", "many")
+    assert main(["migrate"]) == 2
+    assert "PAS_DB_POOL_SIZE" in capsys.readouterr().err
+
+
+def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main(["inspect"])
+    assert caught.value.code == 2
