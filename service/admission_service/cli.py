@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 import grpc
+import sqlalchemy.exc
 from grpc_status import rpc_status
 from promptadmission.v1 import admission_service_pb2 as api
 from promptadmission.v1 import admission_service_pb2_grpc as api_grpc
@@ -93,6 +94,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except EmbeddedPostgresError as exc:
         print(f"{PROG}: embedded PostgreSQL: {exc}", file=sys.stderr)
+        return 1
+    except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError) as exc:
+        # The driver's own message says which server could not be reached and why; the
+        # SQLAlchemy wrapper would add the statement, which an operator does not need.
+        print(f"{PROG}: database unavailable: {str(exc.orig).strip()}", file=sys.stderr)
         return 1
 
 

@@ -139,3 +139,13 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as caught:
         main(["inspect"])
     assert caught.value.code == 2
+
+
+def test_an_unreachable_database_exits_1(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("DATABASE_URL", "postgresql://nobody:s3cret@127.0.0.1:9/none")
+    assert main(["migrate"]) == 1
+    err = capsys.readouterr().err
+    assert "database unavailable" in err
+    assert "s3cret" not in err and "Traceback" not in err

@@ -141,7 +141,9 @@ def _log_failure(method: str, exc: Exception, mapped: MappedError) -> None:
             exc_info=exc,
         )
     elif mapped.reason == DATABASE_UNAVAILABLE:
-        _log.warning("%s: database unavailable (%s)", method, type(exc).__name__, exc_info=exc)
+        # No traceback: SQLAlchemy's text carries the statement and its parameters (prompts).
+        cause = exc.orig if isinstance(exc, sqlalchemy.exc.DBAPIError) else exc
+        _log.warning("%s: database unavailable: %s: %s", method, type(cause).__name__, cause)
     else:
         _log.info("%s: %s %s", method, mapped.code.name, mapped.reason)
 
