@@ -10,6 +10,7 @@ from typing import Any
 
 import grpc
 import psycopg
+import psycopg.errors
 import pytest
 import sqlalchemy.exc
 from admission_service.api.errors import ErrorInterceptor

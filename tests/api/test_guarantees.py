@@ -259,7 +259,10 @@ async def test_reconcile_after_compaction_rebaselines_and_admits_no_user_again(
     assert not unchanged.commits
     assert not unchanged.HasField("header")
     after = await snapshot(stub, sid)
-    assert after[2] == before[2]  # the log is unchanged: no event, no extra header
+    # Nothing committed to the history: same revision, same log, same derived request. (The
+    # ledger gains the attempt's row: it is a new provider request with its own forecast.)
+    assert after[:4] == before[:4]
+    assert unchanged.revision == before[0]
 
 
 # ---- bad input -----------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from typing import Any
 
 import grpc
 import psycopg
+import psycopg.errors
 import sqlalchemy.exc
 from google.protobuf.any_pb2 import Any as AnyProto
 from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
@@ -39,6 +40,7 @@ from admission_service.domain.errors import (
 )
 
 ERROR_DOMAIN = "promptadmission.v1"
+CONCURRENT_MODIFICATION = "CONCURRENT_MODIFICATION"
 DATABASE_UNAVAILABLE = "DATABASE_UNAVAILABLE"
 INTERNAL = "INTERNAL"
 
@@ -85,9 +87,8 @@ _DOMAIN_CODES: tuple[tuple[type[DomainError], grpc.StatusCode], ...] = (
     # SurfaceViolation and any other DomainError fall through to INTERNAL: they mean a bug.
 )
 
-# Failures to reach or keep the database. psycopg's OperationalError family also covers the
-# retryable transaction conflicts (serialization failure, deadlock); the transaction was rolled
-# back, so "retry with backoff" is the right advice for them too.
+# Failures to reach or keep the database. (psycopg's OperationalError family also holds the
+# transaction conflicts — deadlock, serialization failure — which are mapped to ABORTED first.)
 _DATABASE_ERRORS: tuple[type[BaseException], ...] = (
     sqlalchemy.exc.OperationalError,
     sqlalchemy.exc.InterfaceError,
@@ -96,6 +97,12 @@ _DATABASE_ERRORS: tuple[type[BaseException], ...] = (
     psycopg.OperationalError,
     psycopg.InterfaceError,
 )
+
+
+def _is_transaction_conflict(exc: BaseException) -> bool:
+    """The database rolled the transaction back to break a conflict; the caller may retry."""
+    cause = exc.orig if isinstance(exc, sqlalchemy.exc.DBAPIError) else exc
+    return isinstance(cause, psycopg.errors.TransactionRollback)
 
 
 def _is_database_unavailable(exc: BaseException) -> bool:
@@ -116,6 +123,12 @@ def map_exception(exc: Exception) -> MappedError:
                         code, exc.reason, exc.message, exc.metadata, exc.field, description
                     )
                 return MappedError(code, exc.reason, exc.message, exc.metadata)
+    if _is_transaction_conflict(exc):
+        return MappedError(
+            grpc.StatusCode.ABORTED,
+            CONCURRENT_MODIFICATION,
+            "the transaction conflicted with another one and was rolled back; retry",
+        )
     if _is_database_unavailable(exc):
         return MappedError(
             grpc.StatusCode.UNAVAILABLE,

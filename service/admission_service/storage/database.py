@@ -75,6 +75,8 @@ def create_engine(
         pool_timeout=pool_timeout,
         pool_recycle=pool_recycle,
         pool_pre_ping=True,
+        # Errors must never carry prompt or message text into logs (SPEC §9).
+        hide_parameters=True,
         connect_args={"prepare_threshold": None, "application_name": application_name},
     )
 

@@ -188,8 +188,11 @@ class SessionStore:
         shadowed: Shadowed | None,
         request_count: int,
     ) -> int:
-        """Write the new counters and series state, bump the revision; returns it."""
-        revision = record.revision + 1
+        """Write the new counters and series state; returns the revision.
+
+        The revision counts changes of the history: it moves only when events were logged.
+        """
+        revision = record.revision + (1 if next_seq != record.next_seq else 0)
         values: dict[str, Any] = {
             "revision": revision,
             "next_seq": next_seq,

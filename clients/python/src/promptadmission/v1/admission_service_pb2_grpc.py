@@ -61,6 +61,10 @@ class AdmissionServiceStub(object):
     re-read the session and retry.
     - STALE_COMPACTION_PLAN (ABORTED): the surface changed since the compaction was planned;
     plan again.
+    - NOTHING_TO_COMPACT (FAILED_PRECONDITION): PlanCompaction found no range to fold with the
+    given `retain_tokens` (everything after the head must be kept).
+    - CONCURRENT_MODIFICATION (ABORTED): the database rolled the transaction back (a deadlock or
+    serialization failure); retry the call with the same `request_id`.
     - DATABASE_UNAVAILABLE (UNAVAILABLE): the database cannot be reached; retry with backoff.
     - INTERNAL (INTERNAL): an unexpected failure; the message is generic.
 
@@ -167,6 +171,10 @@ class AdmissionServiceServicer(object):
     re-read the session and retry.
     - STALE_COMPACTION_PLAN (ABORTED): the surface changed since the compaction was planned;
     plan again.
+    - NOTHING_TO_COMPACT (FAILED_PRECONDITION): PlanCompaction found no range to fold with the
+    given `retain_tokens` (everything after the head must be kept).
+    - CONCURRENT_MODIFICATION (ABORTED): the database rolled the transaction back (a deadlock or
+    serialization failure); retry the call with the same `request_id`.
     - DATABASE_UNAVAILABLE (UNAVAILABLE): the database cannot be reached; retry with backoff.
     - INTERNAL (INTERNAL): an unexpected failure; the message is generic.
 
@@ -362,6 +370,10 @@ class AdmissionService(object):
     re-read the session and retry.
     - STALE_COMPACTION_PLAN (ABORTED): the surface changed since the compaction was planned;
     plan again.
+    - NOTHING_TO_COMPACT (FAILED_PRECONDITION): PlanCompaction found no range to fold with the
+    given `retain_tokens` (everything after the head must be kept).
+    - CONCURRENT_MODIFICATION (ABORTED): the database rolled the transaction back (a deadlock or
+    serialization failure); retry the call with the same `request_id`.
     - DATABASE_UNAVAILABLE (UNAVAILABLE): the database cannot be reached; retry with backoff.
     - INTERNAL (INTERNAL): an unexpected failure; the message is generic.
 

@@ -53,6 +53,10 @@ class AdmissionServiceStub:
       re-read the session and retry.
     - STALE_COMPACTION_PLAN (ABORTED): the surface changed since the compaction was planned;
       plan again.
+    - NOTHING_TO_COMPACT (FAILED_PRECONDITION): PlanCompaction found no range to fold with the
+      given `retain_tokens` (everything after the head must be kept).
+    - CONCURRENT_MODIFICATION (ABORTED): the database rolled the transaction back (a deadlock or
+      serialization failure); retry the call with the same `request_id`.
     - DATABASE_UNAVAILABLE (UNAVAILABLE): the database cannot be reached; retry with backoff.
     - INTERNAL (INTERNAL): an unexpected failure; the message is generic.
 
@@ -178,6 +182,10 @@ class AdmissionServiceAsyncStub:
       re-read the session and retry.
     - STALE_COMPACTION_PLAN (ABORTED): the surface changed since the compaction was planned;
       plan again.
+    - NOTHING_TO_COMPACT (FAILED_PRECONDITION): PlanCompaction found no range to fold with the
+      given `retain_tokens` (everything after the head must be kept).
+    - CONCURRENT_MODIFICATION (ABORTED): the database rolled the transaction back (a deadlock or
+      serialization failure); retry the call with the same `request_id`.
     - DATABASE_UNAVAILABLE (UNAVAILABLE): the database cannot be reached; retry with backoff.
     - INTERNAL (INTERNAL): an unexpected failure; the message is generic.
 
@@ -302,6 +310,10 @@ class AdmissionServiceServicer(metaclass=abc.ABCMeta):
       re-read the session and retry.
     - STALE_COMPACTION_PLAN (ABORTED): the surface changed since the compaction was planned;
       plan again.
+    - NOTHING_TO_COMPACT (FAILED_PRECONDITION): PlanCompaction found no range to fold with the
+      given `retain_tokens` (everything after the head must be kept).
+    - CONCURRENT_MODIFICATION (ABORTED): the database rolled the transaction back (a deadlock or
+      serialization failure); retry the call with the same `request_id`.
     - DATABASE_UNAVAILABLE (UNAVAILABLE): the database cannot be reached; retry with backoff.
     - INTERNAL (INTERNAL): an unexpected failure; the message is generic.
 

@@ -27,7 +27,9 @@ class _MessageRole:
 class _MessageRoleEnumTypeWrapper(google.protobuf.internal.enum_type_wrapper._EnumTypeWrapper[_MessageRole.ValueType], builtins.type):
     DESCRIPTOR: google.protobuf.descriptor.EnumDescriptor
     MESSAGE_ROLE_UNSPECIFIED: _MessageRole.ValueType  # 0
-    """MESSAGE_ROLE_UNSPECIFIED is the zero value; it is never valid in a request."""
+    """MESSAGE_ROLE_UNSPECIFIED is the zero value; in a request it is read as the role the field
+    implies (USER in `users`, ASSISTANT in `assistant`).
+    """
     MESSAGE_ROLE_SYSTEM: _MessageRole.ValueType  # 1
     """MESSAGE_ROLE_SYSTEM marks a system prompt message (a system node of the surface)."""
     MESSAGE_ROLE_USER: _MessageRole.ValueType  # 2
@@ -41,8 +43,8 @@ class MessageRole(_MessageRole, metaclass=_MessageRoleEnumTypeWrapper):
     """Resources, enums and shared messages of the Prompt Admission Service API v1.
 
     Integer conventions: every int64 that counts something (seq, revision, turn, step,
-    generation, tokens) is declared with `jstype = JS_NUMBER`, so TypeScript clients
-    (protobuf-es v2) see a plain `number`. Values never exceed 2^53 - 1.
+    generation, tokens) is declared with `jstype = JS_NUMBER` and never exceeds 2^53 - 1, so a
+    client may hold it in a JavaScript number. (protobuf-es v2 still types int64 as `bigint`.)
 
     Text conventions: every string that carries prompt, message or tool text accepts any valid
     protobuf string (UTF-8, including NUL characters and astral-plane characters) and is stored
@@ -52,7 +54,9 @@ class MessageRole(_MessageRole, metaclass=_MessageRoleEnumTypeWrapper):
     """
 
 MESSAGE_ROLE_UNSPECIFIED: MessageRole.ValueType  # 0
-"""MESSAGE_ROLE_UNSPECIFIED is the zero value; it is never valid in a request."""
+"""MESSAGE_ROLE_UNSPECIFIED is the zero value; in a request it is read as the role the field
+implies (USER in `users`, ASSISTANT in `assistant`).
+"""
 MESSAGE_ROLE_SYSTEM: MessageRole.ValueType  # 1
 """MESSAGE_ROLE_SYSTEM marks a system prompt message (a system node of the surface)."""
 MESSAGE_ROLE_USER: MessageRole.ValueType  # 2
@@ -1216,8 +1220,9 @@ class Session(google.protobuf.message.Message):
     client or generated (a UUID4 string) on CreateSession.
     """
     revision: builtins.int
-    """revision is the session's revision; it grows with every committed change and is the value
-    to pass as expected_revision. Output only.
+    """revision is the session's revision: it grows by one with every call that logs events
+    (every change of the history) and is the value to pass as expected_revision. A call that
+    logs nothing (an unchanged retry, a usage-only Record) leaves it as it is. Output only.
     """
     event_count: builtins.int
     """event_count is the number of events in the log, which is also the seq the next event

@@ -1016,8 +1016,9 @@ export type Session = Message$1<"promptadmission.v1.Session"> & {
   updateTime?: Timestamp | undefined;
 
   /**
-   * revision is the session's revision; it grows with every committed change and is the value
-   * to pass as expected_revision. Output only.
+   * revision is the session's revision: it grows by one with every call that logs events
+   * (every change of the history) and is the value to pass as expected_revision. A call that
+   * logs nothing (an unchanged retry, a usage-only Record) leaves it as it is. Output only.
    *
    * @generated from field: int64 revision = 4 [jstype = JS_NUMBER];
    */
@@ -1238,7 +1239,8 @@ export const EventSchema: GenMessage<Event> = /*@__PURE__*/
  */
 export enum MessageRole {
   /**
-   * MESSAGE_ROLE_UNSPECIFIED is the zero value; it is never valid in a request.
+   * MESSAGE_ROLE_UNSPECIFIED is the zero value; in a request it is read as the role the field
+   * implies (USER in `users`, ASSISTANT in `assistant`).
    *
    * @generated from enum value: MESSAGE_ROLE_UNSPECIFIED = 0;
    */
