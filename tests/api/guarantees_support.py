@@ -19,13 +19,23 @@ from admission_service.domain.messages import (
     ToolResult,
 )
 from admission_service.domain.surface import SessionLog
-from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
+
+from .support import (
+    IN_HISTORY_ROUTE,
+    REPLACE_ROUTE,
+    admit_request,
+    rich_error,
+    user,
+)
+
+__all__ = ["admit_request", "user"]  # re-exported for the guarantee and reliability tests
 from promptadmission.v1 import admission_service_pb2 as api
 from promptadmission.v1 import admission_service_pb2_grpc as api_grpc
 from promptadmission.v1 import session_pb2 as pb
 
-IN_HISTORY = pb.Route(provider="deepseek", model="deepseek-flash", context_window=128_000)
-REPLACE = pb.Route(provider="openai", model="gpt-x", context_window=128_000)
+# One source for requests and rich errors: the API tests' support module.
+IN_HISTORY = IN_HISTORY_ROUTE
+REPLACE = REPLACE_ROUTE
 
 
 class PausingHooks:
@@ -58,12 +68,6 @@ class PausingHooks:
             self.unwound.set()
 
 
-def user(text: str) -> pb.Message:
-    return pb.Message(
-        role=pb.MESSAGE_ROLE_USER, content=[pb.ContentBlock(text=pb.TextBlock(text=text))]
-    )
-
-
 def assistant(text: str, *calls: str) -> pb.Message:
     blocks = [pb.ContentBlock(text=pb.TextBlock(text=text))]
     blocks += [
@@ -73,45 +77,15 @@ def assistant(text: str, *calls: str) -> pb.Message:
     return pb.Message(role=pb.MESSAGE_ROLE_ASSISTANT, content=blocks)
 
 
-def admit_request(session_id: str, prompt: str, *texts: str, **fields: object) -> api.AdmitRequest:
-    defaults: dict[str, object] = {"turn": 1, "step": 1, "route": IN_HISTORY}
-    defaults.update(fields)
-    return api.AdmitRequest(
-        session_id=session_id,
-        rendered_prompt=prompt,
-        users=[user(t) for t in texts],
-        **defaults,  # type: ignore[arg-type]
-    )
-
-
-def status_of(error: grpc.aio.AioRpcError) -> Any:
-    trailers: Any = error.trailing_metadata() or ()  # grpc.aio.Metadata; the stubs disagree
-    for key, value in trailers:
-        if key == "grpc-status-details-bin":
-            assert isinstance(value, bytes)
-            return status_pb2.Status.FromString(value)
-    raise AssertionError(f"no rich status on {error.code()}: {error.details()}")
-
-
 def error_info(error: grpc.aio.AioRpcError) -> Any:
-    infos = []
-    for detail in status_of(error).details:
-        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-            info = error_details_pb2.ErrorInfo()
-            detail.Unpack(info)
-            infos.append(info)
-    assert len(infos) == 1, "exactly one ErrorInfo"
-    return infos[0]
+    """The error's one ErrorInfo (``rich_error`` asserts there is exactly one)."""
+    rich = rich_error(error)
+    assert rich.reason
+    return rich.error_infos[0]
 
 
 def violated_fields(error: grpc.aio.AioRpcError) -> list[str]:
-    fields = []
-    for detail in status_of(error).details:
-        if detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
-            bad = error_details_pb2.BadRequest()
-            detail.Unpack(bad)
-            fields += [v.field for v in bad.field_violations]
-    return fields
+    return rich_error(error).violated_fields
 
 
 async def snapshot(stub: api_grpc.AdmissionServiceAsyncStub, session_id: str) -> tuple[object, ...]:
