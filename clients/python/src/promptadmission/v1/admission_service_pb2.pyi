@@ -216,6 +216,8 @@ class AdmitRequest(google.protobuf.message.Message):
     RESUME_FIELD_NUMBER: builtins.int
     WIRE_FORMAT_FIELD_NUMBER: builtins.int
     VALIDATE_ONLY_FIELD_NUMBER: builtins.int
+    VIEW_FIELD_NUMBER: builtins.int
+    HELD_PREFIX_FIELD_NUMBER: builtins.int
     session_id: builtins.str
     """session_id is the id of the session. Required."""
     request_id: builtins.str
@@ -252,6 +254,8 @@ class AdmitRequest(google.protobuf.message.Message):
     """validate_only, when true, computes and returns the same answer but commits nothing (no
     events, no admission, no idempotency record); admission_id is then empty.
     """
+    view: promptadmission.v1.session_pb2.RequestView.ValueType
+    """view selects FULL (the default) or DELTA: only the messages after held_prefix."""
     @property
     def tools(self) -> google.protobuf.internal.containers.RepeatedCompositeFieldContainer[promptadmission.v1.session_pb2.Tool]:
         """tools is the tool set visible to the model for this step, stored with the admission. At
@@ -267,6 +271,14 @@ class AdmitRequest(google.protobuf.message.Message):
         """users is the step's accepted user messages, in order, committed after the system commits.
         Each must have role MESSAGE_ROLE_USER and only text and image blocks. Optional; at most 64
         messages of at most 1 MiB each by default.
+        """
+
+    @property
+    def held_prefix(self) -> promptadmission.v1.session_pb2.HeldPrefix:
+        """held_prefix is the prefix of the derived request the caller holds, for
+        REQUEST_VIEW_DELTA: the total_messages and digest of the DerivedRequest of this session's
+        latest derived request. The service verifies it; when it is not the start of the new
+        derived request the response is FULL. Ignored for REQUEST_VIEW_FULL.
         """
 
     def __init__(
@@ -285,9 +297,11 @@ class AdmitRequest(google.protobuf.message.Message):
         resume: builtins.bool = ...,
         wire_format: promptadmission.v1.session_pb2.WireFormat.ValueType = ...,
         validate_only: builtins.bool = ...,
+        view: promptadmission.v1.session_pb2.RequestView.ValueType = ...,
+        held_prefix: promptadmission.v1.session_pb2.HeldPrefix | None = ...,
     ) -> None: ...
-    def HasField(self, field_name: typing.Literal["_expected_revision", b"_expected_revision", "expected_revision", b"expected_revision", "route", b"route"]) -> builtins.bool: ...
-    def ClearField(self, field_name: typing.Literal["_expected_revision", b"_expected_revision", "expected_revision", b"expected_revision", "rendered_prompt", b"rendered_prompt", "request_id", b"request_id", "resume", b"resume", "route", b"route", "session_id", b"session_id", "starts_request_series", b"starts_request_series", "step", b"step", "tools", b"tools", "turn", b"turn", "users", b"users", "validate_only", b"validate_only", "wire_format", b"wire_format"]) -> None: ...
+    def HasField(self, field_name: typing.Literal["_expected_revision", b"_expected_revision", "expected_revision", b"expected_revision", "held_prefix", b"held_prefix", "route", b"route"]) -> builtins.bool: ...
+    def ClearField(self, field_name: typing.Literal["_expected_revision", b"_expected_revision", "expected_revision", b"expected_revision", "held_prefix", b"held_prefix", "rendered_prompt", b"rendered_prompt", "request_id", b"request_id", "resume", b"resume", "route", b"route", "session_id", b"session_id", "starts_request_series", b"starts_request_series", "step", b"step", "tools", b"tools", "turn", b"turn", "users", b"users", "validate_only", b"validate_only", "view", b"view", "wire_format", b"wire_format"]) -> None: ...
     def WhichOneof(self, oneof_group: typing.Literal["_expected_revision", b"_expected_revision"]) -> typing.Literal["expected_revision"] | None: ...
 
 global___AdmitRequest = AdmitRequest
@@ -390,6 +404,8 @@ class ReconcileRequest(google.protobuf.message.Message):
     ROUTE_FIELD_NUMBER: builtins.int
     WIRE_FORMAT_FIELD_NUMBER: builtins.int
     VALIDATE_ONLY_FIELD_NUMBER: builtins.int
+    VIEW_FIELD_NUMBER: builtins.int
+    HELD_PREFIX_FIELD_NUMBER: builtins.int
     session_id: builtins.str
     """session_id is the id of the session. Required."""
     request_id: builtins.str
@@ -411,9 +427,19 @@ class ReconcileRequest(google.protobuf.message.Message):
     """
     validate_only: builtins.bool
     """validate_only, when true, computes and returns the same answer but commits nothing."""
+    view: promptadmission.v1.session_pb2.RequestView.ValueType
+    """view selects FULL (the default) or DELTA: only the messages after held_prefix."""
     @property
     def route(self) -> promptadmission.v1.session_pb2.Route:
         """route is the route as re-prepared for this attempt. Required."""
+
+    @property
+    def held_prefix(self) -> promptadmission.v1.session_pb2.HeldPrefix:
+        """held_prefix is the prefix of the derived request the caller holds, for
+        REQUEST_VIEW_DELTA: the total_messages and digest of the DerivedRequest of this session's
+        latest derived request. The service verifies it; when it is not the start of the new
+        derived request the response is FULL. Ignored for REQUEST_VIEW_FULL.
+        """
 
     def __init__(
         self,
@@ -425,9 +451,11 @@ class ReconcileRequest(google.protobuf.message.Message):
         route: promptadmission.v1.session_pb2.Route | None = ...,
         wire_format: promptadmission.v1.session_pb2.WireFormat.ValueType = ...,
         validate_only: builtins.bool = ...,
+        view: promptadmission.v1.session_pb2.RequestView.ValueType = ...,
+        held_prefix: promptadmission.v1.session_pb2.HeldPrefix | None = ...,
     ) -> None: ...
-    def HasField(self, field_name: typing.Literal["_expected_revision", b"_expected_revision", "expected_revision", b"expected_revision", "route", b"route"]) -> builtins.bool: ...
-    def ClearField(self, field_name: typing.Literal["_expected_revision", b"_expected_revision", "admission_id", b"admission_id", "expected_revision", b"expected_revision", "request_id", b"request_id", "route", b"route", "session_id", b"session_id", "validate_only", b"validate_only", "wire_format", b"wire_format"]) -> None: ...
+    def HasField(self, field_name: typing.Literal["_expected_revision", b"_expected_revision", "expected_revision", b"expected_revision", "held_prefix", b"held_prefix", "route", b"route"]) -> builtins.bool: ...
+    def ClearField(self, field_name: typing.Literal["_expected_revision", b"_expected_revision", "admission_id", b"admission_id", "expected_revision", b"expected_revision", "held_prefix", b"held_prefix", "request_id", b"request_id", "route", b"route", "session_id", b"session_id", "validate_only", b"validate_only", "view", b"view", "wire_format", b"wire_format"]) -> None: ...
     def WhichOneof(self, oneof_group: typing.Literal["_expected_revision", b"_expected_revision"]) -> typing.Literal["expected_revision"] | None: ...
 
 global___ReconcileRequest = ReconcileRequest
@@ -808,19 +836,34 @@ class InspectRequest(google.protobuf.message.Message):
 
     SESSION_ID_FIELD_NUMBER: builtins.int
     WIRE_FORMAT_FIELD_NUMBER: builtins.int
+    VIEW_FIELD_NUMBER: builtins.int
+    HELD_PREFIX_FIELD_NUMBER: builtins.int
     session_id: builtins.str
     """session_id is the id of the session. Required."""
     wire_format: promptadmission.v1.session_pb2.WireFormat.ValueType
     """wire_format is the format of the returned derived request. Optional: unspecified means
     WIRE_FORMAT_NEUTRAL.
     """
+    view: promptadmission.v1.session_pb2.RequestView.ValueType
+    """view selects FULL (the default) or DELTA: only the messages after held_prefix."""
+    @property
+    def held_prefix(self) -> promptadmission.v1.session_pb2.HeldPrefix:
+        """held_prefix is the prefix of the derived request the caller holds, for
+        REQUEST_VIEW_DELTA: the total_messages and digest of the DerivedRequest of this session's
+        latest derived request. When it is not the start of the current derived request the
+        response is FULL. Ignored for REQUEST_VIEW_FULL.
+        """
+
     def __init__(
         self,
         *,
         session_id: builtins.str = ...,
         wire_format: promptadmission.v1.session_pb2.WireFormat.ValueType = ...,
+        view: promptadmission.v1.session_pb2.RequestView.ValueType = ...,
+        held_prefix: promptadmission.v1.session_pb2.HeldPrefix | None = ...,
     ) -> None: ...
-    def ClearField(self, field_name: typing.Literal["session_id", b"session_id", "wire_format", b"wire_format"]) -> None: ...
+    def HasField(self, field_name: typing.Literal["held_prefix", b"held_prefix"]) -> builtins.bool: ...
+    def ClearField(self, field_name: typing.Literal["held_prefix", b"held_prefix", "session_id", b"session_id", "view", b"view", "wire_format", b"wire_format"]) -> None: ...
 
 global___InspectRequest = InspectRequest
 

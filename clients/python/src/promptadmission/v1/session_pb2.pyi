@@ -219,6 +219,42 @@ later system messages follow the user or tool-result turn they come after.
 """
 global___WireFormat = WireFormat
 
+class _RequestView:
+    ValueType = typing.NewType("ValueType", builtins.int)
+    V: typing_extensions.TypeAlias = ValueType
+
+class _RequestViewEnumTypeWrapper(google.protobuf.internal.enum_type_wrapper._EnumTypeWrapper[_RequestView.ValueType], builtins.type):
+    DESCRIPTOR: google.protobuf.descriptor.EnumDescriptor
+    REQUEST_VIEW_UNSPECIFIED: _RequestView.ValueType  # 0
+    """REQUEST_VIEW_UNSPECIFIED is the zero value and means REQUEST_VIEW_FULL."""
+    REQUEST_VIEW_FULL: _RequestView.ValueType  # 1
+    """REQUEST_VIEW_FULL returns every message of the derived request."""
+    REQUEST_VIEW_DELTA: _RequestView.ValueType  # 2
+    """REQUEST_VIEW_DELTA returns only the messages that follow the prefix the caller holds (see
+    HeldPrefix), when the service can verify that prefix is still the start of the derived
+    request; otherwise the response is FULL and says so in DerivedRequest.view. A caller that
+    keeps the previous request's messages needs only this tail, and its cost does not grow
+    with the session's length. With WIRE_FORMAT_ANTHROPIC_MESSAGES the response is always FULL
+    (that body hoists the head into a top-level field, so it does not extend by appending).
+    """
+
+class RequestView(_RequestView, metaclass=_RequestViewEnumTypeWrapper):
+    """RequestView selects how much of the derived request a response carries."""
+
+REQUEST_VIEW_UNSPECIFIED: RequestView.ValueType  # 0
+"""REQUEST_VIEW_UNSPECIFIED is the zero value and means REQUEST_VIEW_FULL."""
+REQUEST_VIEW_FULL: RequestView.ValueType  # 1
+"""REQUEST_VIEW_FULL returns every message of the derived request."""
+REQUEST_VIEW_DELTA: RequestView.ValueType  # 2
+"""REQUEST_VIEW_DELTA returns only the messages that follow the prefix the caller holds (see
+HeldPrefix), when the service can verify that prefix is still the start of the derived
+request; otherwise the response is FULL and says so in DerivedRequest.view. A caller that
+keeps the previous request's messages needs only this tail, and its cost does not grow
+with the session's length. With WIRE_FORMAT_ANTHROPIC_MESSAGES the response is always FULL
+(that body hoists the head into a top-level field, so it does not extend by appending).
+"""
+global___RequestView = RequestView
+
 class _CommitOperation:
     ValueType = typing.NewType("ValueType", builtins.int)
     V: typing_extensions.TypeAlias = ValueType
@@ -743,6 +779,32 @@ class Route(google.protobuf.message.Message):
 global___Route = Route
 
 @typing.final
+class HeldPrefix(google.protobuf.message.Message):
+    """HeldPrefix names the leading messages of the derived request that a caller already holds:
+    the total_messages and digest of a DerivedRequest it received from this session.
+    """
+
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    MESSAGE_COUNT_FIELD_NUMBER: builtins.int
+    DIGEST_FIELD_NUMBER: builtins.int
+    message_count: builtins.int
+    """message_count is the number of leading messages held: a previous response's
+    DerivedRequest.total_messages. Must not be negative.
+    """
+    digest: builtins.bytes
+    """digest is the previous response's DerivedRequest.digest, passed back unchanged."""
+    def __init__(
+        self,
+        *,
+        message_count: builtins.int = ...,
+        digest: builtins.bytes = ...,
+    ) -> None: ...
+    def ClearField(self, field_name: typing.Literal["digest", b"digest", "message_count", b"message_count"]) -> None: ...
+
+global___HeldPrefix = HeldPrefix
+
+@typing.final
 class DerivedRequest(google.protobuf.message.Message):
     """DerivedRequest is the conversation a model request carries, derived from the surface in
     surface order. Empty system nodes and empty assistant messages derive to nothing.
@@ -754,6 +816,10 @@ class DerivedRequest(google.protobuf.message.Message):
     MESSAGES_FIELD_NUMBER: builtins.int
     BODY_JSON_FIELD_NUMBER: builtins.int
     TOOLS_FIELD_NUMBER: builtins.int
+    VIEW_FIELD_NUMBER: builtins.int
+    FIRST_MESSAGE_INDEX_FIELD_NUMBER: builtins.int
+    TOTAL_MESSAGES_FIELD_NUMBER: builtins.int
+    DIGEST_FIELD_NUMBER: builtins.int
     wire_format: global___WireFormat.ValueType
     """wire_format is the format body_json is in; never WIRE_FORMAT_UNSPECIFIED."""
     body_json: builtins.str
@@ -762,6 +828,23 @@ class DerivedRequest(google.protobuf.message.Message):
     names them), ready to merge with the harness's model and sampling fields. It is empty for
     WIRE_FORMAT_NEUTRAL. On a route that is not in-history it never carries a non-leading
     system message.
+    """
+    view: global___RequestView.ValueType
+    """view is what this response carries: REQUEST_VIEW_FULL (every message) or
+    REQUEST_VIEW_DELTA (the messages after the held prefix); never REQUEST_VIEW_UNSPECIFIED. A
+    DELTA request whose held prefix the service cannot verify is answered FULL.
+    """
+    first_message_index: builtins.int
+    """first_message_index is the index, in the whole derived request, of the first message in
+    messages (and of the first item body_json renders): 0 for FULL, the held message_count for
+    DELTA. The whole request is the held messages up to this index followed by messages.
+    """
+    total_messages: builtins.int
+    """total_messages is the number of messages in the whole derived request."""
+    digest: builtins.bytes
+    """digest identifies the whole derived request's messages within this session (SHA-256,
+    chained from the previous request's digest over the messages appended since). It is opaque:
+    pass it with total_messages as HeldPrefix in a later DELTA request.
     """
     @property
     def messages(self) -> google.protobuf.internal.containers.RepeatedCompositeFieldContainer[global___Message]:
@@ -778,8 +861,12 @@ class DerivedRequest(google.protobuf.message.Message):
         messages: collections.abc.Iterable[global___Message] | None = ...,
         body_json: builtins.str = ...,
         tools: collections.abc.Iterable[global___Tool] | None = ...,
+        view: global___RequestView.ValueType = ...,
+        first_message_index: builtins.int = ...,
+        total_messages: builtins.int = ...,
+        digest: builtins.bytes = ...,
     ) -> None: ...
-    def ClearField(self, field_name: typing.Literal["body_json", b"body_json", "messages", b"messages", "tools", b"tools", "wire_format", b"wire_format"]) -> None: ...
+    def ClearField(self, field_name: typing.Literal["body_json", b"body_json", "digest", b"digest", "first_message_index", b"first_message_index", "messages", b"messages", "tools", b"tools", "total_messages", b"total_messages", "view", b"view", "wire_format", b"wire_format"]) -> None: ...
 
 global___DerivedRequest = DerivedRequest
 

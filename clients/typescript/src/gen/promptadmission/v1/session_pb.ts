@@ -12,7 +12,7 @@ import type { Message as Message$1 } from "@bufbuild/protobuf";
  * Describes the file promptadmission/v1/session.proto.
  */
 export const file_promptadmission_v1_session: GenFile = /*@__PURE__*/
-  fileDesc("CiBwcm9tcHRhZG1pc3Npb24vdjEvc2Vzc2lvbi5wcm90bxIScHJvbXB0YWRtaXNzaW9uLnYxIqQCCgxDb250ZW50QmxvY2sSLQoEdGV4dBgBIAEoCzIdLnByb21wdGFkbWlzc2lvbi52MS5UZXh0QmxvY2tIABIvCgVpbWFnZRgCIAEoCzIeLnByb21wdGFkbWlzc2lvbi52MS5JbWFnZUJsb2NrSAASNwoJcmVhc29uaW5nGAMgASgLMiIucHJvbXB0YWRtaXNzaW9uLnYxLlJlYXNvbmluZ0Jsb2NrSAASNgoJdG9vbF9jYWxsGAQgASgLMiEucHJvbXB0YWRtaXNzaW9uLnYxLlRvb2xDYWxsQmxvY2tIABI6Cgt0b29sX3Jlc3VsdBgFIAEoCzIjLnByb21wdGFkbWlzc2lvbi52MS5Ub29sUmVzdWx0QmxvY2tIAEIHCgVibG9jayIZCglUZXh0QmxvY2sSDAoEdGV4dBgBIAEoCSItCgpJbWFnZUJsb2NrEgsKA3VyaRgBIAEoCRISCgptZWRpYV90eXBlGAIgASgJIh4KDlJlYXNvbmluZ0Jsb2NrEgwKBHRleHQYASABKAkiRgoNVG9vbENhbGxCbG9jaxIPCgdjYWxsX2lkGAEgASgJEgwKBG5hbWUYAiABKAkSFgoOYXJndW1lbnRzX2pzb24YAyABKAkiZwoPVG9vbFJlc3VsdEJsb2NrEg8KB2NhbGxfaWQYASABKAkSMQoHY29udGVudBgCIAMoCzIgLnByb21wdGFkbWlzc2lvbi52MS5Db250ZW50QmxvY2sSEAoIaXNfZXJyb3IYAyABKAgiawoHTWVzc2FnZRItCgRyb2xlGAEgASgOMh8ucHJvbXB0YWRtaXNzaW9uLnYxLk1lc3NhZ2VSb2xlEjEKB2NvbnRlbnQYAiADKAsyIC5wcm9tcHRhZG1pc3Npb24udjEuQ29udGVudEJsb2NrIkIKBFRvb2wSDAoEbmFtZRgBIAEoCRITCgtkZXNjcmlwdGlvbhgCIAEoCRIXCg9wYXJhbWV0ZXJzX2pzb24YAyABKAkiYgoKVG9vbFJlc3VsdBIPCgdjYWxsX2lkGAEgASgJEjEKB2NvbnRlbnQYAiADKAsyIC5wcm9tcHRhZG1pc3Npb24udjEuQ29udGVudEJsb2NrEhAKCGlzX2Vycm9yGAMgASgIIjYKCFNlcVJhbmdlEhUKCXN0YXJ0X3NlcRgBIAEoA0ICMAISEwoHZW5kX3NlcRgCIAEoA0ICMAIivwEKBVJvdXRlEhAKCHByb3ZpZGVyGAEgASgJEg0KBW1vZGVsGAIgASgJEhoKDmNvbnRleHRfd2luZG93GAMgASgDQgIwAhJEChRzeXN0ZW1fcHJvbXB0X3VwZGF0ZRgEIAEoDjImLnByb21wdGFkbWlzc2lvbi52MS5TeXN0ZW1Qcm9tcHRVcGRhdGUSMwoLdG9vbF91cGRhdGUYBSABKA4yHi5wcm9tcHRhZG1pc3Npb24udjEuVG9vbFVwZGF0ZSKwAQoORGVyaXZlZFJlcXVlc3QSMwoLd2lyZV9mb3JtYXQYASABKA4yHi5wcm9tcHRhZG1pc3Npb24udjEuV2lyZUZvcm1hdBItCghtZXNzYWdlcxgCIAMoCzIbLnByb21wdGFkbWlzc2lvbi52MS5NZXNzYWdlEhEKCWJvZHlfanNvbhgDIAEoCRInCgV0b29scxgEIAMoCzIYLnByb21wdGFkbWlzc2lvbi52MS5Ub29sIn8KDFN5c3RlbUNvbW1pdBI2CglvcGVyYXRpb24YASABKA4yIy5wcm9tcHRhZG1pc3Npb24udjEuQ29tbWl0T3BlcmF0aW9uEg8KA3NlcRgCIAEoA0ICMAISDAoEdGV4dBgDIAEoCRIYCgxyZXBsYWNlZF9zZXEYBCABKANCAjACIlkKDVJlcXVlc3RIZWFkZXISEAoIcHJvdmlkZXIYASABKAkSDQoFbW9kZWwYAiABKAkSJwoFdG9vbHMYAyADKAsyGC5wcm9tcHRhZG1pc3Npb24udjEuVG9vbCKYAQoJSGVhZGVyTG9nEg8KA3NlcRgBIAEoA0ICMAISMAoGcmVhc29uGAIgASgOMiAucHJvbXB0YWRtaXNzaW9uLnYxLkhlYWRlclJlYXNvbhIVCg1zdGFydHNfc2VyaWVzGAMgASgIEjEKBmhlYWRlchgEIAEoCzIhLnByb21wdGFkbWlzc2lvbi52MS5SZXF1ZXN0SGVhZGVyIpMBCg5SZXF1ZXN0Q29udGV4dBIQCghwcm92aWRlchgBIAEoCRINCgVtb2RlbBgCIAEoCRIaCg5jb250ZXh0X3dpbmRvdxgDIAEoA0ICMAISRAoUc3lzdGVtX3Byb21wdF91cGRhdGUYBCABKA4yJi5wcm9tcHRhZG1pc3Npb24udjEuU3lzdGVtUHJvbXB0VXBkYXRlIlIKCkNvbnRleHRMb2cSDwoDc2VxGAEgASgDQgIwAhIzCgdjb250ZXh0GAIgASgLMiIucHJvbXB0YWRtaXNzaW9uLnYxLlJlcXVlc3RDb250ZXh0ImYKD0VmZmVjdGl2ZVByb21wdBIMCgR0ZXh0GAEgASgJEg8KA3NlcRgCIAEoA0ICMAISNAoIbG9jYXRpb24YAyABKA4yIi5wcm9tcHRhZG1pc3Npb24udjEuUHJvbXB0TG9jYXRpb24i3AEKDUNhY2hlRm9yZWNhc3QSGwoPcmV1c2VkX21lc3NhZ2VzGAEgASgDQgIwAhIZCg1yZXVzZWRfdG9rZW5zGAIgASgDQgIwAhIaCg50b3RhbF9tZXNzYWdlcxgDIAEoA0ICMAISGAoMdG90YWxfdG9rZW5zGAQgASgDQgIwAhIcChBkaXZlcmdlbmNlX2luZGV4GAUgASgDQgIwAhI/ChFkaXZlcmdlbmNlX3JlYXNvbhgGIAEoDjIkLnByb21wdGFkbWlzc2lvbi52MS5EaXZlcmdlbmNlUmVhc29uInsKDlRva2VuQnJlYWtkb3duEhkKDXN5c3RlbV90b2tlbnMYASABKANCAjACEhgKDHRvb2xzX3Rva2VucxgCIAEoA0ICMAISGgoObWVzc2FnZV90b2tlbnMYAyABKANCAjACEhgKDHRvdGFsX3Rva2VucxgEIAEoA0ICMAIijwEKEFN5c3RlbVByb21wdE5vZGUSDwoDc2VxGAEgASgDQgIwAhIoCgR0aW1lGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIQCgR0dXJuGAMgASgDQgIwAhIQCgRzdGVwGAQgASgDQgIwAhIMCgR0ZXh0GAUgASgJEg4KBnVwZGF0ZRgGIAEoCCJ7CgVVc2FnZRIYCgxpbnB1dF90b2tlbnMYASABKANCAjACEhkKDW91dHB1dF90b2tlbnMYAiABKANCAjACEh0KEWNhY2hlX3JlYWRfdG9rZW5zGAMgASgDQgIwAhIeChJjYWNoZV93cml0ZV90b2tlbnMYBCABKANCAjACIs8BCgtMZWRnZXJFbnRyeRIZCg1yZXF1ZXN0X2luZGV4GAEgASgDQgIwAhIUCgxhZG1pc3Npb25faWQYAiABKAkSEwoHYXR0ZW1wdBgDIAEoA0ICMAISMwoIZm9yZWNhc3QYBCABKAsyIS5wcm9tcHRhZG1pc3Npb24udjEuQ2FjaGVGb3JlY2FzdBIrCghvYnNlcnZlZBgFIAEoCzIZLnByb21wdGFkbWlzc2lvbi52MS5Vc2FnZRIYCgxkcmlmdF90b2tlbnMYBiABKANCAjACIt0BCgtTZXJpZXNTdGF0ZRIeChJyZXBsYWNlX2dlbmVyYXRpb24YASABKANCAjACEigKF2xhc3RfcmVxdWVzdF9nZW5lcmF0aW9uGAIgASgDQgIwAkgAiAEBEjIKC2xhc3RfaGVhZGVyGAMgASgLMh0ucHJvbXB0YWRtaXNzaW9uLnYxLkhlYWRlckxvZxI0CgxsYXN0X2NvbnRleHQYBCABKAsyHi5wcm9tcHRhZG1pc3Npb24udjEuQ29udGV4dExvZ0IaChhfbGFzdF9yZXF1ZXN0X2dlbmVyYXRpb24izgEKB1Nlc3Npb24SEgoKc2Vzc2lvbl9pZBgBIAEoCRIvCgtjcmVhdGVfdGltZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLdXBkYXRlX3RpbWUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhQKCHJldmlzaW9uGAQgASgDQgIwAhIXCgtldmVudF9jb3VudBgFIAEoA0ICMAISHgoScmVwbGFjZV9nZW5lcmF0aW9uGAYgASgDQgIwAiLEAQoJU3VyZmFjZU9wEjYKBmFwcGVuZBgBIAEoCzIkLnByb21wdGFkbWlzc2lvbi52MS5TdXJmYWNlT3AuQXBwZW5kSAASOAoHcmVwbGFjZRgCIAEoCzIlLnByb21wdGFkbWlzc2lvbi52MS5TdXJmYWNlT3AuUmVwbGFjZUgAGggKBkFwcGVuZBo1CgdSZXBsYWNlEhUKCXN0YXJ0X3NlcRgBIAEoA0ICMAISEwoHZW5kX3NlcRgCIAEoA0ICMAJCBAoCb3AinAMKBUV2ZW50Eg8KA3NlcRgBIAEoA0ICMAISLwoLY29tbWl0X3RpbWUYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEisKBGtpbmQYAyABKA4yHS5wcm9tcHRhZG1pc3Npb24udjEuRXZlbnRLaW5kEhAKBHR1cm4YBCABKANCAjACEhAKBHN0ZXAYBSABKANCAjACEjEKCnN1cmZhY2Vfb3AYBiABKAsyHS5wcm9tcHRhZG1pc3Npb24udjEuU3VyZmFjZU9wEhcKC3NvdXJjZV9zZXFzGAcgAygDQgIwAhIuCgdtZXNzYWdlGAggASgLMhsucHJvbXB0YWRtaXNzaW9uLnYxLk1lc3NhZ2VIABIvCgZoZWFkZXIYCSABKAsyHS5wcm9tcHRhZG1pc3Npb24udjEuSGVhZGVyTG9nSAASNQoHY29udGV4dBgKIAEoCzIiLnByb21wdGFkbWlzc2lvbi52MS5SZXF1ZXN0Q29udGV4dEgAEhQKDGFkbWlzc2lvbl9pZBgLIAEoCUIGCgRib2R5Ko4BCgtNZXNzYWdlUm9sZRIcChhNRVNTQUdFX1JPTEVfVU5TUEVDSUZJRUQQABIXChNNRVNTQUdFX1JPTEVfU1lTVEVNEAESFQoRTUVTU0FHRV9ST0xFX1VTRVIQAhIaChZNRVNTQUdFX1JPTEVfQVNTSVNUQU5UEAMSFQoRTUVTU0FHRV9ST0xFX1RPT0wQBCqBAQoSU3lzdGVtUHJvbXB0VXBkYXRlEiQKIFNZU1RFTV9QUk9NUFRfVVBEQVRFX1VOU1BFQ0lGSUVEEAASIAocU1lTVEVNX1BST01QVF9VUERBVEVfUkVQTEFDRRABEiMKH1NZU1RFTV9QUk9NUFRfVVBEQVRFX0lOX0hJU1RPUlkQAipeCgpUb29sVXBkYXRlEhsKF1RPT0xfVVBEQVRFX1VOU1BFQ0lGSUVEEAASFwoTVE9PTF9VUERBVEVfUkVQTEFDRRABEhoKFlRPT0xfVVBEQVRFX0lOX0hJU1RPUlkQAiqSAQoQQ2FwYWJpbGl0eVNvdXJjZRIhCh1DQVBBQklMSVRZX1NPVVJDRV9VTlNQRUNJRklFRBAAEh0KGUNBUEFCSUxJVFlfU09VUkNFX1JFUVVFU1QQARIdChlDQVBBQklMSVRZX1NPVVJDRV9DQVRBTE9HEAISHQoZQ0FQQUJJTElUWV9TT1VSQ0VfREVGQVVMVBADKqUBCgpXaXJlRm9ybWF0EhsKF1dJUkVfRk9STUFUX1VOU1BFQ0lGSUVEEAASFwoTV0lSRV9GT1JNQVRfTkVVVFJBTBABEhsKF1dJUkVfRk9STUFUX09QRU5BSV9DSEFUEAISIAocV0lSRV9GT1JNQVRfT1BFTkFJX1JFU1BPTlNFUxADEiIKHldJUkVfRk9STUFUX0FOVEhST1BJQ19NRVNTQUdFUxAEKm4KD0NvbW1pdE9wZXJhdGlvbhIgChxDT01NSVRfT1BFUkFUSU9OX1VOU1BFQ0lGSUVEEAASGwoXQ09NTUlUX09QRVJBVElPTl9BUFBFTkQQARIcChhDT01NSVRfT1BFUkFUSU9OX1JFUExBQ0UQAiqWAQoMSGVhZGVyUmVhc29uEh0KGUhFQURFUl9SRUFTT05fVU5TUEVDSUZJRUQQABIZChVIRUFERVJfUkVBU09OX0lOSVRJQUwQARIYChRIRUFERVJfUkVBU09OX1JFU1VNRRACEhgKFEhFQURFUl9SRUFTT05fQ0hBTkdFEAMSGAoUSEVBREVSX1JFQVNPTl9TRVJJRVMQBCqFAQoOUHJvbXB0TG9jYXRpb24SHwobUFJPTVBUX0xPQ0FUSU9OX1VOU1BFQ0lGSUVEEAASGAoUUFJPTVBUX0xPQ0FUSU9OX05PTkUQARIYChRQUk9NUFRfTE9DQVRJT05fSEVBRBACEh4KGlBST01QVF9MT0NBVElPTl9JTl9ISVNUT1JZEAMqsgIKEERpdmVyZ2VuY2VSZWFzb24SIQodRElWRVJHRU5DRV9SRUFTT05fVU5TUEVDSUZJRUQQABIaChZESVZFUkdFTkNFX1JFQVNPTl9OT05FEAESIwofRElWRVJHRU5DRV9SRUFTT05fRklSU1RfUkVRVUVTVBACEiQKIERJVkVSR0VOQ0VfUkVBU09OX1NZU1RFTV9DSEFOR0VEEAMSIwofRElWRVJHRU5DRV9SRUFTT05fVE9PTFNfQ0hBTkdFRBAEEiYKIkRJVkVSR0VOQ0VfUkVBU09OX01FU1NBR0VTX0NIQU5HRUQQBRIjCh9ESVZFUkdFTkNFX1JFQVNPTl9NT0RFTF9DSEFOR0VEEAYSIgoeRElWRVJHRU5DRV9SRUFTT05fU0VSSUVTX1NUQVJUEAcqgwIKCUV2ZW50S2luZBIaChZFVkVOVF9LSU5EX1VOU1BFQ0lGSUVEEAASHQoZRVZFTlRfS0lORF9TWVNURU1fTUVTU0FHRRABEhsKF0VWRU5UX0tJTkRfVVNFUl9NRVNTQUdFEAISIAocRVZFTlRfS0lORF9BU1NJU1RBTlRfTUVTU0FHRRADEhoKFkVWRU5UX0tJTkRfVE9PTF9SRVNVTFQQBBIhCh1FVkVOVF9LSU5EX0NPTVBBQ1RJT05fU1VNTUFSWRAFEh0KGUVWRU5UX0tJTkRfUkVRVUVTVF9IRUFERVIQBhIeChpFVkVOVF9LSU5EX1JFUVVFU1RfQ09OVEVYVBAHYgZwcm90bzM", [file_google_protobuf_timestamp]);
+  fileDesc("CiBwcm9tcHRhZG1pc3Npb24vdjEvc2Vzc2lvbi5wcm90bxIScHJvbXB0YWRtaXNzaW9uLnYxIqQCCgxDb250ZW50QmxvY2sSLQoEdGV4dBgBIAEoCzIdLnByb21wdGFkbWlzc2lvbi52MS5UZXh0QmxvY2tIABIvCgVpbWFnZRgCIAEoCzIeLnByb21wdGFkbWlzc2lvbi52MS5JbWFnZUJsb2NrSAASNwoJcmVhc29uaW5nGAMgASgLMiIucHJvbXB0YWRtaXNzaW9uLnYxLlJlYXNvbmluZ0Jsb2NrSAASNgoJdG9vbF9jYWxsGAQgASgLMiEucHJvbXB0YWRtaXNzaW9uLnYxLlRvb2xDYWxsQmxvY2tIABI6Cgt0b29sX3Jlc3VsdBgFIAEoCzIjLnByb21wdGFkbWlzc2lvbi52MS5Ub29sUmVzdWx0QmxvY2tIAEIHCgVibG9jayIZCglUZXh0QmxvY2sSDAoEdGV4dBgBIAEoCSItCgpJbWFnZUJsb2NrEgsKA3VyaRgBIAEoCRISCgptZWRpYV90eXBlGAIgASgJIh4KDlJlYXNvbmluZ0Jsb2NrEgwKBHRleHQYASABKAkiRgoNVG9vbENhbGxCbG9jaxIPCgdjYWxsX2lkGAEgASgJEgwKBG5hbWUYAiABKAkSFgoOYXJndW1lbnRzX2pzb24YAyABKAkiZwoPVG9vbFJlc3VsdEJsb2NrEg8KB2NhbGxfaWQYASABKAkSMQoHY29udGVudBgCIAMoCzIgLnByb21wdGFkbWlzc2lvbi52MS5Db250ZW50QmxvY2sSEAoIaXNfZXJyb3IYAyABKAgiawoHTWVzc2FnZRItCgRyb2xlGAEgASgOMh8ucHJvbXB0YWRtaXNzaW9uLnYxLk1lc3NhZ2VSb2xlEjEKB2NvbnRlbnQYAiADKAsyIC5wcm9tcHRhZG1pc3Npb24udjEuQ29udGVudEJsb2NrIkIKBFRvb2wSDAoEbmFtZRgBIAEoCRITCgtkZXNjcmlwdGlvbhgCIAEoCRIXCg9wYXJhbWV0ZXJzX2pzb24YAyABKAkiYgoKVG9vbFJlc3VsdBIPCgdjYWxsX2lkGAEgASgJEjEKB2NvbnRlbnQYAiADKAsyIC5wcm9tcHRhZG1pc3Npb24udjEuQ29udGVudEJsb2NrEhAKCGlzX2Vycm9yGAMgASgIIjYKCFNlcVJhbmdlEhUKCXN0YXJ0X3NlcRgBIAEoA0ICMAISEwoHZW5kX3NlcRgCIAEoA0ICMAIivwEKBVJvdXRlEhAKCHByb3ZpZGVyGAEgASgJEg0KBW1vZGVsGAIgASgJEhoKDmNvbnRleHRfd2luZG93GAMgASgDQgIwAhJEChRzeXN0ZW1fcHJvbXB0X3VwZGF0ZRgEIAEoDjImLnByb21wdGFkbWlzc2lvbi52MS5TeXN0ZW1Qcm9tcHRVcGRhdGUSMwoLdG9vbF91cGRhdGUYBSABKA4yHi5wcm9tcHRhZG1pc3Npb24udjEuVG9vbFVwZGF0ZSI3CgpIZWxkUHJlZml4EhkKDW1lc3NhZ2VfY291bnQYASABKANCAjACEg4KBmRpZ2VzdBgCIAEoDCKsAgoORGVyaXZlZFJlcXVlc3QSMwoLd2lyZV9mb3JtYXQYASABKA4yHi5wcm9tcHRhZG1pc3Npb24udjEuV2lyZUZvcm1hdBItCghtZXNzYWdlcxgCIAMoCzIbLnByb21wdGFkbWlzc2lvbi52MS5NZXNzYWdlEhEKCWJvZHlfanNvbhgDIAEoCRInCgV0b29scxgEIAMoCzIYLnByb21wdGFkbWlzc2lvbi52MS5Ub29sEi0KBHZpZXcYBSABKA4yHy5wcm9tcHRhZG1pc3Npb24udjEuUmVxdWVzdFZpZXcSHwoTZmlyc3RfbWVzc2FnZV9pbmRleBgGIAEoA0ICMAISGgoOdG90YWxfbWVzc2FnZXMYByABKANCAjACEg4KBmRpZ2VzdBgIIAEoDCJ/CgxTeXN0ZW1Db21taXQSNgoJb3BlcmF0aW9uGAEgASgOMiMucHJvbXB0YWRtaXNzaW9uLnYxLkNvbW1pdE9wZXJhdGlvbhIPCgNzZXEYAiABKANCAjACEgwKBHRleHQYAyABKAkSGAoMcmVwbGFjZWRfc2VxGAQgASgDQgIwAiJZCg1SZXF1ZXN0SGVhZGVyEhAKCHByb3ZpZGVyGAEgASgJEg0KBW1vZGVsGAIgASgJEicKBXRvb2xzGAMgAygLMhgucHJvbXB0YWRtaXNzaW9uLnYxLlRvb2wimAEKCUhlYWRlckxvZxIPCgNzZXEYASABKANCAjACEjAKBnJlYXNvbhgCIAEoDjIgLnByb21wdGFkbWlzc2lvbi52MS5IZWFkZXJSZWFzb24SFQoNc3RhcnRzX3NlcmllcxgDIAEoCBIxCgZoZWFkZXIYBCABKAsyIS5wcm9tcHRhZG1pc3Npb24udjEuUmVxdWVzdEhlYWRlciKTAQoOUmVxdWVzdENvbnRleHQSEAoIcHJvdmlkZXIYASABKAkSDQoFbW9kZWwYAiABKAkSGgoOY29udGV4dF93aW5kb3cYAyABKANCAjACEkQKFHN5c3RlbV9wcm9tcHRfdXBkYXRlGAQgASgOMiYucHJvbXB0YWRtaXNzaW9uLnYxLlN5c3RlbVByb21wdFVwZGF0ZSJSCgpDb250ZXh0TG9nEg8KA3NlcRgBIAEoA0ICMAISMwoHY29udGV4dBgCIAEoCzIiLnByb21wdGFkbWlzc2lvbi52MS5SZXF1ZXN0Q29udGV4dCJmCg9FZmZlY3RpdmVQcm9tcHQSDAoEdGV4dBgBIAEoCRIPCgNzZXEYAiABKANCAjACEjQKCGxvY2F0aW9uGAMgASgOMiIucHJvbXB0YWRtaXNzaW9uLnYxLlByb21wdExvY2F0aW9uItwBCg1DYWNoZUZvcmVjYXN0EhsKD3JldXNlZF9tZXNzYWdlcxgBIAEoA0ICMAISGQoNcmV1c2VkX3Rva2VucxgCIAEoA0ICMAISGgoOdG90YWxfbWVzc2FnZXMYAyABKANCAjACEhgKDHRvdGFsX3Rva2VucxgEIAEoA0ICMAISHAoQZGl2ZXJnZW5jZV9pbmRleBgFIAEoA0ICMAISPwoRZGl2ZXJnZW5jZV9yZWFzb24YBiABKA4yJC5wcm9tcHRhZG1pc3Npb24udjEuRGl2ZXJnZW5jZVJlYXNvbiJ7Cg5Ub2tlbkJyZWFrZG93bhIZCg1zeXN0ZW1fdG9rZW5zGAEgASgDQgIwAhIYCgx0b29sc190b2tlbnMYAiABKANCAjACEhoKDm1lc3NhZ2VfdG9rZW5zGAMgASgDQgIwAhIYCgx0b3RhbF90b2tlbnMYBCABKANCAjACIo8BChBTeXN0ZW1Qcm9tcHROb2RlEg8KA3NlcRgBIAEoA0ICMAISKAoEdGltZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEAoEdHVybhgDIAEoA0ICMAISEAoEc3RlcBgEIAEoA0ICMAISDAoEdGV4dBgFIAEoCRIOCgZ1cGRhdGUYBiABKAgiewoFVXNhZ2USGAoMaW5wdXRfdG9rZW5zGAEgASgDQgIwAhIZCg1vdXRwdXRfdG9rZW5zGAIgASgDQgIwAhIdChFjYWNoZV9yZWFkX3Rva2VucxgDIAEoA0ICMAISHgoSY2FjaGVfd3JpdGVfdG9rZW5zGAQgASgDQgIwAiLPAQoLTGVkZ2VyRW50cnkSGQoNcmVxdWVzdF9pbmRleBgBIAEoA0ICMAISFAoMYWRtaXNzaW9uX2lkGAIgASgJEhMKB2F0dGVtcHQYAyABKANCAjACEjMKCGZvcmVjYXN0GAQgASgLMiEucHJvbXB0YWRtaXNzaW9uLnYxLkNhY2hlRm9yZWNhc3QSKwoIb2JzZXJ2ZWQYBSABKAsyGS5wcm9tcHRhZG1pc3Npb24udjEuVXNhZ2USGAoMZHJpZnRfdG9rZW5zGAYgASgDQgIwAiLdAQoLU2VyaWVzU3RhdGUSHgoScmVwbGFjZV9nZW5lcmF0aW9uGAEgASgDQgIwAhIoChdsYXN0X3JlcXVlc3RfZ2VuZXJhdGlvbhgCIAEoA0ICMAJIAIgBARIyCgtsYXN0X2hlYWRlchgDIAEoCzIdLnByb21wdGFkbWlzc2lvbi52MS5IZWFkZXJMb2cSNAoMbGFzdF9jb250ZXh0GAQgASgLMh4ucHJvbXB0YWRtaXNzaW9uLnYxLkNvbnRleHRMb2dCGgoYX2xhc3RfcmVxdWVzdF9nZW5lcmF0aW9uIs4BCgdTZXNzaW9uEhIKCnNlc3Npb25faWQYASABKAkSLwoLY3JlYXRlX3RpbWUYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC3VwZGF0ZV90aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIUCghyZXZpc2lvbhgEIAEoA0ICMAISFwoLZXZlbnRfY291bnQYBSABKANCAjACEh4KEnJlcGxhY2VfZ2VuZXJhdGlvbhgGIAEoA0ICMAIixAEKCVN1cmZhY2VPcBI2CgZhcHBlbmQYASABKAsyJC5wcm9tcHRhZG1pc3Npb24udjEuU3VyZmFjZU9wLkFwcGVuZEgAEjgKB3JlcGxhY2UYAiABKAsyJS5wcm9tcHRhZG1pc3Npb24udjEuU3VyZmFjZU9wLlJlcGxhY2VIABoICgZBcHBlbmQaNQoHUmVwbGFjZRIVCglzdGFydF9zZXEYASABKANCAjACEhMKB2VuZF9zZXEYAiABKANCAjACQgQKAm9wIpwDCgVFdmVudBIPCgNzZXEYASABKANCAjACEi8KC2NvbW1pdF90aW1lGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIrCgRraW5kGAMgASgOMh0ucHJvbXB0YWRtaXNzaW9uLnYxLkV2ZW50S2luZBIQCgR0dXJuGAQgASgDQgIwAhIQCgRzdGVwGAUgASgDQgIwAhIxCgpzdXJmYWNlX29wGAYgASgLMh0ucHJvbXB0YWRtaXNzaW9uLnYxLlN1cmZhY2VPcBIXCgtzb3VyY2Vfc2VxcxgHIAMoA0ICMAISLgoHbWVzc2FnZRgIIAEoCzIbLnByb21wdGFkbWlzc2lvbi52MS5NZXNzYWdlSAASLwoGaGVhZGVyGAkgASgLMh0ucHJvbXB0YWRtaXNzaW9uLnYxLkhlYWRlckxvZ0gAEjUKB2NvbnRleHQYCiABKAsyIi5wcm9tcHRhZG1pc3Npb24udjEuUmVxdWVzdENvbnRleHRIABIUCgxhZG1pc3Npb25faWQYCyABKAlCBgoEYm9keSqOAQoLTWVzc2FnZVJvbGUSHAoYTUVTU0FHRV9ST0xFX1VOU1BFQ0lGSUVEEAASFwoTTUVTU0FHRV9ST0xFX1NZU1RFTRABEhUKEU1FU1NBR0VfUk9MRV9VU0VSEAISGgoWTUVTU0FHRV9ST0xFX0FTU0lTVEFOVBADEhUKEU1FU1NBR0VfUk9MRV9UT09MEAQqgQEKElN5c3RlbVByb21wdFVwZGF0ZRIkCiBTWVNURU1fUFJPTVBUX1VQREFURV9VTlNQRUNJRklFRBAAEiAKHFNZU1RFTV9QUk9NUFRfVVBEQVRFX1JFUExBQ0UQARIjCh9TWVNURU1fUFJPTVBUX1VQREFURV9JTl9ISVNUT1JZEAIqXgoKVG9vbFVwZGF0ZRIbChdUT09MX1VQREFURV9VTlNQRUNJRklFRBAAEhcKE1RPT0xfVVBEQVRFX1JFUExBQ0UQARIaChZUT09MX1VQREFURV9JTl9ISVNUT1JZEAIqkgEKEENhcGFiaWxpdHlTb3VyY2USIQodQ0FQQUJJTElUWV9TT1VSQ0VfVU5TUEVDSUZJRUQQABIdChlDQVBBQklMSVRZX1NPVVJDRV9SRVFVRVNUEAESHQoZQ0FQQUJJTElUWV9TT1VSQ0VfQ0FUQUxPRxACEh0KGUNBUEFCSUxJVFlfU09VUkNFX0RFRkFVTFQQAyqlAQoKV2lyZUZvcm1hdBIbChdXSVJFX0ZPUk1BVF9VTlNQRUNJRklFRBAAEhcKE1dJUkVfRk9STUFUX05FVVRSQUwQARIbChdXSVJFX0ZPUk1BVF9PUEVOQUlfQ0hBVBACEiAKHFdJUkVfRk9STUFUX09QRU5BSV9SRVNQT05TRVMQAxIiCh5XSVJFX0ZPUk1BVF9BTlRIUk9QSUNfTUVTU0FHRVMQBCpaCgtSZXF1ZXN0VmlldxIcChhSRVFVRVNUX1ZJRVdfVU5TUEVDSUZJRUQQABIVChFSRVFVRVNUX1ZJRVdfRlVMTBABEhYKElJFUVVFU1RfVklFV19ERUxUQRACKm4KD0NvbW1pdE9wZXJhdGlvbhIgChxDT01NSVRfT1BFUkFUSU9OX1VOU1BFQ0lGSUVEEAASGwoXQ09NTUlUX09QRVJBVElPTl9BUFBFTkQQARIcChhDT01NSVRfT1BFUkFUSU9OX1JFUExBQ0UQAiqWAQoMSGVhZGVyUmVhc29uEh0KGUhFQURFUl9SRUFTT05fVU5TUEVDSUZJRUQQABIZChVIRUFERVJfUkVBU09OX0lOSVRJQUwQARIYChRIRUFERVJfUkVBU09OX1JFU1VNRRACEhgKFEhFQURFUl9SRUFTT05fQ0hBTkdFEAMSGAoUSEVBREVSX1JFQVNPTl9TRVJJRVMQBCqFAQoOUHJvbXB0TG9jYXRpb24SHwobUFJPTVBUX0xPQ0FUSU9OX1VOU1BFQ0lGSUVEEAASGAoUUFJPTVBUX0xPQ0FUSU9OX05PTkUQARIYChRQUk9NUFRfTE9DQVRJT05fSEVBRBACEh4KGlBST01QVF9MT0NBVElPTl9JTl9ISVNUT1JZEAMqsgIKEERpdmVyZ2VuY2VSZWFzb24SIQodRElWRVJHRU5DRV9SRUFTT05fVU5TUEVDSUZJRUQQABIaChZESVZFUkdFTkNFX1JFQVNPTl9OT05FEAESIwofRElWRVJHRU5DRV9SRUFTT05fRklSU1RfUkVRVUVTVBACEiQKIERJVkVSR0VOQ0VfUkVBU09OX1NZU1RFTV9DSEFOR0VEEAMSIwofRElWRVJHRU5DRV9SRUFTT05fVE9PTFNfQ0hBTkdFRBAEEiYKIkRJVkVSR0VOQ0VfUkVBU09OX01FU1NBR0VTX0NIQU5HRUQQBRIjCh9ESVZFUkdFTkNFX1JFQVNPTl9NT0RFTF9DSEFOR0VEEAYSIgoeRElWRVJHRU5DRV9SRUFTT05fU0VSSUVTX1NUQVJUEAcqgwIKCUV2ZW50S2luZBIaChZFVkVOVF9LSU5EX1VOU1BFQ0lGSUVEEAASHQoZRVZFTlRfS0lORF9TWVNURU1fTUVTU0FHRRABEhsKF0VWRU5UX0tJTkRfVVNFUl9NRVNTQUdFEAISIAocRVZFTlRfS0lORF9BU1NJU1RBTlRfTUVTU0FHRRADEhoKFkVWRU5UX0tJTkRfVE9PTF9SRVNVTFQQBBIhCh1FVkVOVF9LSU5EX0NPTVBBQ1RJT05fU1VNTUFSWRAFEh0KGUVWRU5UX0tJTkRfUkVRVUVTVF9IRUFERVIQBhIeChpFVkVOVF9LSU5EX1JFUVVFU1RfQ09OVEVYVBAHYgZwcm90bzM", [file_google_protobuf_timestamp]);
 
 /**
  * ContentBlock is one piece of a message's content.
@@ -408,6 +408,36 @@ export const RouteSchema: GenMessage<Route> = /*@__PURE__*/
   messageDesc(file_promptadmission_v1_session, 10);
 
 /**
+ * HeldPrefix names the leading messages of the derived request that a caller already holds:
+ * the total_messages and digest of a DerivedRequest it received from this session.
+ *
+ * @generated from message promptadmission.v1.HeldPrefix
+ */
+export type HeldPrefix = Message$1<"promptadmission.v1.HeldPrefix"> & {
+  /**
+   * message_count is the number of leading messages held: a previous response's
+   * DerivedRequest.total_messages. Must not be negative.
+   *
+   * @generated from field: int64 message_count = 1 [jstype = JS_NUMBER];
+   */
+  messageCount: bigint;
+
+  /**
+   * digest is the previous response's DerivedRequest.digest, passed back unchanged.
+   *
+   * @generated from field: bytes digest = 2;
+   */
+  digest: Uint8Array;
+};
+
+/**
+ * Describes the message promptadmission.v1.HeldPrefix.
+ * Use `create(HeldPrefixSchema)` to create a new message.
+ */
+export const HeldPrefixSchema: GenMessage<HeldPrefix> = /*@__PURE__*/
+  messageDesc(file_promptadmission_v1_session, 11);
+
+/**
  * DerivedRequest is the conversation a model request carries, derived from the surface in
  * surface order. Empty system nodes and empty assistant messages derive to nothing.
  *
@@ -445,6 +475,40 @@ export type DerivedRequest = Message$1<"promptadmission.v1.DerivedRequest"> & {
    * @generated from field: repeated promptadmission.v1.Tool tools = 4;
    */
   tools: Tool[];
+
+  /**
+   * view is what this response carries: REQUEST_VIEW_FULL (every message) or
+   * REQUEST_VIEW_DELTA (the messages after the held prefix); never REQUEST_VIEW_UNSPECIFIED. A
+   * DELTA request whose held prefix the service cannot verify is answered FULL.
+   *
+   * @generated from field: promptadmission.v1.RequestView view = 5;
+   */
+  view: RequestView;
+
+  /**
+   * first_message_index is the index, in the whole derived request, of the first message in
+   * messages (and of the first item body_json renders): 0 for FULL, the held message_count for
+   * DELTA. The whole request is the held messages up to this index followed by messages.
+   *
+   * @generated from field: int64 first_message_index = 6 [jstype = JS_NUMBER];
+   */
+  firstMessageIndex: bigint;
+
+  /**
+   * total_messages is the number of messages in the whole derived request.
+   *
+   * @generated from field: int64 total_messages = 7 [jstype = JS_NUMBER];
+   */
+  totalMessages: bigint;
+
+  /**
+   * digest identifies the whole derived request's messages within this session (SHA-256,
+   * chained from the previous request's digest over the messages appended since). It is opaque:
+   * pass it with total_messages as HeldPrefix in a later DELTA request.
+   *
+   * @generated from field: bytes digest = 8;
+   */
+  digest: Uint8Array;
 };
 
 /**
@@ -452,7 +516,7 @@ export type DerivedRequest = Message$1<"promptadmission.v1.DerivedRequest"> & {
  * Use `create(DerivedRequestSchema)` to create a new message.
  */
 export const DerivedRequestSchema: GenMessage<DerivedRequest> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 11);
+  messageDesc(file_promptadmission_v1_session, 12);
 
 /**
  * SystemCommit is one system node committed by the projection rule.
@@ -495,7 +559,7 @@ export type SystemCommit = Message$1<"promptadmission.v1.SystemCommit"> & {
  * Use `create(SystemCommitSchema)` to create a new message.
  */
 export const SystemCommitSchema: GenMessage<SystemCommit> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 12);
+  messageDesc(file_promptadmission_v1_session, 13);
 
 /**
  * RequestHeader is the configuration part of a request that the provider cache depends on.
@@ -530,7 +594,7 @@ export type RequestHeader = Message$1<"promptadmission.v1.RequestHeader"> & {
  * Use `create(RequestHeaderSchema)` to create a new message.
  */
 export const RequestHeaderSchema: GenMessage<RequestHeader> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 13);
+  messageDesc(file_promptadmission_v1_session, 14);
 
 /**
  * HeaderLog is a logged request header event.
@@ -572,7 +636,7 @@ export type HeaderLog = Message$1<"promptadmission.v1.HeaderLog"> & {
  * Use `create(HeaderLogSchema)` to create a new message.
  */
 export const HeaderLogSchema: GenMessage<HeaderLog> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 14);
+  messageDesc(file_promptadmission_v1_session, 15);
 
 /**
  * RequestContext is the route and capability a request was prepared with.
@@ -615,7 +679,7 @@ export type RequestContext = Message$1<"promptadmission.v1.RequestContext"> & {
  * Use `create(RequestContextSchema)` to create a new message.
  */
 export const RequestContextSchema: GenMessage<RequestContext> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 15);
+  messageDesc(file_promptadmission_v1_session, 16);
 
 /**
  * ContextLog is a logged request context event. One is logged whenever provider, model,
@@ -644,7 +708,7 @@ export type ContextLog = Message$1<"promptadmission.v1.ContextLog"> & {
  * Use `create(ContextLogSchema)` to create a new message.
  */
 export const ContextLogSchema: GenMessage<ContextLog> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 16);
+  messageDesc(file_promptadmission_v1_session, 17);
 
 /**
  * EffectivePrompt is the system prompt in force: the text of the last non-empty surviving
@@ -681,7 +745,7 @@ export type EffectivePrompt = Message$1<"promptadmission.v1.EffectivePrompt"> & 
  * Use `create(EffectivePromptSchema)` to create a new message.
  */
 export const EffectivePromptSchema: GenMessage<EffectivePrompt> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 17);
+  messageDesc(file_promptadmission_v1_session, 18);
 
 /**
  * CacheForecast predicts how much of a derived request the provider's prefix cache can serve,
@@ -740,7 +804,7 @@ export type CacheForecast = Message$1<"promptadmission.v1.CacheForecast"> & {
  * Use `create(CacheForecastSchema)` to create a new message.
  */
 export const CacheForecastSchema: GenMessage<CacheForecast> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 18);
+  messageDesc(file_promptadmission_v1_session, 19);
 
 /**
  * TokenBreakdown is the estimated token cost of what the model sees, by part.
@@ -783,7 +847,7 @@ export type TokenBreakdown = Message$1<"promptadmission.v1.TokenBreakdown"> & {
  * Use `create(TokenBreakdownSchema)` to create a new message.
  */
 export const TokenBreakdownSchema: GenMessage<TokenBreakdown> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 19);
+  messageDesc(file_promptadmission_v1_session, 20);
 
 /**
  * SystemPromptNode is a surviving system node, as shown by Inspect.
@@ -839,7 +903,7 @@ export type SystemPromptNode = Message$1<"promptadmission.v1.SystemPromptNode"> 
  * Use `create(SystemPromptNodeSchema)` to create a new message.
  */
 export const SystemPromptNodeSchema: GenMessage<SystemPromptNode> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 20);
+  messageDesc(file_promptadmission_v1_session, 21);
 
 /**
  * Usage is the token usage a provider reported for one model request.
@@ -883,7 +947,7 @@ export type Usage = Message$1<"promptadmission.v1.Usage"> & {
  * Use `create(UsageSchema)` to create a new message.
  */
 export const UsageSchema: GenMessage<Usage> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 21);
+  messageDesc(file_promptadmission_v1_session, 22);
 
 /**
  * LedgerEntry sets the cache forecast of one derived request beside the usage the provider
@@ -942,7 +1006,7 @@ export type LedgerEntry = Message$1<"promptadmission.v1.LedgerEntry"> & {
  * Use `create(LedgerEntrySchema)` to create a new message.
  */
 export const LedgerEntrySchema: GenMessage<LedgerEntry> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 22);
+  messageDesc(file_promptadmission_v1_session, 23);
 
 /**
  * SeriesState is the state the service uses to decide whether a request starts a new series.
@@ -985,7 +1049,7 @@ export type SeriesState = Message$1<"promptadmission.v1.SeriesState"> & {
  * Use `create(SeriesStateSchema)` to create a new message.
  */
 export const SeriesStateSchema: GenMessage<SeriesState> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 23);
+  messageDesc(file_promptadmission_v1_session, 24);
 
 /**
  * Session is one conversation owned by one tenant, with its append-only event log.
@@ -1045,7 +1109,7 @@ export type Session = Message$1<"promptadmission.v1.Session"> & {
  * Use `create(SessionSchema)` to create a new message.
  */
 export const SessionSchema: GenMessage<Session> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 24);
+  messageDesc(file_promptadmission_v1_session, 25);
 
 /**
  * SurfaceOp is how a surface event entered the surface.
@@ -1082,7 +1146,7 @@ export type SurfaceOp = Message$1<"promptadmission.v1.SurfaceOp"> & {
  * Use `create(SurfaceOpSchema)` to create a new message.
  */
 export const SurfaceOpSchema: GenMessage<SurfaceOp> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 25);
+  messageDesc(file_promptadmission_v1_session, 26);
 
 /**
  * Append puts the node at the end of the surface.
@@ -1097,7 +1161,7 @@ export type SurfaceOp_Append = Message$1<"promptadmission.v1.SurfaceOp.Append"> 
  * Use `create(SurfaceOp_AppendSchema)` to create a new message.
  */
 export const SurfaceOp_AppendSchema: GenMessage<SurfaceOp_Append> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 25, 0);
+  messageDesc(file_promptadmission_v1_session, 26, 0);
 
 /**
  * Replace shadows a contiguous run of surviving nodes and puts the node in its place.
@@ -1125,7 +1189,7 @@ export type SurfaceOp_Replace = Message$1<"promptadmission.v1.SurfaceOp.Replace"
  * Use `create(SurfaceOp_ReplaceSchema)` to create a new message.
  */
 export const SurfaceOp_ReplaceSchema: GenMessage<SurfaceOp_Replace> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 25, 1);
+  messageDesc(file_promptadmission_v1_session, 26, 1);
 
 /**
  * Event is one entry of a session's append-only log.
@@ -1230,7 +1294,7 @@ export type Event = Message$1<"promptadmission.v1.Event"> & {
  * Use `create(EventSchema)` to create a new message.
  */
 export const EventSchema: GenMessage<Event> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 26);
+  messageDesc(file_promptadmission_v1_session, 27);
 
 /**
  * MessageRole is the author of a message in the model-visible history.
@@ -1452,6 +1516,45 @@ export const WireFormatSchema: GenEnum<WireFormat> = /*@__PURE__*/
   enumDesc(file_promptadmission_v1_session, 4);
 
 /**
+ * RequestView selects how much of the derived request a response carries.
+ *
+ * @generated from enum promptadmission.v1.RequestView
+ */
+export enum RequestView {
+  /**
+   * REQUEST_VIEW_UNSPECIFIED is the zero value and means REQUEST_VIEW_FULL.
+   *
+   * @generated from enum value: REQUEST_VIEW_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * REQUEST_VIEW_FULL returns every message of the derived request.
+   *
+   * @generated from enum value: REQUEST_VIEW_FULL = 1;
+   */
+  FULL = 1,
+
+  /**
+   * REQUEST_VIEW_DELTA returns only the messages that follow the prefix the caller holds (see
+   * HeldPrefix), when the service can verify that prefix is still the start of the derived
+   * request; otherwise the response is FULL and says so in DerivedRequest.view. A caller that
+   * keeps the previous request's messages needs only this tail, and its cost does not grow
+   * with the session's length. With WIRE_FORMAT_ANTHROPIC_MESSAGES the response is always FULL
+   * (that body hoists the head into a top-level field, so it does not extend by appending).
+   *
+   * @generated from enum value: REQUEST_VIEW_DELTA = 2;
+   */
+  DELTA = 2,
+}
+
+/**
+ * Describes the enum promptadmission.v1.RequestView.
+ */
+export const RequestViewSchema: GenEnum<RequestView> = /*@__PURE__*/
+  enumDesc(file_promptadmission_v1_session, 5);
+
+/**
  * CommitOperation is the surface operation of a committed system node.
  *
  * @generated from enum promptadmission.v1.CommitOperation
@@ -1484,7 +1587,7 @@ export enum CommitOperation {
  * Describes the enum promptadmission.v1.CommitOperation.
  */
 export const CommitOperationSchema: GenEnum<CommitOperation> = /*@__PURE__*/
-  enumDesc(file_promptadmission_v1_session, 5);
+  enumDesc(file_promptadmission_v1_session, 6);
 
 /**
  * HeaderReason is why a request header event was logged.
@@ -1533,7 +1636,7 @@ export enum HeaderReason {
  * Describes the enum promptadmission.v1.HeaderReason.
  */
 export const HeaderReasonSchema: GenEnum<HeaderReason> = /*@__PURE__*/
-  enumDesc(file_promptadmission_v1_session, 6);
+  enumDesc(file_promptadmission_v1_session, 7);
 
 /**
  * PromptLocation tells where the effective prompt lives in the surface.
@@ -1575,7 +1678,7 @@ export enum PromptLocation {
  * Describes the enum promptadmission.v1.PromptLocation.
  */
 export const PromptLocationSchema: GenEnum<PromptLocation> = /*@__PURE__*/
-  enumDesc(file_promptadmission_v1_session, 7);
+  enumDesc(file_promptadmission_v1_session, 8);
 
 /**
  * DivergenceReason tells why a request's messages first differ from the previous request's.
@@ -1646,7 +1749,7 @@ export enum DivergenceReason {
  * Describes the enum promptadmission.v1.DivergenceReason.
  */
 export const DivergenceReasonSchema: GenEnum<DivergenceReason> = /*@__PURE__*/
-  enumDesc(file_promptadmission_v1_session, 8);
+  enumDesc(file_promptadmission_v1_session, 9);
 
 /**
  * EventKind is the kind of an event in a session's log.
@@ -1717,5 +1820,5 @@ export enum EventKind {
  * Describes the enum promptadmission.v1.EventKind.
  */
 export const EventKindSchema: GenEnum<EventKind> = /*@__PURE__*/
-  enumDesc(file_promptadmission_v1_session, 9);
+  enumDesc(file_promptadmission_v1_session, 10);
 
