@@ -40,6 +40,7 @@ from admission_service.app.commands import (
     SystemNodeView,
     Usage,
 )
+from admission_service.app.gate import SessionGate
 from admission_service.app.hooks import NO_HOOKS, Phase, PhaseHooks
 from admission_service.app.limits import Limits
 from admission_service.app.tokens import decode_token, encode_token
@@ -180,6 +181,7 @@ class AdmissionApp:
         self.catalog = catalog
         self.limits = limits or Limits()
         self.hooks = hooks
+        self.gate = SessionGate()  # a hot session's queued writers hold no pool connection
 
     # ---- the transaction shapes ---------------------------------------------------------
 
@@ -198,7 +200,11 @@ class AdmissionApp:
         if idempotency is not None:
             validation.check_request_id(idempotency.request_id, self.limits)
         try:
-            async with self.engine.connect() as connection, connection.begin():
+            async with (
+                self.gate.hold(tenant, session_id),
+                self.engine.connect() as connection,
+                connection.begin(),
+            ):
                 store = SessionStore(connection, tenant, session_id)
                 record = await store.read(lock=True)
                 await self.hooks.reached(method, Phase.LOAD)
