@@ -8,6 +8,9 @@ the use cases' business. Errors name the offending field by its proto path
 
 Outbound, responses of mutating RPCs are encoded with ``SerializeToString(deterministic=True)``:
 the use cases store those bytes with the effect and replay them for a repeated ``request_id``.
+A derived request's messages arrive already encoded (the stored frames, ``app.EncodedMessages``)
+and are spliced after the rest of the response as a second occurrence of its ``request``
+field, which protobuf parsers merge (repeated fields concatenate): no message is re-encoded.
 """
 
 from __future__ import annotations
@@ -114,6 +117,15 @@ _DIVERGENCE_REASONS: Mapping[DivergenceReason, pb.DivergenceReason.ValueType] = 
     DivergenceReason.MODEL_CHANGED: pb.DIVERGENCE_REASON_MODEL_CHANGED,
     DivergenceReason.SERIES_START: pb.DIVERGENCE_REASON_SERIES_START,
 }
+_REQUEST_VIEWS: Mapping[int, app.RequestView] = {
+    pb.REQUEST_VIEW_UNSPECIFIED: app.RequestView.FULL,
+    pb.REQUEST_VIEW_FULL: app.RequestView.FULL,
+    pb.REQUEST_VIEW_DELTA: app.RequestView.DELTA,
+}
+_REQUEST_VIEWS_OUT: Mapping[app.RequestView, pb.RequestView.ValueType] = {
+    app.RequestView.FULL: pb.REQUEST_VIEW_FULL,
+    app.RequestView.DELTA: pb.REQUEST_VIEW_DELTA,
+}
 _EVENT_KINDS: Mapping[EventKind, pb.EventKind.ValueType] = {
     EventKind.SYSTEM_MESSAGE: pb.EVENT_KIND_SYSTEM_MESSAGE,
     EventKind.USER_MESSAGE: pb.EVENT_KIND_USER_MESSAGE,
@@ -149,6 +161,20 @@ def wire_format_from_proto(value: int, field: str = "wire_format") -> WireFormat
 
 def wire_format_to_proto(value: WireFormat) -> pb.WireFormat.ValueType:
     return _WIRE_FORMATS_OUT[value]
+
+
+def selection_from_proto(
+    request: api.AdmitRequest | api.ReconcileRequest | api.InspectRequest,
+) -> app.RequestSelection:
+    """The requested view; REQUEST_VIEW_UNSPECIFIED means FULL, and held_prefix counts only
+    for DELTA."""
+    view = _enum_in(_REQUEST_VIEWS, request.view, "view", "RequestView")
+    if view is app.RequestView.FULL:
+        return app.FULL_VIEW
+    held = request.held_prefix
+    if held.message_count < 0:
+        raise InvalidArgument("held_prefix.message_count", "must not be negative")
+    return app.RequestSelection(view, app.HeldPrefix(held.message_count, held.digest))
 
 
 # ---- requests: idempotency ----------------------------------------------------------------
@@ -295,6 +321,7 @@ def admit_command(request: api.AdmitRequest) -> app.AdmitCommand:
         wire_format=wire_format_from_proto(request.wire_format),
         validate_only=request.validate_only,
         expected_revision=_expected_revision(request),
+        selection=selection_from_proto(request),
     )
 
 
@@ -306,6 +333,7 @@ def reconcile_command(request: api.ReconcileRequest) -> app.ReconcileCommand:
         wire_format=wire_format_from_proto(request.wire_format),
         validate_only=request.validate_only,
         expected_revision=_expected_revision(request),
+        selection=selection_from_proto(request),
     )
 
 
@@ -494,13 +522,43 @@ def series_to_proto(series: SeriesState) -> pb.SeriesState:
     return proto
 
 
-def derived_request_to_proto(view: app.DerivedRequestView) -> pb.DerivedRequest:
-    return pb.DerivedRequest(
+def derived_request_to_proto(
+    view: app.DerivedRequestView, *, with_messages: bool = True
+) -> pb.DerivedRequest:
+    """The derived request; ``with_messages=False`` leaves out stored frames for ``_splice``."""
+    proto = pb.DerivedRequest(
         wire_format=wire_format_to_proto(view.wire_format),
-        messages=[message_to_proto(message) for message in view.messages],
         body_json=view.body_json,
         tools=_tools(view.tools),
+        view=_REQUEST_VIEWS_OUT[view.view],
+        first_message_index=view.first_message_index,
+        total_messages=view.total_messages,
+        digest=view.digest,
     )
+    if isinstance(view.messages, app.EncodedMessages):
+        if with_messages:
+            proto.MergeFromString(view.messages.frames)
+    else:
+        proto.messages.extend(message_to_proto(message) for message in view.messages)
+    return proto
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _splice(field_number: int, view: app.DerivedRequestView) -> bytes:
+    """The stored frames as a second occurrence of the response's ``request`` field (a
+    DerivedRequest holding only messages), to append to the serialized response."""
+    if not isinstance(view.messages, app.EncodedMessages) or not view.messages.frames:
+        return b""
+    frames = view.messages.frames
+    return _varint(field_number << 3 | 2) + _varint(len(frames)) + frames
 
 
 def usage_to_proto(usage: app.Usage) -> pb.Usage:
@@ -562,7 +620,10 @@ def event_to_proto(view: app.EventView) -> pb.Event:
 
 
 def _attempt_fields(
-    response: api.AdmitResponse | api.ReconcileResponse, result: app.AttemptResult
+    response: api.AdmitResponse | api.ReconcileResponse,
+    result: app.AttemptResult,
+    *,
+    with_messages: bool = True,
 ) -> None:
     """The fields Admit and Reconcile responses share."""
     response.admission_id = result.admission_id
@@ -573,7 +634,7 @@ def _attempt_fields(
     if result.context is not None:
         response.context.CopyFrom(context_log_to_proto(result.context))
     response.starts_series = result.starts_series
-    response.request.CopyFrom(derived_request_to_proto(result.request))
+    response.request.CopyFrom(derived_request_to_proto(result.request, with_messages=with_messages))
     response.effective_prompt.CopyFrom(effective_prompt_to_proto(result.effective_prompt))
     response.forecast.CopyFrom(forecast_to_proto(result.forecast))
     route = result.route
@@ -585,6 +646,9 @@ def _attempt_fields(
 
 
 # ---- responses: one per RPC ---------------------------------------------------------------
+
+_REQUEST_FIELD_ADMIT = api.AdmitResponse.DESCRIPTOR.fields_by_name["request"].number
+_REQUEST_FIELD_RECONCILE = api.ReconcileResponse.DESCRIPTOR.fields_by_name["request"].number
 
 
 def _encode(response: ProtoMessage) -> bytes:
@@ -614,24 +678,28 @@ def encode_delete_session(_: None) -> bytes:
     return _encode(api.DeleteSessionResponse())
 
 
-def admit_response(result: app.AttemptResult) -> api.AdmitResponse:
+def admit_response(result: app.AttemptResult, *, with_messages: bool = True) -> api.AdmitResponse:
     response = api.AdmitResponse(user_seqs=result.user_seqs)
-    _attempt_fields(response, result)
+    _attempt_fields(response, result, with_messages=with_messages)
     return response
 
 
 def encode_admit(result: app.AttemptResult) -> bytes:
-    return _encode(admit_response(result))
+    response = admit_response(result, with_messages=False)
+    return _encode(response) + _splice(_REQUEST_FIELD_ADMIT, result.request)
 
 
-def reconcile_response(result: app.AttemptResult) -> api.ReconcileResponse:
+def reconcile_response(
+    result: app.AttemptResult, *, with_messages: bool = True
+) -> api.ReconcileResponse:
     response = api.ReconcileResponse(attempt=result.attempt)
-    _attempt_fields(response, result)
+    _attempt_fields(response, result, with_messages=with_messages)
     return response
 
 
 def encode_reconcile(result: app.AttemptResult) -> bytes:
-    return _encode(reconcile_response(result))
+    response = reconcile_response(result, with_messages=False)
+    return _encode(response) + _splice(_REQUEST_FIELD_RECONCILE, result.request)
 
 
 def record_response(result: app.RecordResult) -> api.RecordResponse:

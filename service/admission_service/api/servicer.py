@@ -117,7 +117,10 @@ class AdmissionServicer(api_grpc.AdmissionServiceServicer):
     async def Inspect(self, request: api.InspectRequest, context: Context) -> api.InspectResponse:
         tenant = await self._tenants.tenant(context)
         result = await self._app.inspect(
-            tenant, request.session_id, convert.wire_format_from_proto(request.wire_format)
+            tenant,
+            request.session_id,
+            convert.wire_format_from_proto(request.wire_format),
+            convert.selection_from_proto(request),
         )
         return convert.inspect_response(result)
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Generic, TypeVar
+from enum import StrEnum
+from typing import Generic, TypeVar, overload
 
+from admission_service.domain import protowire
 from admission_service.domain.accounting import CacheForecast, TokenBreakdown
 from admission_service.domain.admission import AppliedCommit
 from admission_service.domain.catalog import Capability
@@ -30,6 +33,33 @@ class RouteRequest:
     tool_update: Capability = Capability.UNSPECIFIED
 
 
+class RequestView(StrEnum):
+    """How much of the derived request a response carries (FULL is the default)."""
+
+    FULL = "full"
+    DELTA = "delta"
+
+
+@dataclass(frozen=True, slots=True)
+class HeldPrefix:
+    """The leading messages of the derived request a caller holds (a previous response's
+    total_messages and digest), for a DELTA request."""
+
+    message_count: int
+    digest: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSelection:
+    """The view a caller asks for, with its held prefix for DELTA."""
+
+    view: RequestView = RequestView.FULL
+    held: HeldPrefix | None = None
+
+
+FULL_VIEW = RequestSelection()
+
+
 @dataclass(frozen=True, slots=True)
 class Idempotency:
     """A caller's ``request_id`` and the digest of the request it was first used with."""
@@ -52,6 +82,7 @@ class AdmitCommand:
     wire_format: WireFormat = WireFormat.NEUTRAL
     validate_only: bool = False
     expected_revision: int | None = None
+    selection: RequestSelection = FULL_VIEW
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +93,7 @@ class ReconcileCommand:
     wire_format: WireFormat = WireFormat.NEUTRAL
     validate_only: bool = False
     expected_revision: int | None = None
+    selection: RequestSelection = FULL_VIEW
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,12 +144,67 @@ class SessionInfo:
     replace_generation: int
 
 
+class EncodedMessages(Sequence[Message]):
+    """Derived messages kept as the stored protobuf frames (``domain.protowire``): the API edge
+    splices ``frames`` into the response as they are; the values are decoded only if read."""
+
+    __slots__ = ("_decoded", "frames")
+
+    def __init__(self, frames: bytes) -> None:
+        self.frames = frames
+        self._decoded: tuple[Message, ...] | None = None
+
+    def _values(self) -> tuple[Message, ...]:
+        if self._decoded is None:
+            self._decoded = protowire.decode_messages(self.frames)
+        return self._decoded
+
+    def __len__(self) -> int:
+        return len(self._values())
+
+    @overload
+    def __getitem__(self, index: int) -> Message: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Message]: ...
+
+    def __getitem__(self, index: int | slice) -> Message | Sequence[Message]:
+        return self._values()[index]
+
+    def __iter__(self) -> Iterator[Message]:
+        return iter(self._values())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, EncodedMessages):
+            return self.frames == other.frames
+        if isinstance(other, Sequence):
+            return self._values() == tuple(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.frames)
+
+    def __getstate__(self) -> bytes:
+        return self.frames
+
+    def __setstate__(self, state: bytes) -> None:
+        self.frames = state
+        self._decoded = None
+
+
 @dataclass(frozen=True, slots=True)
 class DerivedRequestView:
+    """A derived request as returned: FULL (every message) or DELTA (the messages from
+    ``first_message_index`` on), with the whole request's message count and digest."""
+
     wire_format: WireFormat
-    messages: tuple[Message, ...]
+    messages: Sequence[Message]
     body_json: str
     tools: tuple[Tool, ...]
+    view: RequestView = RequestView.FULL
+    first_message_index: int = 0
+    total_messages: int = 0
+    digest: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
@@ -20,11 +20,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from admission_service.app import validation
 from admission_service.app.commands import (
+    FULL_VIEW,
     AdmitCommand,
     AttemptResult,
     CompactCommand,
     CompactResult,
     DerivedRequestView,
+    EncodedMessages,
     EventView,
     Idempotency,
     InspectResult,
@@ -35,6 +37,8 @@ from admission_service.app.commands import (
     ReconcileCommand,
     RecordCommand,
     RecordResult,
+    RequestSelection,
+    RequestView,
     RouteRequest,
     SessionInfo,
     SystemNodeView,
@@ -48,13 +52,12 @@ from admission_service.domain import admission as rules
 from admission_service.domain import codec
 from admission_service.domain.accounting import (
     CacheForecast,
-    Divergence,
     DivergenceReason,
     PreviousRequest,
-    PricedNode,
     RequestKey,
-    breakdown,
-    forecast,
+    RequestTotals,
+    TokenBreakdown,
+    forecast_totals,
     message_digest,
     tools_json,
     tools_tokens,
@@ -78,7 +81,7 @@ from admission_service.domain.errors import (
     StaleCompactionPlan,
     UnknownToolCall,
 )
-from admission_service.domain.events import Append, Event, EventKind
+from admission_service.domain.events import Append, Event, EventKind, Replace
 from admission_service.domain.messages import Message, Role, Tool
 from admission_service.domain.projection import SystemNode
 from admission_service.domain.series import Route
@@ -86,6 +89,7 @@ from admission_service.domain.surface import effective_prompt
 from admission_service.domain.wire import WireFormat, render
 from admission_service.storage.repository import (
     NodeRecord,
+    RequestPrefix,
     SessionRecord,
     SessionStore,
     Shadowed,
@@ -94,6 +98,9 @@ from admission_service.storage.repository import (
 
 R = TypeVar("R")
 LEDGER_ROWS = 50
+# The digest of a derived request computed from scratch starts from this seed; one extended
+# from the previous request's digest chains over the frames appended since (see _derive).
+DIGEST_SEED = b"promptadmission.v1/derived-request"
 _SESSION_NAMESPACE = uuid.UUID("6f1d8a52-3c1e-4c55-9a7e-8e0f1f3b7a10")
 
 
@@ -382,7 +389,9 @@ class AdmissionApp:
                 resume=command.resume,
             )
             await tx.reached(Phase.VALIDATE)
-            result = await self._attempt(tx, attempt, 0, command.wire_format, first=True)
+            result = await self._attempt(
+                tx, attempt, 0, command.wire_format, command.selection, first=True
+            )
             if not tx.validate_only:
                 await tx.store.add_admission(
                     admission_id,
@@ -430,7 +439,9 @@ class AdmissionApp:
             )
             await tx.reached(Phase.VALIDATE)
             number = admitted.attempts
-            result = await self._attempt(tx, attempt, number, command.wire_format, first=False)
+            result = await self._attempt(
+                tx, attempt, number, command.wire_format, command.selection, first=False
+            )
             await tx.store.count_attempt(admitted.admission_id)
             await self._add_request(tx, admitted.admission_id, number, result.forecast)
             return result
@@ -452,32 +463,44 @@ class AdmissionApp:
         attempt: rules.Attempt,
         number: int,
         wire: WireFormat,
+        selection: RequestSelection,
         *,
         first: bool,
     ) -> AttemptResult:
         record = tx.record
-        state = rules.AdmissionState(record.next_seq, await tx.store.system_nodes(), record.series)
+        system_nodes = await tx.store.system_nodes()
+        state = rules.AdmissionState(record.next_seq, system_nodes, record.series)
         outcome = rules.admit(state, attempt) if first else rules.reconcile(state, attempt)
         await tx.reached(Phase.PROJECT)
-        next_position, shadowed = await tx.store.write_events(outcome.events, record.next_position)
+        written = await tx.store.write_events(outcome.events, record.next_position)
+        shadowed = written.shadowed
         if record.shadowed is not None:
             shadowed = record.shadowed.earliest(shadowed)
-        request, key, tokens, divergence = await self._derive(
-            tx.store, attempt.route, attempt.tools, wire, shadowed
+        key = _request_key(attempt.route, attempt.tools)
+        derived = await self._derive(
+            tx.store,
+            record,
+            attempt.route,
+            attempt.tools,
+            wire,
+            shadowed,
+            selection,
+            end_position=written.next_position,
         )
-        predicted = forecast(
-            record.last_request, key, tokens, divergence, starts_series=outcome.starts_series
+        predicted = forecast_totals(
+            record.last_request, key, derived.totals, starts_series=outcome.starts_series
         )
         revision = await tx.store.save(
             record,
             next_seq=record.next_seq + len(outcome.events),
-            next_position=next_position,
+            next_position=written.next_position,
             series=outcome.series,
-            last_request=PreviousRequest(key, len(tokens)),
+            last_request=(PreviousRequest(key, derived.totals.messages), derived.prefix),
             shadowed=None,  # the next forecast compares with this request
             request_count=record.request_count + 1,
+            surface_tokens=record.surface_tokens + written.tokens,
         )
-        prompt = effective_prompt(await tx.store.system_nodes())
+        prompt = effective_prompt(_apply_system_events(system_nodes, outcome.events))
         await tx.reached(Phase.DERIVE)
         return AttemptResult(
             admission_id=attempt.admission_id,
@@ -488,7 +511,7 @@ class AdmissionApp:
             header=outcome.header,
             context=outcome.context,
             starts_series=outcome.starts_series,
-            request=request,
+            request=derived.view,
             effective_prompt=prompt,
             forecast=predicted,
             route=attempt.route,
@@ -504,28 +527,81 @@ class AdmissionApp:
     async def _derive(
         self,
         store: SessionStore,
+        record: SessionRecord,
         route: Route,
         tools: tuple[Tool, ...],
         wire: WireFormat,
         shadowed: Shadowed | None,
-    ) -> tuple[DerivedRequestView, RequestKey, list[int], Divergence | None]:
-        """The derived request (every message node in surface order), its cache key, the
-        price of each message, and where it diverges from the previous request."""
-        rows = await store.surface(with_empty=False)
-        messages = tuple(_decode(row.message) for row in rows if row.message is not None)
-        body = render(messages, wire, in_history=route.in_history)
-        key = RequestKey(
-            route.provider,
-            route.model,
-            message_digest(tools_json(tools).encode()),
-            tools_tokens(tools),
+        selection: RequestSelection,
+        *,
+        end_position: int,
+    ) -> _Derived:
+        """The derived request (every message node in surface order), the totals its cache
+        forecast needs, and the prefix the next request extends.
+
+        The previous request is an exact prefix of this one unless a node before its end was
+        shadowed since. Then only the frames appended since are new: a DELTA request whose held
+        prefix is the previous request reads just those (an index range scan from
+        ``end_position``), and the digest chains over them. Otherwise the database concatenates
+        every stored frame. Either way no stored message is decoded or re-encoded, except to
+        render a provider body (non-NEUTRAL wire formats), which reads the returned messages.
+        """
+        prefix = record.prefix
+        intact = prefix is not None and (
+            shadowed is None or shadowed.position >= prefix.end_position
         )
-        divergence = None
-        if shadowed is not None:
-            unchanged = sum(row.position < shadowed.position for row in rows)
-            divergence = Divergence(unchanged, shadowed.system)
-        view = DerivedRequestView(wire, messages, body, tools)
-        return view, key, [row.tokens for row in rows], divergence
+        held = selection.held
+        delta = (
+            intact
+            and prefix is not None
+            and selection.view is RequestView.DELTA
+            and wire is not WireFormat.ANTHROPIC_MESSAGES
+            and held is not None
+            and (held.message_count, held.digest) == (prefix.messages, prefix.digest)
+        )
+        if prefix is not None and intact:
+            if delta:
+                read = await store.frames(prefix.end_position, None)
+                new = read.frames
+                body, first_index = new, prefix.messages
+            else:
+                read = await store.frames(0, prefix.end_position)
+                new = read.frames[prefix.size :]
+                body, first_index = read.frames, 0
+            messages = prefix.messages + (read.messages - read.before_messages)
+            tokens = prefix.tokens + (read.tokens - read.before_tokens)
+            digest = hashlib.sha256(prefix.digest + new).digest() if new else prefix.digest
+            totals = RequestTotals(messages, tokens, prefix.messages, prefix.tokens, False)
+            size = prefix.size + len(new)
+        else:
+            read = await store.frames(0, shadowed.position if shadowed is not None else None)
+            body, first_index = read.frames, 0
+            messages, tokens = read.messages, read.tokens
+            digest = hashlib.sha256(DIGEST_SEED + body).digest()
+            size = len(body)
+            if shadowed is not None:
+                # Every node before the first shadowed position was in the previous request.
+                totals = RequestTotals(
+                    messages, tokens, read.before_messages, read.before_tokens, shadowed.system
+                )
+            else:
+                totals = RequestTotals(messages, tokens, messages, tokens, False)
+        encoded = EncodedMessages(body)
+        rendered = ""
+        if wire is not WireFormat.NEUTRAL:
+            rendered = render(encoded, wire, in_history=route.in_history, offset=first_index)
+        view = DerivedRequestView(
+            wire,
+            encoded,
+            rendered,
+            tools,
+            view=RequestView.DELTA if first_index else RequestView.FULL,
+            first_message_index=first_index,
+            total_messages=messages,
+            digest=digest,
+        )
+        prefix_now = RequestPrefix(messages, tokens, size, digest, end_position)
+        return _Derived(view, totals, prefix_now)
 
     # ---- what the model and tools produced ------------------------------------------------
 
@@ -585,7 +661,7 @@ class AdmissionApp:
                 seq += 1
             await tx.reached(Phase.VALIDATE)
             await tx.reached(Phase.PROJECT)
-            next_position, _ = await tx.store.write_events(new_events, record.next_position)
+            written = await tx.store.write_events(new_events, record.next_position)
             for index, (result, result_seq) in enumerate(
                 zip(command.tool_results, result_seqs, strict=True)
             ):
@@ -601,11 +677,12 @@ class AdmissionApp:
             revision = await tx.store.save(
                 record,
                 next_seq=seq,
-                next_position=next_position,
+                next_position=written.next_position,
                 series=record.series,
-                last_request=record.last_request,
+                last_request=_previous(record),
                 shadowed=record.shadowed,
                 request_count=record.request_count,
+                surface_tokens=record.surface_tokens + written.tokens,
             )
             return RecordResult(revision, assistant_seq, tuple(result_seqs))
 
@@ -709,9 +786,8 @@ class AdmissionApp:
             await tx.reached(Phase.VALIDATE)
             outcome = compact(state, selected, command.summary)
             await tx.reached(Phase.PROJECT)
-            next_position, shadowed = await tx.store.write_events(
-                outcome.events, record.next_position
-            )
+            written = await tx.store.write_events(outcome.events, record.next_position)
+            shadowed = written.shadowed
             if record.shadowed is not None:
                 shadowed = record.shadowed.earliest(shadowed)
             prompt = effective_prompt(await tx.store.system_nodes())
@@ -719,11 +795,12 @@ class AdmissionApp:
             revision = await tx.store.save(
                 record,
                 next_seq=record.next_seq + len(outcome.events),
-                next_position=next_position,
+                next_position=written.next_position,
                 series=outcome.series,
-                last_request=record.last_request,
+                last_request=_previous(record),
                 shadowed=shadowed,
                 request_count=record.request_count,
+                surface_tokens=record.surface_tokens + written.tokens,
             )
             return CompactResult(
                 revision, outcome.summary_seq, selected.shadowed_seqs, outcome.commits, prompt
@@ -741,7 +818,17 @@ class AdmissionApp:
 
     # ---- reads ------------------------------------------------------------------------------
 
-    async def inspect(self, tenant: str, session_id: str, wire: WireFormat) -> InspectResult:
+    async def inspect(
+        self,
+        tenant: str,
+        session_id: str,
+        wire: WireFormat,
+        selection: RequestSelection = FULL_VIEW,
+    ) -> InspectResult:
+        """What the model sees and why. Reads the session row, the system nodes and the ledger;
+        the token breakdown comes from the session's running price, and only the derived
+        request reads the surface (just the tail for a DELTA with a current held prefix)."""
+
         async def inspect(store: SessionStore, record: SessionRecord) -> InspectResult:
             details = await store.system_node_details()
             system_nodes = tuple(
@@ -766,9 +853,17 @@ class AdmissionApp:
                 in_history=context.context.in_history if context else False,
                 tool_update=False,
             )
-            request, *_ = await self._derive(store, route, tools, wire, None)
-            rows = await store.surface()
-            priced = [PricedNode(row.seq, row.tokens, row.is_system) for row in rows]
+            derived = await self._derive(
+                store,
+                record,
+                route,
+                tools,
+                wire,
+                record.shadowed,
+                selection,
+                end_position=record.next_position,
+            )
+            system_tokens = next((row.tokens for row in reversed(details) if row.tokens > 0), 0)
             ledger = tuple(
                 LedgerEntry(
                     row.request_index,
@@ -785,8 +880,10 @@ class AdmissionApp:
                     tuple(SystemNode(n.seq, n.text) for n in system_nodes)
                 ),
                 system_nodes=system_nodes,
-                request=request,
-                breakdown=breakdown(priced, tools),
+                request=derived.view,
+                breakdown=TokenBreakdown(
+                    system_tokens, tools_tokens(tools), record.surface_tokens - system_tokens
+                ),
                 series=series,
                 ledger=ledger,
             )
@@ -840,3 +937,40 @@ def _surface_op(row: Any) -> dict[str, Any] | None:
 
 def request_digest(serialized: bytes) -> bytes:
     return hashlib.sha256(serialized).digest()
+
+
+@dataclass(frozen=True, slots=True)
+class _Derived:
+    view: DerivedRequestView
+    totals: RequestTotals
+    prefix: RequestPrefix
+
+
+def _request_key(route: Route, tools: tuple[Tool, ...]) -> RequestKey:
+    return RequestKey(
+        route.provider, route.model, message_digest(tools_json(tools).encode()), tools_tokens(tools)
+    )
+
+
+def _previous(record: SessionRecord) -> tuple[PreviousRequest, RequestPrefix] | None:
+    if record.last_request is None or record.prefix is None:
+        return None
+    return record.last_request, record.prefix
+
+
+def _apply_system_events(
+    nodes: tuple[SystemNode, ...], new_events: Sequence[Event]
+) -> tuple[SystemNode, ...]:
+    """The surviving system nodes after an attempt's system commits (appends, and replaces of
+    exactly one system node), without reading them again."""
+    result = list(nodes)
+    for event in new_events:
+        if not event.is_system:
+            continue
+        node = SystemNode(event.seq, event.system_text)
+        if isinstance(event.op, Replace):
+            index = next(i for i, n in enumerate(result) if n.seq == event.op.start_seq)
+            result[index] = node
+        else:
+            result.append(node)
+    return tuple(result)

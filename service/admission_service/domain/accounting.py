@@ -193,8 +193,48 @@ def forecast(
     byte-identical prefix (the property tests compare the two) except when a replacement
     reproduces exactly the bytes it replaced, where the forecast stays on the cautious side.
     """
-    total = current.tools_tokens + sum(message_tokens)
-    count = len(message_tokens)
+    shared = previous.message_count if previous is not None else 0
+    if divergence is not None:
+        shared = min(shared, divergence.unchanged_messages)
+    return forecast_totals(
+        previous,
+        current,
+        RequestTotals(
+            len(message_tokens),
+            sum(message_tokens),
+            shared,
+            sum(message_tokens[:shared]),
+            divergence.at_system if divergence is not None else False,
+        ),
+        starts_series=starts_series,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RequestTotals:
+    """The current request's messages as the forecast needs them, without the messages:
+    how many and their price; how many lead it unchanged since the previous request (the
+    previous count, or fewer when a node before its end was shadowed) and their price; and
+    whether the first shadowed node was a system node."""
+
+    messages: int
+    tokens: int
+    unchanged_messages: int
+    unchanged_tokens: int
+    at_system: bool
+
+
+def forecast_totals(
+    previous: PreviousRequest | None,
+    current: RequestKey,
+    totals: RequestTotals,
+    *,
+    starts_series: bool,
+) -> CacheForecast:
+    """``forecast`` from totals the caller keeps (storage keeps them per session), so the
+    forecast costs the same whatever the session's length."""
+    total = current.tools_tokens + totals.tokens
+    count = totals.messages
 
     def cold(reason: DivergenceReason) -> CacheForecast:
         return CacheForecast(0, 0, count, total, 0, reason)
@@ -206,16 +246,13 @@ def forecast(
         return cold(DivergenceReason.MODEL_CHANGED)
     if before.tools_digest != current.tools_digest:
         return cold(DivergenceReason.TOOLS_CHANGED)
-    shared = previous.message_count
-    if divergence is not None:
-        shared = min(shared, divergence.unchanged_messages)
-    reused_tokens = current.tools_tokens + sum(message_tokens[:shared])
+    shared = min(previous.message_count, totals.unchanged_messages)
+    reused_tokens = current.tools_tokens + totals.unchanged_tokens
     if shared == previous.message_count:
         reason = DivergenceReason.NONE
     elif starts_series:
         reason = DivergenceReason.SERIES_START
     else:
-        assert divergence is not None
-        at_system = divergence.at_system
+        at_system = totals.at_system
         reason = DivergenceReason.SYSTEM_CHANGED if at_system else DivergenceReason.MESSAGES_CHANGED
     return CacheForecast(shared, reused_tokens, count, total, shared, reason)

@@ -33,11 +33,19 @@ class WireFormat(StrEnum):
     ANTHROPIC_MESSAGES = "anthropic_messages"
 
 
-def render(messages: Sequence[Message], wire: WireFormat, *, in_history: bool) -> str:
-    """The body fragment for ``wire`` ('' for NEUTRAL, whose typed messages are the answer)."""
+def render(
+    messages: Sequence[Message], wire: WireFormat, *, in_history: bool, offset: int = 0
+) -> str:
+    """The body fragment for ``wire`` ('' for NEUTRAL, whose typed messages are the answer).
+
+    ``offset`` is the index of ``messages[0]`` in the whole request: a DELTA renders only the
+    messages after a held prefix (OpenAI formats only; their items follow the messages).
+    """
     if wire is WireFormat.NEUTRAL:
         return ""
-    for index, message in enumerate(messages):
+    if offset and wire is WireFormat.ANTHROPIC_MESSAGES:
+        raise ValueError("an Anthropic Messages body does not extend by appending")
+    for index, message in enumerate(messages, start=offset):
         if message.role is Role.SYSTEM:
             if not message.text:
                 raise WireFormatError("empty in-history system update")
@@ -45,11 +53,12 @@ def render(messages: Sequence[Message], wire: WireFormat, *, in_history: bool) -
                 raise WireFormatError(
                     "a non-leading system message on a route that is not in-history"
                 )
-    body = {
-        WireFormat.OPENAI_CHAT: _openai_chat,
-        WireFormat.OPENAI_RESPONSES: _openai_responses,
-        WireFormat.ANTHROPIC_MESSAGES: _anthropic_messages,
-    }[wire](messages)
+    if wire is WireFormat.OPENAI_CHAT:
+        body = _openai_chat(messages)
+    elif wire is WireFormat.OPENAI_RESPONSES:
+        body = _openai_responses(messages, offset)
+    else:
+        body = _anthropic_messages(messages)
     return json.dumps(body, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -110,9 +119,9 @@ def _openai_assistant(message: Message) -> Json:
     return entry
 
 
-def _openai_responses(messages: Sequence[Message]) -> Json:
+def _openai_responses(messages: Sequence[Message], offset: int = 0) -> Json:
     items: list[Json] = []
-    for index, message in enumerate(messages):
+    for index, message in enumerate(messages, start=offset):
         if message.role is Role.SYSTEM:
             role = "system" if index == 0 else "developer"
             items.append({"role": role, "content": message.text})

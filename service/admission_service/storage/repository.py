@@ -1,8 +1,10 @@
 """SQL for one session inside one transaction. It reads and writes, never commits.
 
 Everything the projection rule needs is indexed so an admission does not read or rewrite the
-whole surface: the session row (counters, series state), the surviving system nodes (partial
-index), and the surface nodes by position. Only the derived request itself reads every node.
+whole surface: the session row (counters, series state, the previous request's prefix and the
+surface's running price), the surviving system nodes (partial index), and the surface nodes by
+position. A derived request is the stored protobuf frames concatenated by the database
+(``frames``); a DELTA request reads only the nodes appended since the previous request.
 """
 
 from __future__ import annotations
@@ -12,11 +14,23 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, and_, delete, exists, func, insert, literal, select, tuple_, update
+from sqlalchemy import (
+    Table,
+    and_,
+    delete,
+    exists,
+    func,
+    insert,
+    literal,
+    select,
+    text,
+    tuple_,
+    update,
+)
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from admission_service.domain import codec
+from admission_service.domain import codec, protowire
 from admission_service.domain.accounting import PreviousRequest, RequestKey, message_tokens
 from admission_service.domain.events import Append, Event, Replace
 from admission_service.domain.messages import Tool
@@ -40,6 +54,19 @@ requests = cast(Table, RequestRow.__table__)
 idempotency = cast(Table, IdempotencyKeyRow.__table__)
 tool_calls = cast(Table, ToolCallRow.__table__)
 
+# PostgreSQL concatenates the frames (``string_agg`` in position order over the unique
+# (tenant, session, position) index): no per-row work in Python, whatever the surface length.
+_FRAMES = text(
+    "SELECT string_agg(message_pb, ''::bytea ORDER BY position) AS frames,"
+    " count(message_pb) AS messages,"
+    " coalesce(sum(tokens), 0)::bigint AS tokens,"
+    " count(message_pb) FILTER (WHERE position < :split) AS before_messages,"
+    " coalesce(sum(tokens) FILTER (WHERE position < :split), 0)::bigint AS before_tokens"
+    " FROM surface_nodes"
+    " WHERE tenant_id = :t AND session_id = :s AND position >= :from_position"
+    " AND message_pb IS NOT NULL"
+)
+
 
 @dataclass(frozen=True, slots=True)
 class SessionRecord:
@@ -51,10 +78,49 @@ class SessionRecord:
     next_position: int
     series: SeriesState
     last_request: PreviousRequest | None
+    prefix: RequestPrefix | None
     shadowed: Shadowed | None
     request_count: int
+    surface_tokens: int
     create_time: datetime
     update_time: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class RequestPrefix:
+    """The previous derived request as the next one needs it: its message count, price,
+    encoded size (bytes of its concatenated frames) and digest, and ``end_position``, the next
+    append position when it was derived. Nodes at or after ``end_position`` were appended
+    since; as long as nothing before it was shadowed, the previous request is an exact prefix
+    of the next, which is then the stored prefix plus the frames from ``end_position`` on."""
+
+    messages: int
+    tokens: int
+    size: int
+    digest: bytes
+    end_position: int
+
+
+@dataclass(frozen=True, slots=True)
+class Frames:
+    """Derived messages read by ``SessionStore.frames``: the concatenated frames, how many
+    messages, their price; and the count and price of those before a split position."""
+
+    frames: bytes
+    messages: int
+    tokens: int
+    before_messages: int
+    before_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Written:
+    """What ``write_events`` did: the next append position, the earliest position it shadowed,
+    and the change in the surface's summed price."""
+
+    next_position: int
+    shadowed: Shadowed | None
+    tokens: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +163,7 @@ class Shadowed:
         return self if other is None or self.position <= other.position else other
 
 
-def previous_request_to_json(value: PreviousRequest) -> dict[str, Any]:
+def previous_request_to_json(value: PreviousRequest, prefix: RequestPrefix) -> dict[str, Any]:
     key = value.key
     return {
         "provider": key.provider,
@@ -105,12 +171,29 @@ def previous_request_to_json(value: PreviousRequest) -> dict[str, Any]:
         "tools_digest": key.tools_digest,
         "tools_tokens": key.tools_tokens,
         "message_count": value.message_count,
+        "message_tokens": prefix.tokens,
+        "size": prefix.size,
+        "digest": prefix.digest.hex(),
+        "end_position": prefix.end_position,
     }
 
 
-def previous_request_from_json(data: dict[str, Any]) -> PreviousRequest:
+def previous_request_from_json(
+    data: dict[str, Any],
+) -> tuple[PreviousRequest, RequestPrefix] | None:
+    """None for a request stored before prefixes were kept (migration 0002): the next forecast
+    then treats it as the first, the cautious side."""
+    if "digest" not in data:
+        return None
     key = RequestKey(data["provider"], data["model"], data["tools_digest"], data["tools_tokens"])
-    return PreviousRequest(key, data["message_count"])
+    prefix = RequestPrefix(
+        data["message_count"],
+        data["message_tokens"],
+        data["size"],
+        bytes.fromhex(data["digest"]),
+        data["end_position"],
+    )
+    return PreviousRequest(key, data["message_count"]), prefix
 
 
 def _record(row: Any) -> SessionRecord:
@@ -124,19 +207,24 @@ def _record(row: Any) -> SessionRecord:
         if row.last_context is not None
         else None,
     )
+    previous = (
+        previous_request_from_json(codec.loads(row.last_request))
+        if row.last_request is not None
+        else None
+    )
     return SessionRecord(
         session_id=row.session_id,
         revision=row.revision,
         next_seq=row.next_seq,
         next_position=row.next_position,
         series=series,
-        last_request=previous_request_from_json(codec.loads(row.last_request))
-        if row.last_request is not None
-        else None,
+        last_request=previous[0] if previous else None,
+        prefix=previous[1] if previous else None,
         shadowed=Shadowed(row.shadowed_position, row.shadowed_system)
         if row.shadowed_position is not None
         else None,
         request_count=row.request_count,
+        surface_tokens=row.surface_tokens,
         create_time=row.create_time,
         update_time=row.update_time,
     )
@@ -184,9 +272,10 @@ class SessionStore:
         next_seq: int,
         next_position: int,
         series: SeriesState,
-        last_request: PreviousRequest | None,
+        last_request: tuple[PreviousRequest, RequestPrefix] | None,
         shadowed: Shadowed | None,
         request_count: int,
+        surface_tokens: int,
     ) -> int:
         """Write the new counters and series state; returns the revision.
 
@@ -205,12 +294,13 @@ class SessionStore:
             "last_context": codec.dumps(codec.context_to_json(series.last_context))
             if series.last_context
             else None,
-            "last_request": codec.dumps(previous_request_to_json(last_request))
+            "last_request": codec.dumps(previous_request_to_json(*last_request))
             if last_request
             else None,
             "shadowed_position": shadowed.position if shadowed else None,
             "shadowed_system": shadowed.system if shadowed else False,
             "request_count": request_count,
+            "surface_tokens": surface_tokens,
             "update_time": func.now(),
         }
         await self.connection.execute(update(sessions).where(self._mine(sessions)).values(values))
@@ -265,45 +355,64 @@ class SessionStore:
         rows = await self.connection.execute(statement.order_by(nodes.c.position))
         return [NodeRecord(r.seq, r.position, r.is_system, r.message, r.tokens) for r in rows]
 
-    async def write_events(
-        self, new_events: Sequence[Event], next_position: int
-    ) -> tuple[int, Shadowed | None]:
-        """Log ``new_events`` and apply their surface operations.
+    async def write_events(self, new_events: Sequence[Event], next_position: int) -> Written:
+        """Log ``new_events`` and apply their surface operations, in order.
 
-        Returns the next append position and the earliest position the events shadowed.
+        Consecutive appended nodes (and their tool calls) are inserted in one statement each.
         """
         shadowed: Shadowed | None = None
+        tokens = 0
         if not new_events:
-            return next_position, shadowed
+            return Written(next_position, shadowed, tokens)
         await self.connection.execute(insert(events), [self._event_row(e) for e in new_events])
+        pending: list[dict[str, Any]] = []
+        calls: list[dict[str, Any]] = []
         for event in new_events:
             if event.op is None:
                 continue
             message = event.derived_message()
-            node = {
+            price = message_tokens(message)
+            node: dict[str, Any] = {
                 **self._keys(),
                 "seq": event.seq,
                 "is_system": event.is_system,
                 "system_text": event.system_text.encode() if event.is_system else None,
                 "message": codec.encode_message(message) if message else None,
-                "tokens": message_tokens(message),
+                "message_pb": protowire.frame(message) if message else None,
+                "tokens": price,
                 "turn": event.turn,
                 "step": event.step,
             }
+            tokens += price
             if isinstance(event.op, Append):
                 node["position"] = next_position
                 next_position += 1
             else:
-                first = await self._shadow(event.op)
+                await self._flush(pending, calls)
+                first, removed = await self._shadow(event.op)
+                tokens -= removed
                 node["position"] = first.position
                 shadowed = first.earliest(shadowed)
-            await self.connection.execute(insert(nodes).values(node))
+            pending.append(node)
             if message is not None:
-                await self._track_tool_calls(event, message.tool_call_ids())
-        return next_position, shadowed
+                calls += (
+                    {**self._keys(), "call_id": call_id, "call_seq": event.seq}
+                    for call_id in message.tool_call_ids()
+                )
+        await self._flush(pending, calls)
+        return Written(next_position, shadowed, tokens)
 
-    async def _shadow(self, op: Replace) -> Shadowed:
-        """Delete the shadowed run of nodes; the new node takes the first one's position."""
+    async def _flush(self, pending: list[dict[str, Any]], calls: list[dict[str, Any]]) -> None:
+        if pending:
+            await self.connection.execute(insert(nodes), pending)
+            pending.clear()
+        if calls:
+            await self.connection.execute(insert(tool_calls), calls)
+            calls.clear()
+
+    async def _shadow(self, op: Replace) -> tuple[Shadowed, int]:
+        """Delete the shadowed run of nodes; the new node takes the first one's position.
+        Returns the first shadowed node and the summed price of the shadowed nodes."""
         rows = await self.connection.execute(
             select(nodes.c.seq, nodes.c.position, nodes.c.is_system).where(
                 self._mine(nodes), nodes.c.seq.in_((op.start_seq, op.end_seq))
@@ -311,12 +420,35 @@ class SessionStore:
         )
         by_seq = {row.seq: Shadowed(row.position, row.is_system) for row in rows}
         start, end = by_seq[op.start_seq], by_seq[op.end_seq]
-        await self.connection.execute(
-            delete(nodes).where(
-                self._mine(nodes), nodes.c.position.between(start.position, end.position)
-            )
+        removed = await self.connection.execute(
+            delete(nodes)
+            .where(self._mine(nodes), nodes.c.position.between(start.position, end.position))
+            .returning(nodes.c.tokens)
         )
-        return start
+        return start, sum(row.tokens for row in removed)
+
+    async def frames(self, from_position: int, split_position: int | None) -> Frames:
+        """The derived messages of the nodes at ``from_position`` and after, in surface order,
+        as concatenated frames (one aggregate in the database; an index range scan), with
+        their count and price, and the count and price of those before ``split_position``."""
+        row = (
+            await self.connection.execute(
+                _FRAMES,
+                {
+                    "t": self.tenant,
+                    "s": self.session_id,
+                    "from_position": from_position,
+                    "split": split_position if split_position is not None else -1,
+                },
+            )
+        ).one()
+        return Frames(
+            bytes(row.frames or b""),
+            row.messages,
+            row.tokens,
+            row.before_messages,
+            row.before_tokens,
+        )
 
     def _event_row(self, event: Event) -> dict[str, Any]:
         surface_op = None
@@ -340,13 +472,6 @@ class SessionStore:
         }
 
     # ---- tool calls -------------------------------------------------------------------
-
-    async def _track_tool_calls(self, event: Event, call_ids: Sequence[str]) -> None:
-        if call_ids:
-            await self.connection.execute(
-                insert(tool_calls),
-                [{**self._keys(), "call_id": c, "call_seq": event.seq} for c in call_ids],
-            )
 
     async def known_tool_calls(self, call_ids: Sequence[str]) -> set[str]:
         """Which of ``call_ids`` were already made in this session (on the surface or not)."""
@@ -468,6 +593,7 @@ class SessionStore:
                 nodes.c.turn,
                 nodes.c.step,
                 nodes.c.system_text,
+                nodes.c.tokens,
                 events.c.commit_time,
                 events.c.payload,
             )

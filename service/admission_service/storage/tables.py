@@ -98,6 +98,9 @@ class SessionRow(Base):
     shadowed_position: Mapped[int | None]
     shadowed_system: Mapped[bool] = mapped_column(server_default=text("false"))
     request_count: Mapped[int] = mapped_column(server_default=_ZERO)
+    # The summed price of every surviving node, kept current by every write, so the token
+    # breakdown never reads the whole surface.
+    surface_tokens: Mapped[int] = mapped_column(server_default=_ZERO)
     create_time: Mapped[datetime] = mapped_column(server_default=_NOW)
     update_time: Mapped[datetime] = mapped_column(server_default=_NOW, onupdate=_NOW)
 
@@ -172,6 +175,10 @@ class SurfaceNodeRow(Base):
     # The pre-encoded derived message; NULL when the node derives to nothing (empty system or
     # assistant message).
     message: Mapped[bytes | None]
+    # The same message in the API's protobuf encoding, framed as one element of
+    # DerivedRequest.messages (domain/protowire.py): a derived request is these frames
+    # concatenated in position order, never re-encoded. NULL exactly when ``message`` is.
+    message_pb: Mapped[bytes | None]
     tokens: Mapped[int] = mapped_column(server_default=_ZERO)
     turn: Mapped[int]
     step: Mapped[int]

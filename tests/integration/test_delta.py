@@ -1,0 +1,159 @@
+"""The DELTA request view and the spliced FULL request (issue 7), against real PostgreSQL."""
+
+from __future__ import annotations
+
+import pickle
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from admission_service.api import convert
+from admission_service.app.commands import (
+    AdmitCommand,
+    AttemptResult,
+    CompactCommand,
+    HeldPrefix,
+    PlanCompactionCommand,
+    RecordCommand,
+    RequestSelection,
+    RequestView,
+    RouteRequest,
+)
+from admission_service.app.service import AdmissionApp
+from admission_service.domain.accounting import PricedNode, breakdown, message_tokens
+from admission_service.domain.catalog import Capability, parse_catalog
+from admission_service.domain.messages import Message, Role, Text, ToolCall, ToolResult
+from admission_service.domain.wire import WireFormat
+from promptadmission.v1 import admission_service_pb2 as api
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+CATALOG = parse_catalog({"models": []})
+IN_HISTORY = RouteRequest("p", "m", 1000, Capability.IN_HISTORY)
+REPLACE = RouteRequest("p", "m", 1000, Capability.REPLACE)
+encode: Callable[[Any], bytes] = pickle.dumps
+
+
+def user(text: str) -> Message:
+    return Message(Role.USER, (Text(text),))
+
+
+@pytest.fixture(scope="module")
+def app(engine: AsyncEngine) -> AdmissionApp:
+    return AdmissionApp(engine, CATALOG)
+
+
+async def new_session(app: AdmissionApp) -> str:
+    sid = f"delta-{uuid.uuid4().hex}"
+    await app.create_session("t", sid, None, encode)
+    return sid
+
+
+def delta(previous: AttemptResult) -> RequestSelection:
+    request = previous.request
+    return RequestSelection(RequestView.DELTA, HeldPrefix(request.total_messages, request.digest))
+
+
+async def admit(
+    app: AdmissionApp, sid: str, prompt: str, *users: str, **kwargs: Any
+) -> AttemptResult:
+    route = kwargs.pop("route", IN_HISTORY)
+    command = AdmitCommand(sid, 1, 1, prompt, (), route, tuple(map(user, users)), **kwargs)
+    result: AttemptResult = pickle.loads(await app.admit("t", command, None, encode))
+    return result
+
+
+async def test_delta_carries_only_the_tail_and_chains_the_digest(app: AdmissionApp) -> None:
+    sid = await new_session(app)
+    first = await admit(app, sid, "A", "one")
+    assert first.request.view is RequestView.FULL
+    assert first.request.total_messages == 2
+    call = Message(Role.ASSISTANT, (Text("look"), ToolCall("c1", "read", "{}")))
+    await app.record("t", RecordCommand(sid, first.admission_id, call), None, encode)
+    result = ToolResult("c1", (Text("body"),))
+    await app.record("t", RecordCommand(sid, first.admission_id, None, (result,)), None, encode)
+
+    second = await admit(app, sid, "B", "two", selection=delta(first))
+    assert second.request.view is RequestView.DELTA
+    assert second.request.first_message_index == 2
+    assert [m.role for m in second.request.messages] == [
+        Role.ASSISTANT,
+        Role.TOOL,
+        Role.SYSTEM,
+        Role.USER,
+    ]
+    assert second.request.total_messages == 6
+    assert second.forecast.reused_messages == 2
+
+    # FULL of the same state: the held prefix plus the tail, with the same digest.
+    full = await admit(app, sid, "B", selection=RequestSelection())
+    assert full.request.view is RequestView.FULL
+    assert list(full.request.messages[:6]) == [*first.request.messages, *second.request.messages]
+    third = await admit(app, sid, "B", selection=delta(second))
+    assert third.request.total_messages == full.request.total_messages
+    assert third.request.digest == full.request.digest
+    assert list(third.request.messages) == []
+
+    # An unchanged request keeps the digest; an Inspect DELTA sees the same tail (none).
+    inspected = await app.inspect("t", sid, WireFormat.NEUTRAL, delta(third))
+    assert inspected.request.view is RequestView.DELTA
+    assert inspected.request.digest == third.request.digest
+
+
+async def test_a_prefix_the_service_cannot_verify_gets_a_full_request(app: AdmissionApp) -> None:
+    sid = await new_session(app)
+    first = await admit(app, sid, "A", "one")
+    wrong = RequestSelection(RequestView.DELTA, HeldPrefix(2, b"not the digest"))
+    second = await admit(app, sid, "A", "two", selection=wrong)
+    assert second.request.view is RequestView.FULL
+    assert len(second.request.messages) == 3
+    stale = await admit(app, sid, "A", "three", selection=delta(first))
+    assert stale.request.view is RequestView.FULL
+
+    # Anthropic Messages bodies are always FULL.
+    anthropic = await admit(
+        app, sid, "A", "four", selection=delta(stale), wire_format=WireFormat.ANTHROPIC_MESSAGES
+    )
+    assert anthropic.request.view is RequestView.FULL
+
+
+async def test_after_a_replacement_the_next_request_is_full(app: AdmissionApp) -> None:
+    sid = await new_session(app)
+    first = await admit(app, sid, "A", "one", route=REPLACE)
+    second = await admit(app, sid, "B", "two", route=REPLACE, selection=delta(first))
+    assert second.request.view is RequestView.FULL  # the head was rewritten
+    assert [m.text for m in second.request.messages] == ["B", "one", "two"]
+    assert second.forecast.reused_messages == 0
+
+    third = await admit(app, sid, "B", "three", route=REPLACE, selection=delta(second))
+    assert third.request.view is RequestView.DELTA
+    plan = await app.plan_compaction("t", PlanCompactionCommand(sid, retain_tokens=0))
+    await app.compact("t", CompactCommand(sid, plan.plan_token, "s"), None, encode)
+    after = await admit(app, sid, "B", "four", route=REPLACE, selection=delta(third))
+    assert after.request.view is RequestView.FULL
+    assert after.forecast.divergence_reason.value == "series_start"
+    assert after.forecast.reused_messages == 1  # the head
+
+
+async def test_the_breakdown_is_the_running_price(app: AdmissionApp) -> None:
+    sid = await new_session(app)
+    await admit(app, sid, "A", "one", "two")
+    await admit(app, sid, "B", "three")
+    await admit(app, sid, "", "four")  # consolidates: replaces, so the price shrinks too
+    inspected = await app.inspect("t", sid, WireFormat.NEUTRAL)
+
+    priced = [
+        PricedNode(0, message_tokens(m), m.role is Role.SYSTEM) for m in inspected.request.messages
+    ]
+    assert inspected.breakdown == breakdown(priced, ())
+
+
+async def test_the_spliced_response_parses_like_an_encoded_one(app: AdmissionApp) -> None:
+    sid = await new_session(app)
+    await admit(app, sid, "A", "one\x00🙂")
+    result = await admit(app, sid, "A", "two")
+    spliced = api.AdmitResponse.FromString(convert.encode_admit(result))
+    built = convert.admit_response(result)
+    assert spliced == built
+    assert [m.content[0].text.text for m in spliced.request.messages] == ["A", "one\x00🙂", "two"]
+    assert spliced.request.digest == result.request.digest
