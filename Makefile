@@ -11,7 +11,8 @@ BUF         := $(CURDIR)/tools/node_modules/.bin/buf
 TS_DIR   := clients/typescript
 TS_STAMP := $(TS_DIR)/node_modules/.installed
 
-.PHONY: install test lint typecheck rule-coverage run generate proto-lint ts-install ts-test clean
+.PHONY: install test lint typecheck rule-coverage run generate proto-lint ts-install ts-test clean \
+	bench bench-smoke
 
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -64,9 +65,20 @@ ts-test: install $(TS_STAMP)
 	cd $(TS_DIR) && npm run --silent build
 	cd $(TS_DIR) && PAS_SERVICE_BIN=$(CURDIR)/$(BIN)/admission-service npm test --silent
 
-# The whole suite: proto, lint, types, rule coverage, the TypeScript client, then every test
-# (domain, storage, API, clients; the cross-language tests need the TypeScript build).
-test: proto-lint lint typecheck rule-coverage ts-test
+# The benchmark (issue 7, docs/BENCHMARKS.md): the service against the floor measured in the
+# same run, on a database of its own (DATABASE_URL's server, else an embedded PostgreSQL).
+# `bench` is the full run (about 10 minutes) and writes bench/results/latest.json; `bench-smoke`
+# runs every scenario briefly and only checks that the benchmark works (it asserts no timing).
+bench: install
+	$(BIN)/python -m bench
+
+bench-smoke: install
+	$(BIN)/python -m bench --smoke --out bench/results/smoke.json > /dev/null
+
+# The whole suite: proto, lint, types, rule coverage, the TypeScript client, the benchmark's
+# smoke run, then every test (domain, storage, API, clients; the cross-language tests need the
+# TypeScript build).
+test: proto-lint lint typecheck rule-coverage ts-test bench-smoke
 	PAS_REQUIRE_TYPESCRIPT=1 $(BIN)/pytest -q
 
 run: install

@@ -1,0 +1,197 @@
+"""The benchmark's own database and server processes.
+
+The benchmark never touches a database it did not create: it creates ``pas_bench_<random>`` on
+``DATABASE_URL``'s server when that is set (and drops it at the end), else it starts a private
+embedded PostgreSQL in a temporary directory. The service and the floor run as separate
+processes, so the load generator never shares their event loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from admission_service.storage.database import normalise_database_url
+from admission_service.storage.embedded import start_embedded_postgres
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from sqlalchemy import create_engine, pool, text
+from sqlalchemy.engine import make_url
+
+REPO = Path(__file__).resolve().parents[1]
+SERVE = "from admission_service.cli import main; raise SystemExit(main())"
+
+
+def _execute(server_url: str, statement: str) -> None:
+    engine = create_engine(server_url, poolclass=pool.NullPool, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as connection:
+            connection.execute(text(statement))
+    finally:
+        engine.dispose()
+
+
+@contextlib.contextmanager
+def bench_database(*, durable: bool = True) -> Iterator[tuple[str, str]]:
+    """A dedicated, empty database for this run: (its URL, a description of the server)."""
+    configured = os.environ.get("DATABASE_URL", "").strip()
+    data_dir: Path | None = None
+    server = None
+    if configured:
+        server_url = normalise_database_url(configured)
+        where = "DATABASE_URL's server"
+    else:
+        data_dir = Path(tempfile.mkdtemp(prefix="pas-bench-postgres-"))
+        server = start_embedded_postgres(data_dir, durable=durable)
+        server_url = normalise_database_url(server.url())
+        where = "embedded PostgreSQL" + ("" if durable else " (fsync off)")
+    name = f"pas_bench_{secrets.token_hex(6)}"
+    _execute(server_url, f'CREATE DATABASE "{name}"')
+    url = make_url(server_url).set(database=name).render_as_string(hide_password=False)
+    try:
+        yield url, where
+    finally:
+        try:
+            _execute(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            if server is not None:
+                server.stop()
+            if data_dir is not None:
+                shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def postgres_version(url: str) -> str:
+    engine = create_engine(url, poolclass=pool.NullPool)
+    try:
+        with engine.connect() as connection:
+            return str(connection.execute(text("SHOW server_version")).scalar())
+    finally:
+        engine.dispose()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class ServerProcess:
+    name: str
+    process: subprocess.Popen[bytes]
+    target: str
+    log: Path
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def rss_mib(self) -> float:
+        """VmRSS of the server process (``/proc/<pid>/status``), in MiB."""
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        raise RuntimeError(f"no VmRSS for {self.pid}")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def _wait_healthy(server: ServerProcess, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            raise RuntimeError(f"{server.name} exited: see {server.log}")
+        with grpc.insecure_channel(server.target) as channel:
+            try:
+                reply = health_pb2_grpc.HealthStub(channel).Check(
+                    health_pb2.HealthCheckRequest(), timeout=1
+                )
+                if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError:
+                pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{server.name} did not become healthy: see {server.log}")
+
+
+def _wait_line(server: ServerProcess, timeout: float) -> None:
+    assert server.process.stdout is not None
+    deadline = time.monotonic() + timeout
+    line = server.process.stdout.readline()
+    if line.strip() != b"ready" or time.monotonic() > deadline:
+        raise RuntimeError(f"{server.name} did not start: see {server.log}")
+
+
+def start_service(database_url: str, log_dir: Path, pool_size: int = 10) -> ServerProcess:
+    """``admission-service serve`` on a free port against ``database_url`` (migrating it)."""
+    port = free_port()
+    log = log_dir / "service.log"
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "PAS_LISTEN": f"127.0.0.1:{port}",
+        "PAS_DB_POOL_SIZE": str(pool_size),
+        "PAS_LOG_LEVEL": "WARNING",
+        "PAS_MIGRATE_ON_START": "true",
+    }
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-c", SERVE, "serve"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+        )
+    server = ServerProcess("service", process, f"127.0.0.1:{port}", log)
+    try:
+        _wait_healthy(server, 60)
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+def start_floor(database_url: str, log_dir: Path, pool_size: int = 10) -> ServerProcess:
+    port = free_port()
+    log = log_dir / "floor.log"
+    with log.open("wb") as err:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "bench.floor",
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--database-url",
+                database_url,
+                "--pool-size",
+                str(pool_size),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            cwd=REPO,
+        )
+    server = ServerProcess("floor", process, f"127.0.0.1:{port}", log)
+    try:
+        _wait_line(server, 60)
+    except BaseException:
+        server.stop()
+        raise
+    return server

@@ -1,0 +1,44 @@
+"""Summarise py-spy collapsed stacks (``--format raw``): where the samples fall, by function
+(self and inclusive), so a profile can be read in a terminal or quoted in a note.
+
+    python -m bench.profile_summary /tmp/service.txt [--top 30] [--match admission_service]
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+from pathlib import Path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("path", type=Path)
+    parser.add_argument("--top", type=int, default=30)
+    parser.add_argument("--match", default="", help="only inclusive rows whose frame contains this")
+    args = parser.parse_args()
+    own: Counter[str] = Counter()
+    inclusive: Counter[str] = Counter()
+    total = 0
+    for line in args.path.read_text().splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if not stack:
+            continue
+        count = int(count_text)
+        frames = stack.split(";")
+        total += count
+        own[frames[-1]] += count
+        for frame in set(frames):
+            inclusive[frame] += count
+    print(f"{total} samples")  # noqa: T201
+    print("\nself:")  # noqa: T201
+    for frame, count in own.most_common(args.top):
+        print(f"{100 * count / total:6.1f}%  {frame}")  # noqa: T201
+    print("\ninclusive:")  # noqa: T201
+    rows = [(f, c) for f, c in inclusive.most_common() if args.match in f][: args.top]
+    for frame, count in rows:
+        print(f"{100 * count / total:6.1f}%  {frame}")  # noqa: T201
+
+
+if __name__ == "__main__":
+    main()

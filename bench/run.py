@@ -1,0 +1,230 @@
+"""``python -m bench [--smoke] [--out PATH] [--only S1,S2,...]``: run the benchmark, print a
+table and write the results as JSON (default ``bench/results/latest.json``)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import scenarios, trace
+from bench.infra import REPO, bench_database, postgres_version, start_floor, start_service
+
+TARGETS = {
+    "s1_p50_ratio": ("<=", 1.5),
+    "s1_p99_ratio": ("<=", 1.5),
+    "s2_throughput_ratio": (">=", 0.6),
+    "s3_delta_ratio_100k_to_10": ("<=", 1.2),
+    "s3_full_us_per_node": ("<=", 1.0),
+    "s4_inspect_ratio_100k_to_10": ("<=", 1.2),
+    "s5_compact_10k_ms": ("report", None),
+    "s6_rss_mib": ("<=", 150.0),
+    "cache_prefix_share_in_history": (">=", 0.97),
+    "cache_prefix_share_replace": ("report", None),
+    "cache_cold_requests_in_history": ("report", None),
+}
+
+
+def machine() -> dict[str, Any]:
+    cpu = "unknown"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    memory = ""
+    with contextlib.suppress(OSError):
+        memory = Path("/proc/meminfo").read_text().splitlines()[0].split(":", 1)[1].strip()
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
+    ).stdout.strip()
+    return {
+        "cpu": cpu,
+        "cpus": os.cpu_count(),
+        "memory": memory,
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "commit": commit,
+    }
+
+
+def _verdict(key: str, value: float) -> str:
+    op, target = TARGETS[key]
+    if op == "report" or target is None:
+        return "report"
+    ok = value <= target if op == "<=" else value >= target
+    return "holds" if ok else "MISSES"
+
+
+def start_profiler(pid: int, out: Path) -> subprocess.Popen[bytes]:
+    """py-spy (sampling, from PyPI) on the server process, collapsed stacks in ``out``."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    return subprocess.Popen(
+        [
+            py_spy,
+            "record",
+            "--pid",
+            str(pid),
+            "--format",
+            "raw",
+            "--rate",
+            "250",
+            "--output",
+            str(out),
+            "--nonblocking",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+async def run(
+    plan: scenarios.Plan, only: set[str], log_dir: Path, profile: Path | None = None
+) -> dict[str, Any]:
+    results: dict[str, Any] = {"mode": "smoke" if plan is scenarios.SMOKE else "full"}
+    results["machine"] = machine()
+    with bench_database() as (url, where):
+        results["machine"]["postgres"] = f"{postgres_version(url)} ({where})"
+        service = start_service(url, log_dir)
+        floor = start_floor(url, log_dir)
+        profiler = start_profiler(service.pid, profile) if profile else None
+        try:
+            results["machine"]["service_rss_idle_mib"] = round(service.rss_mib(), 1)
+            if "S1" in only:
+                results["s1"] = await scenarios.s1_sequential(service, floor, plan)
+            if "S2" in only:
+                results["s2"], results["s6"] = await scenarios.s2_throughput_and_s6_memory(
+                    service, floor, plan
+                )
+            if "S3" in only:
+                results["s3"] = await scenarios.s3_length_and_s4_inspect(service, plan)
+            if "S5" in only:
+                results["s5"] = await scenarios.s5_compact(service, plan)
+            if "TRACE" in only:
+                steps = trace.build_trace(plan.trace_steps)
+                window = plan.trace_window
+                results["cache"] = {
+                    "context_window": window,
+                    "steps": plan.trace_steps,
+                    "in_history": await trace.replay(service.target, "in-history", steps, window),
+                    "replace": await trace.replay(service.target, "replace", steps, window),
+                }
+        finally:
+            if profiler is not None:
+                profiler.send_signal(2)  # py-spy writes its output on SIGINT
+                profiler.wait(60)
+            service.stop()
+            floor.stop()
+    return results
+
+
+def headline(results: dict[str, Any]) -> dict[str, Any]:
+    """The flat keys of latest.json (issue 7), including the raw floor figures."""
+    out: dict[str, Any] = {}
+    if "s1" in results:
+        s1 = results["s1"]
+        out |= {
+            "s1_p50_ratio": s1["p50_ratio"],
+            "s1_p99_ratio": s1["p99_ratio"],
+            "floor_p50_ms": s1["floor_p50_ms"],
+            "floor_p99_ms": s1["floor_p99_ms"],
+            "s1_admit_p50_ms": s1["admit_p50_ms"],
+            "s1_admit_p99_ms": s1["admit_p99_ms"],
+        }
+    if "s2" in results:
+        out |= {
+            "s2_throughput_ratio": results["s2"]["throughput_ratio"],
+            "floor_calls_per_s_16": results["s2"]["floor_calls_per_s"],
+            "s2_steps_per_s_16": results["s2"]["steps_per_s"],
+            "s6_rss_mib": results["s6"]["rss_after_mib"],
+            "s6_rss_second_half_growth_mib": results["s6"]["rss_second_half_growth_mib"],
+        }
+    if "s3" in results:
+        s3 = results["s3"]
+        out |= {
+            "s3_delta_ratio_100k_to_10": s3["delta_ratio_large_to_small"],
+            "s3_full_us_per_node": s3["full_us_per_node"],
+            "s4_inspect_ratio_100k_to_10": s3["inspect_ratio_large_to_small"],
+        }
+    if "s5" in results:
+        out["s5_compact_10k_ms"] = results["s5"]["compact_p50_ms"]
+    if "cache" in results:
+        cache = results["cache"]
+        out |= {
+            "cache_prefix_share_in_history": cache["in_history"]["prefix_share"],
+            "cache_prefix_share_replace": cache["replace"]["prefix_share"],
+            "cache_cold_requests_in_history": cache["in_history"]["cold_requests"],
+            "cache_cold_requests_replace": cache["replace"]["cold_requests"],
+            "cache_tokens_written_in_history": cache["in_history"]["tokens_written"],
+            "cache_tokens_written_replace": cache["replace"]["tokens_written"],
+        }
+    return out
+
+
+def table(results: dict[str, Any], flat: dict[str, Any]) -> str:
+    lines = [f"{'measure':<36} {'value':>12}  {'target':<10} verdict", "-" * 72]
+    for key, (op, target) in TARGETS.items():
+        if key not in flat:
+            continue
+        goal = "report" if op == "report" else f"{op} {target}"
+        lines.append(f"{key:<36} {flat[key]:>12}  {goal:<10} {_verdict(key, flat[key])}")
+    lines.append("-" * 72)
+    for key, value in flat.items():
+        if key not in TARGETS:
+            lines.append(f"{key:<36} {value:>12}")
+    if "s3" in results:
+        lines.append("")
+        lines.append(
+            f"{'S3/S4 nodes':<12} {'DELTA p50':>10} {'FULL p50':>10} {'Inspect p50':>12}  (ms)"
+        )
+        for row in results["s3"]["sizes"].values():
+            lines.append(
+                f"{row['nodes']:<12} {row['delta_p50_ms']:>10} {row['full_p50_ms']:>10}"
+                f" {row['inspect_p50_ms']:>12}"
+            )
+    if "cache" in results:
+        lines.append("")
+        for name in ("in_history", "replace"):
+            replayed = results["cache"][name]
+            lines.append(
+                f"cache {name:<11} share {replayed['prefix_share']:.4f}  cold "
+                f"{replayed['cold_requests']:>3}  written {replayed['tokens_written']:>9}  "
+                f"reasons {replayed['divergence_reasons']}"
+            )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--smoke", action="store_true", help="a few seconds: checks the bench runs")
+    parser.add_argument("--out", type=Path, default=REPO / "bench/results/latest.json")
+    parser.add_argument("--only", default="S1,S2,S3,S5,TRACE", help="scenarios to run")
+    parser.add_argument(
+        "--profile", type=Path, help="record py-spy collapsed stacks of the service to this file"
+    )
+    args = parser.parse_args(argv)
+    plan = scenarios.SMOKE if args.smoke else scenarios.FULL
+    only = {part.strip().upper() for part in args.only.split(",") if part.strip()}
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="pas-bench-") as logs:
+        results = asyncio.run(run(plan, only, Path(logs), args.profile))
+    flat = headline(results)
+    results["elapsed_s"] = round(time.monotonic() - started, 1)
+    document = {**flat, "targets": {k: _verdict(k, v) for k, v in flat.items() if k in TARGETS}}
+    document["details"] = results
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(document, indent=2) + "\n")
+    print(table(results, flat))  # noqa: T201
+    print(f"\nwrote {args.out} ({results['elapsed_s']} s)")  # noqa: T201
+    return 0
