@@ -88,6 +88,8 @@ from admission_service.domain.series import Route
 from admission_service.domain.surface import effective_prompt
 from admission_service.domain.wire import WireFormat, render
 from admission_service.storage.repository import (
+    NO_FRAMES,
+    Frames,
     NodeRecord,
     RequestPrefix,
     SessionRecord,
@@ -231,6 +233,7 @@ class AdmissionApp:
                     await store.store_response(
                         idempotency.request_id, method, idempotency.request_digest, payload
                     )
+                await store.flush()
                 await self.hooks.reached(method, Phase.COMMIT)
         except _ValidateOnly as rolled_back:
             return rolled_back.payload
@@ -305,6 +308,7 @@ class AdmissionApp:
                 await store.store_response(
                     idempotency.request_id, "CreateSession", idempotency.request_digest, payload
                 )
+            await store.flush()
             await self.hooks.reached("CreateSession", Phase.COMMIT)
         return payload
 
@@ -486,6 +490,7 @@ class AdmissionApp:
             shadowed,
             selection,
             end_position=written.next_position,
+            tail=written.tail,
         )
         predicted = forecast_totals(
             record.last_request, key, derived.totals, starts_series=outcome.starts_series
@@ -535,6 +540,7 @@ class AdmissionApp:
         selection: RequestSelection,
         *,
         end_position: int,
+        tail: Frames = NO_FRAMES,
     ) -> _Derived:
         """The derived request (every message node in surface order), the totals its cache
         forecast needs, and the prefix the next request extends.
@@ -545,6 +551,8 @@ class AdmissionApp:
         ``end_position``), and the digest chains over them. Otherwise the database concatenates
         every stored frame. Either way no stored message is decoded or re-encoded, except to
         render a provider body (non-NEUTRAL wire formats), which reads the returned messages.
+        ``tail`` holds this transaction's appended nodes, whose rows are not written yet: they
+        end the surface, after everything the database returns.
         """
         prefix = record.prefix
         intact = prefix is not None and (
@@ -562,21 +570,21 @@ class AdmissionApp:
         if prefix is not None and intact:
             if delta:
                 read = await store.frames(prefix.end_position, None)
-                new = read.frames
+                new = read.frames + tail.frames
                 body, first_index = new, prefix.messages
             else:
                 read = await store.frames(0, prefix.end_position)
-                new = read.frames[prefix.size :]
-                body, first_index = read.frames, 0
-            messages = prefix.messages + (read.messages - read.before_messages)
-            tokens = prefix.tokens + (read.tokens - read.before_tokens)
+                new = read.frames[prefix.size :] + tail.frames
+                body, first_index = read.frames + tail.frames, 0
+            messages = prefix.messages + (read.messages - read.before_messages) + tail.messages
+            tokens = prefix.tokens + (read.tokens - read.before_tokens) + tail.tokens
             digest = hashlib.sha256(prefix.digest + new).digest() if new else prefix.digest
             totals = RequestTotals(messages, tokens, prefix.messages, prefix.tokens, False)
             size = prefix.size + len(new)
         else:
             read = await store.frames(0, shadowed.position if shadowed is not None else None)
-            body, first_index = read.frames, 0
-            messages, tokens = read.messages, read.tokens
+            body, first_index = read.frames + tail.frames, 0
+            messages, tokens = read.messages + tail.messages, read.tokens + tail.tokens
             digest = hashlib.sha256(DIGEST_SEED + body).digest()
             size = len(body)
             if shadowed is not None:

@@ -5,6 +5,10 @@ whole surface: the session row (counters, series state, the previous request's p
 surface's running price), the surviving system nodes (partial index), and the surface nodes by
 position. A derived request is the stored protobuf frames concatenated by the database
 (``frames``); a DELTA request reads only the nodes appended since the previous request.
+
+Writes nothing later reads in the same transaction are deferred and sent at the end as one
+statement (``flush``: data-modifying CTEs ahead of the last write), so a mutation costs about as
+many round trips as the irreducible lock, read, write and commit.
 """
 
 from __future__ import annotations
@@ -113,14 +117,19 @@ class Frames:
     before_tokens: int
 
 
+NO_FRAMES = Frames(b"", 0, 0, 0, 0)
+
+
 @dataclass(frozen=True, slots=True)
 class Written:
     """What ``write_events`` did: the next append position, the earliest position it shadowed,
-    and the change in the surface's summed price."""
+    the change in the surface's summed price, and ``tail``: the appended nodes whose rows are
+    deferred (not yet readable), which all sit at the end of the surface."""
 
     next_position: int
     shadowed: Shadowed | None
     tokens: int
+    tail: Frames = NO_FRAMES
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,6 +246,22 @@ class SessionStore:
         self.connection = connection
         self.tenant = tenant
         self.session_id = session_id
+        self._deferred: list[Any] = []
+
+    def _defer(self, statement: Any) -> None:
+        self._deferred.append(statement)
+
+    async def flush(self) -> None:
+        """Send the deferred writes, in order, as one statement: each but the last as a
+        data-modifying CTE of the last. They touch different rows; foreign keys between them
+        are checked at the end of the statement, when every row exists."""
+        if not self._deferred:
+            return
+        *ahead, last = self._deferred
+        self._deferred = []
+        for index, statement in enumerate(ahead):
+            last = last.add_cte(statement.cte(f"w{index}"))
+        await self.connection.execute(last)
 
     def _mine(self, table: Any) -> Any:
         return and_(table.c.tenant_id == self.tenant, table.c.session_id == self.session_id)
@@ -303,7 +328,7 @@ class SessionStore:
             "surface_tokens": surface_tokens,
             "update_time": func.now(),
         }
-        await self.connection.execute(update(sessions).where(self._mine(sessions)).values(values))
+        self._defer(update(sessions).where(self._mine(sessions)).values(values))
         return revision
 
     async def delete(self) -> None:
@@ -314,6 +339,7 @@ class SessionStore:
     # ---- idempotency ------------------------------------------------------------------
 
     async def stored_response(self, request_id: str) -> StoredResponse | None:
+        await self.flush()
         statement = select(
             idempotency.c.method, idempotency.c.request_digest, idempotency.c.response
         ).where(self._mine(idempotency), idempotency.c.request_id == request_id)
@@ -323,7 +349,7 @@ class SessionStore:
     async def store_response(
         self, request_id: str, method: str, request_digest: bytes, response: bytes
     ) -> None:
-        await self.connection.execute(
+        self._defer(
             insert(idempotency).values(
                 **self._keys(),
                 request_id=request_id,
@@ -337,6 +363,7 @@ class SessionStore:
 
     async def system_nodes(self) -> tuple[SystemNode, ...]:
         """The surviving system nodes in surface order (partial index ``WHERE is_system``)."""
+        await self.flush()
         statement = (
             select(nodes.c.seq, nodes.c.system_text)
             .where(self._mine(nodes), nodes.c.is_system)
@@ -347,6 +374,7 @@ class SessionStore:
 
     async def surface(self, *, with_empty: bool = True) -> list[NodeRecord]:
         """Every surviving node in surface order (``with_empty=False``: only message nodes)."""
+        await self.flush()
         statement = select(
             nodes.c.seq, nodes.c.position, nodes.c.is_system, nodes.c.message, nodes.c.tokens
         ).where(self._mine(nodes))
@@ -364,7 +392,7 @@ class SessionStore:
         tokens = 0
         if not new_events:
             return Written(next_position, shadowed, tokens)
-        await self.connection.execute(insert(events), [self._event_row(e) for e in new_events])
+        self._defer(insert(events).values([self._event_row(e) for e in new_events]))
         pending: list[dict[str, Any]] = []
         calls: list[dict[str, Any]] = []
         for event in new_events:
@@ -387,27 +415,44 @@ class SessionStore:
             if isinstance(event.op, Append):
                 node["position"] = next_position
                 next_position += 1
+                pending.append(node)
             else:
-                await self._flush(pending, calls)
+                self._defer_nodes(pending, calls)
+                await self.flush()  # _shadow reads and deletes the nodes written so far
                 first, removed = await self._shadow(event.op)
                 tokens -= removed
                 node["position"] = first.position
                 shadowed = first.earliest(shadowed)
-            pending.append(node)
+                # Written now: only the appended nodes after the last replacement stay
+                # deferred, so the tail is exactly the end of the surface.
+                self._defer(insert(nodes).values([node]))
+                await self.flush()
             if message is not None:
                 calls += (
                     {**self._keys(), "call_id": call_id, "call_seq": event.seq}
                     for call_id in message.tool_call_ids()
                 )
-        await self._flush(pending, calls)
-        return Written(next_position, shadowed, tokens)
+        tail = [node for node in pending if node["message_pb"] is not None]
+        self._defer_nodes(pending, calls)
+        return Written(
+            next_position,
+            shadowed,
+            tokens,
+            Frames(
+                b"".join(node["message_pb"] for node in tail),
+                len(tail),
+                sum(node["tokens"] for node in tail),
+                0,
+                0,
+            ),
+        )
 
-    async def _flush(self, pending: list[dict[str, Any]], calls: list[dict[str, Any]]) -> None:
+    def _defer_nodes(self, pending: list[dict[str, Any]], calls: list[dict[str, Any]]) -> None:
         if pending:
-            await self.connection.execute(insert(nodes), pending)
+            self._defer(insert(nodes).values(list(pending)))
             pending.clear()
         if calls:
-            await self.connection.execute(insert(tool_calls), calls)
+            self._defer(insert(tool_calls).values(list(calls)))
             calls.clear()
 
     async def _shadow(self, op: Replace) -> tuple[Shadowed, int]:
@@ -430,7 +475,9 @@ class SessionStore:
     async def frames(self, from_position: int, split_position: int | None) -> Frames:
         """The derived messages of the nodes at ``from_position`` and after, in surface order,
         as concatenated frames (one aggregate in the database; an index range scan), with
-        their count and price, and the count and price of those before ``split_position``."""
+        their count and price, and the count and price of those before ``split_position``.
+
+        Deferred nodes are not read (no flush): ``write_events`` returns them as its tail."""
         row = (
             await self.connection.execute(
                 _FRAMES,
@@ -475,6 +522,9 @@ class SessionStore:
 
     async def known_tool_calls(self, call_ids: Sequence[str]) -> set[str]:
         """Which of ``call_ids`` were already made in this session (on the surface or not)."""
+        await self.flush()
+        if not call_ids:
+            return set()
         rows = await self.connection.execute(
             select(tool_calls.c.call_id).where(
                 self._mine(tool_calls), tool_calls.c.call_id.in_(list(call_ids))
@@ -484,6 +534,7 @@ class SessionStore:
 
     async def answer_tool_call(self, call_id: str, result_seq: int) -> bool:
         """Mark ``call_id`` answered if it is open and its call is still on the surface."""
+        await self.flush()  # the call may be in this transaction's deferred writes
         on_surface = exists().where(self._mine(nodes), nodes.c.seq == tool_calls.c.call_seq)
         statement = (
             update(tool_calls)
@@ -509,7 +560,7 @@ class SessionStore:
         tools: tuple[Tool, ...],
         user_seqs: Sequence[int],
     ) -> None:
-        await self.connection.execute(
+        self._defer(
             insert(admissions).values(
                 **self._keys(),
                 admission_id=admission_id,
@@ -523,6 +574,7 @@ class SessionStore:
         )
 
     async def admission(self, admission_id: str) -> AdmissionRecord | None:
+        await self.flush()
         row = (
             await self.connection.execute(
                 select(admissions).where(
@@ -542,7 +594,7 @@ class SessionStore:
         )
 
     async def count_attempt(self, admission_id: str) -> None:
-        await self.connection.execute(
+        self._defer(
             update(admissions)
             .where(self._mine(admissions), admissions.c.admission_id == admission_id)
             .values(attempts=admissions.c.attempts + 1)
@@ -551,7 +603,7 @@ class SessionStore:
     async def add_request(
         self, request_index: int, admission_id: str, attempt: int, forecast: bytes
     ) -> None:
-        await self.connection.execute(
+        self._defer(
             insert(requests).values(
                 **self._keys(),
                 request_index=request_index,
@@ -568,13 +620,14 @@ class SessionStore:
             .where(self._mine(requests), requests.c.admission_id == admission_id)
             .scalar_subquery()
         )
-        await self.connection.execute(
+        self._defer(
             update(requests)
             .where(self._mine(requests), requests.c.request_index == latest)
             .values(observed=observed)
         )
 
     async def ledger(self, limit: int) -> list[Any]:
+        await self.flush()
         statement = (
             select(requests)
             .where(self._mine(requests))
@@ -587,6 +640,7 @@ class SessionStore:
 
     async def system_node_details(self) -> list[Any]:
         """Surviving system nodes in surface order with their event's time and payload."""
+        await self.flush()
         statement = (
             select(
                 nodes.c.seq,
@@ -611,6 +665,7 @@ class SessionStore:
         return list((await self.connection.execute(statement)).all())
 
     async def events_after(self, after_seq: int, limit: int) -> list[Any]:
+        await self.flush()
         statement = (
             select(events)
             .where(self._mine(events), events.c.seq > after_seq)
