@@ -670,10 +670,13 @@ class AdmissionApp:
             await tx.reached(Phase.VALIDATE)
             await tx.reached(Phase.PROJECT)
             written = await tx.store.write_events(new_events, record.next_position)
-            for index, (result, result_seq) in enumerate(
-                zip(command.tool_results, result_seqs, strict=True)
-            ):
-                if not await tx.store.answer_tool_call(result.call_id, result_seq):
+            answers = [
+                (result.call_id, seq)
+                for result, seq in zip(command.tool_results, result_seqs, strict=True)
+            ]
+            answered = await tx.store.answer_tool_calls(answers)
+            for index, (result, ok) in enumerate(zip(command.tool_results, answered, strict=True)):
+                if not ok:
                     raise UnknownToolCall(
                         f"tool_results[{index}].call_id",
                         f"{result.call_id!r} answers no open tool call on the surface",

@@ -22,7 +22,6 @@ from sqlalchemy import (
     Table,
     and_,
     delete,
-    exists,
     func,
     insert,
     literal,
@@ -57,6 +56,19 @@ admissions = cast(Table, AdmissionRow.__table__)
 requests = cast(Table, RequestRow.__table__)
 idempotency = cast(Table, IdempotencyKeyRow.__table__)
 tool_calls = cast(Table, ToolCallRow.__table__)
+
+# Record answers every tool call of a step at once. With the same call answered twice in one
+# request, the row is updated once, by the first answer in request order (DISTINCT ON).
+_ANSWER = text(
+    "UPDATE tool_calls AS c SET result_seq = a.result_seq"
+    " FROM (SELECT DISTINCT ON (call_id) call_id, result_seq"
+    " FROM unnest(CAST(:ids AS text[]), CAST(:seqs AS bigint[])) AS u(call_id, result_seq)"
+    " ORDER BY call_id, result_seq) AS a"
+    " WHERE c.tenant_id = :t AND c.session_id = :s AND c.call_id = a.call_id"
+    " AND c.result_seq IS NULL AND EXISTS (SELECT 1 FROM surface_nodes AS n"
+    " WHERE n.tenant_id = :t AND n.session_id = :s AND n.seq = c.call_seq)"
+    " RETURNING c.call_id, c.result_seq"
+)
 
 # PostgreSQL concatenates the frames (``string_agg`` in position order over the unique
 # (tenant, session, position) index): no per-row work in Python, whatever the surface length.
@@ -532,22 +544,24 @@ class SessionStore:
         )
         return {row.call_id for row in rows}
 
-    async def answer_tool_call(self, call_id: str, result_seq: int) -> bool:
-        """Mark ``call_id`` answered if it is open and its call is still on the surface."""
-        await self.flush()  # the call may be in this transaction's deferred writes
-        on_surface = exists().where(self._mine(nodes), nodes.c.seq == tool_calls.c.call_seq)
-        statement = (
-            update(tool_calls)
-            .where(
-                self._mine(tool_calls),
-                tool_calls.c.call_id == call_id,
-                tool_calls.c.result_seq.is_(None),
-                on_surface,
-            )
-            .values(result_seq=result_seq)
-            .returning(tool_calls.c.call_id)
+    async def answer_tool_calls(self, answers: Sequence[tuple[str, int]]) -> list[bool]:
+        """Mark each ``(call_id, result_seq)`` answered if the call is open and still on the
+        surface, in one statement; whether each answer took (a second answer to the same call
+        does not)."""
+        if not answers:
+            return []
+        await self.flush()  # the calls may be in this transaction's deferred writes
+        rows = await self.connection.execute(
+            _ANSWER,
+            {
+                "t": self.tenant,
+                "s": self.session_id,
+                "ids": [call_id for call_id, _ in answers],
+                "seqs": [seq for _, seq in answers],
+            },
         )
-        return (await self.connection.execute(statement)).first() is not None
+        answered = {row.call_id: row.result_seq for row in rows}
+        return [answered.get(call_id) == seq for call_id, seq in answers]
 
     # ---- admissions and the ledger ----------------------------------------------------
 
