@@ -1,8 +1,13 @@
-"""``admission-service``: run the service, migrate its database, inspect a session.
+"""``admission-service``: run the service, migrate its database, inspect a session, probe it.
 
     admission-service serve                       # configuration from PAS_* / DATABASE_URL
     admission-service migrate                     # alembic upgrade head, then exit
-    admission-service inspect SESSION_ID [--target HOST:PORT] [--wire FORMAT]
+    admission-service inspect SESSION_ID [--target HOST:PORT] [--wire FORMAT] [--token T]
+    admission-service health [--target HOST:PORT] # exit 0 when grpc.health.v1 says SERVING
+    admission-service token TENANT [--stdin]      # a bearer token and its PAS_AUTH_TOKENS entry
+
+``inspect`` and ``health`` take ``--tls-ca`` (and ``--tls-cert``/``--tls-key`` for mTLS) to
+reach a TLS listener; ``inspect`` sends ``--token`` (default ``PAS_TOKEN``) as a bearer token.
 
 Exit status: 0 on success, 1 when the work failed, 2 for bad usage or configuration.
 """
@@ -12,21 +17,25 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import logging
 import os
+import secrets
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TextIO
 
 import grpc
 import sqlalchemy.exc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_status import rpc_status
 from promptadmission.v1 import admission_service_pb2 as api
 from promptadmission.v1 import admission_service_pb2_grpc as api_grpc
 from promptadmission.v1 import session_pb2 as pb
 
+from admission_service.api.tenancy import hash_token
 from admission_service.config import DEFAULT_LISTEN, ConfigError, Settings
 from admission_service.storage.embedded import EmbeddedPostgresError
+from admission_service.telemetry.logs import configure_logging
 
 PROG = "admission-service"
 WIRE_FORMATS = {
@@ -76,7 +85,51 @@ def _parser() -> argparse.ArgumentParser:
     inspect.add_argument(
         "--timeout", type=float, default=10.0, help="call deadline in seconds (default 10)"
     )
+    inspect.add_argument(
+        "--token",
+        default=os.environ.get("PAS_TOKEN") or None,
+        help="bearer token to send (default: PAS_TOKEN)",
+    )
+    _add_channel_arguments(inspect)
+    health = commands.add_parser(
+        "health",
+        help="check a running service's grpc.health.v1 status (for container health checks)",
+        description="Call grpc.health.v1.Health/Check; exit 0 when the status is SERVING, 1 "
+        "otherwise (not serving, unreachable, or no answer within --timeout).",
+    )
+    health.add_argument(
+        "--target",
+        metavar="HOST:PORT",
+        help=f"the service's address (default: PAS_LISTEN, else {DEFAULT_LISTEN})",
+    )
+    health.add_argument(
+        "--service",
+        default="",
+        help="the service name to check (default: the server as a whole)",
+    )
+    health.add_argument(
+        "--timeout", type=float, default=3.0, help="call deadline in seconds (default 3)"
+    )
+    _add_channel_arguments(health)
+    token = commands.add_parser(
+        "token",
+        help="make a bearer token for a tenant and print its PAS_AUTH_TOKENS entry",
+        description="Print a new random bearer token (give it to the tenant's clients) and the "
+        "PAS_AUTH_TOKENS entry holding only its SHA-256 digest. With --stdin, hash a token read "
+        "from standard input instead and print just the entry.",
+    )
+    token.add_argument("tenant", metavar="TENANT")
+    token.add_argument("--stdin", action="store_true", help="hash the token read from stdin")
     return parser
+
+
+def _add_channel_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tls-ca", type=Path, metavar="PEM", help="TLS: trust this CA bundle")
+    parser.add_argument("--tls-cert", type=Path, metavar="PEM", help="mTLS: client certificate")
+    parser.add_argument("--tls-key", type=Path, metavar="PEM", help="mTLS: client private key")
+    parser.add_argument(
+        "--tls-server-name", metavar="NAME", help="TLS: the name the server certificate is for"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -84,8 +137,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "inspect":
             return _inspect(args, sys.stdout)
+        if args.command == "health":
+            return _health(args)
+        if args.command == "token":
+            return _token(args, sys.stdin, sys.stdout)
         settings = Settings.from_env()
-        _configure_logging(settings.log_level)
+        configure_logging(settings.log_level, settings.log_format)
         if args.command == "migrate":
             return _migrate(settings)
         return _serve(settings)
@@ -100,12 +157,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         # SQLAlchemy wrapper would add the statement, which an operator does not need.
         print(f"{PROG}: database unavailable: {str(exc.orig).strip()}", file=sys.stderr)
         return 1
-
-
-def _configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
-    )
 
 
 def _serve(settings: Settings) -> int:
@@ -134,17 +185,67 @@ def _default_target() -> str:
     return f"{host}:{port}"
 
 
+def _channel(args: argparse.Namespace, target: str) -> grpc.Channel:
+    """A channel to ``target``: TLS when ``--tls-ca`` (or a client certificate) is given."""
+    if args.tls_ca is None and args.tls_cert is None:
+        return grpc.insecure_channel(target)
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise ConfigError("--tls-cert and --tls-key go together")
+    try:
+        credentials = grpc.ssl_channel_credentials(
+            root_certificates=args.tls_ca.read_bytes() if args.tls_ca else None,
+            private_key=args.tls_key.read_bytes() if args.tls_key else None,
+            certificate_chain=args.tls_cert.read_bytes() if args.tls_cert else None,
+        )
+    except OSError as exc:
+        raise ConfigError(f"cannot read a TLS file: {exc}") from exc
+    options = []
+    if args.tls_server_name:
+        options.append(("grpc.ssl_target_name_override", args.tls_server_name))
+    return grpc.secure_channel(target, credentials, options=options)
+
+
 def _inspect(args: argparse.Namespace, out: TextIO) -> int:
     target = args.target or _default_target()
     request = api.InspectRequest(session_id=args.session_id, wire_format=WIRE_FORMATS[args.wire])
-    with grpc.insecure_channel(target) as channel:
+    metadata = (("authorization", f"Bearer {args.token}"),) if args.token else None
+    with _channel(args, target) as channel:
         stub = api_grpc.AdmissionServiceStub(channel)
         try:
-            response = stub.Inspect(request, timeout=args.timeout)
+            response = stub.Inspect(request, timeout=args.timeout, metadata=metadata)
         except grpc.RpcError as exc:
             print(f"{PROG}: inspect failed: {_describe_rpc_error(exc)}", file=sys.stderr)
             return 1
     out.write(format_inspect(response, ledger_rows=args.ledger))
+    return 0
+
+
+def _health(args: argparse.Namespace) -> int:
+    target = args.target or _default_target()
+    with _channel(args, target) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        try:
+            response = stub.Check(
+                health_pb2.HealthCheckRequest(service=args.service), timeout=args.timeout
+            )
+        except grpc.RpcError as exc:
+            print(f"{PROG}: health check failed: {_describe_rpc_error(exc)}", file=sys.stderr)
+            return 1
+    status = health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
+    print(f"{target} {args.service or '(server)'}: {status}")
+    return 0 if response.status == health_pb2.HealthCheckResponse.SERVING else 1
+
+
+def _token(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
+    token = stdin.read().strip() if args.stdin else secrets.token_urlsafe(32)  # 256 bits
+    if not token:
+        raise ConfigError("no token on standard input")
+    entry = f"{args.tenant}={hash_token(token)}"
+    Settings.from_env({"PAS_AUTH_TOKENS": entry})  # the tenant id must be one the service takes
+    if args.stdin:
+        out.write(f"{entry}\n")
+    else:
+        out.write(f"token: {token}\nPAS_AUTH_TOKENS entry: {entry}\n")
     return 0
 
 

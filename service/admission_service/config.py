@@ -11,35 +11,57 @@
 | ``PAS_DB_POOL_SIZE`` | ``10`` | database connections kept open |
 | ``PAS_DB_MAX_OVERFLOW`` | ``10`` | extra connections allowed under load |
 | ``PAS_SHUTDOWN_GRACE_SECONDS`` | ``10`` | how long in-flight RPCs may run after SIGTERM |
-| ``PAS_DEFAULT_TENANT`` | ``default`` | the tenant of unauthenticated calls |
+| ``PAS_AUTH_TOKENS`` | unset | ``tenant=sha256:<hex>`` entries (comma or space separated): the
+  hashed bearer tokens and their tenants (``admission-service token TENANT`` makes one) |
+| ``PAS_AUTH_TOKENS_FILE`` | unset | a file of such entries, one per line, ``#`` comments |
+| ``PAS_ALLOW_UNAUTHENTICATED`` | ``false`` | allow serving without tokens on a non-loopback
+  address (every call then acts for ``PAS_DEFAULT_TENANT``) |
+| ``PAS_DEFAULT_TENANT`` | ``default`` | the tenant of every call when no tokens are configured |
+| ``PAS_TLS_CERT_FILE``, ``PAS_TLS_KEY_FILE`` | unset | PEM certificate chain and key: serve TLS |
+| ``PAS_TLS_CLIENT_CA_FILE`` | unset | PEM CA bundle: require client certificates it signed (mTLS) |
 | ``PAS_MAX_RECEIVE_MESSAGE_BYTES`` | ``16777216`` (16 MiB) | largest request gRPC accepts |
+| ``PAS_METRICS_LISTEN`` | unset | ``host:port`` of Prometheus ``/metrics``; unset: no endpoint |
 | ``PAS_LOG_LEVEL`` | ``INFO`` | ``DEBUG``, ``INFO``, ``WARNING``, ``ERROR`` or ``CRITICAL`` |
+| ``PAS_LOG_FORMAT`` | ``json`` | ``json`` (one object per line) or ``text`` |
+| ``PAS_LOG_PAYLOADS`` | ``false`` | also log request and response payloads — prompt and message
+  text — at DEBUG (with ``PAS_LOG_LEVEL=DEBUG``); for debugging only |
+| ``PAS_TRACING_EXPORTER`` | ``none`` | ``none``, ``console`` or ``otlp`` (``OTEL_*`` apply) |
 | ``PAS_LIMIT_<NAME>`` | ``app.limits.Limits`` | a limit (``PAS_LIMIT_MAX_PROMPT_BYTES``, …) |
 
 A request larger than ``PAS_MAX_RECEIVE_MESSAGE_BYTES`` is refused by gRPC itself
 (RESOURCE_EXHAUSTED) before the service can name the offending field; keep it above the largest
 request the ``PAS_LIMIT_*`` values allow in practice.
+
+Without tokens there is no authentication; to keep that from reaching a network by accident, the
+service then refuses to listen on anything but a loopback address unless
+``PAS_ALLOW_UNAUTHENTICATED=true``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from admission_service.api.tenancy import is_token_hash
 from admission_service.app.limits import MIB, Limits
 from admission_service.storage.database import (
     DEFAULT_DATA_DIR,
     normalise_database_url,
     resolve_database_url,
 )
+from admission_service.telemetry.logs import LOG_FORMATS
+from admission_service.telemetry.tracing import TRACING_EXPORTERS
 
 DEFAULT_LISTEN = "127.0.0.1:50051"
 DEFAULT_MAX_RECEIVE_MESSAGE_BYTES = 16 * MIB
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 LIMIT_PREFIX = "PAS_LIMIT_"
+LOOPBACK_HOSTS = frozenset({"localhost", "[::1]", "::1"})
+_TENANT = re.compile(r"[A-Za-z0-9._-]{1,128}")
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
 
@@ -60,8 +82,18 @@ class Settings:
     db_max_overflow: int = 10
     shutdown_grace_seconds: float = 10.0
     default_tenant: str = "default"
+    # sha256:<hex> of each bearer token -> its tenant; empty: no authentication.
+    token_tenants: Mapping[str, str] = field(default_factory=dict)
+    allow_unauthenticated: bool = False
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    tls_client_ca_file: Path | None = None
     max_receive_message_bytes: int = DEFAULT_MAX_RECEIVE_MESSAGE_BYTES
+    metrics_listen: str | None = None
     log_level: str = "INFO"
+    log_format: str = "json"
+    log_payloads: bool = False
+    tracing_exporter: str = "none"
     limits: Limits = field(default_factory=Limits)
 
     @classmethod
@@ -69,8 +101,9 @@ class Settings:
         """Settings from ``env`` (default ``os.environ``); ``ConfigError`` names a bad one."""
         env = os.environ if env is None else env
         reader = _Reader(env)
+        listen = reader.listen("PAS_LISTEN", DEFAULT_LISTEN)
         settings = cls(
-            listen=reader.listen("PAS_LISTEN", DEFAULT_LISTEN),
+            listen=listen,
             database_url=reader.database_url("DATABASE_URL"),
             data_dir=Path(reader.text("PAS_DATA_DIR") or DEFAULT_DATA_DIR),
             embedded_pg_port=reader.optional_port("PAS_EMBEDDED_PG_PORT"),
@@ -79,14 +112,41 @@ class Settings:
             db_pool_size=reader.integer("PAS_DB_POOL_SIZE", 10, minimum=1),
             db_max_overflow=reader.integer("PAS_DB_MAX_OVERFLOW", 10, minimum=0),
             shutdown_grace_seconds=reader.number("PAS_SHUTDOWN_GRACE_SECONDS", 10.0),
-            default_tenant=reader.text("PAS_DEFAULT_TENANT") or "default",
+            default_tenant=reader.tenant("PAS_DEFAULT_TENANT") or "default",
+            token_tenants=reader.token_tenants("PAS_AUTH_TOKENS", "PAS_AUTH_TOKENS_FILE"),
+            allow_unauthenticated=reader.boolean("PAS_ALLOW_UNAUTHENTICATED", False),
+            tls_cert_file=reader.file("PAS_TLS_CERT_FILE"),
+            tls_key_file=reader.file("PAS_TLS_KEY_FILE"),
+            tls_client_ca_file=reader.file("PAS_TLS_CLIENT_CA_FILE"),
             max_receive_message_bytes=reader.integer(
                 "PAS_MAX_RECEIVE_MESSAGE_BYTES", DEFAULT_MAX_RECEIVE_MESSAGE_BYTES, minimum=1024
             ),
+            metrics_listen=reader.optional_listen("PAS_METRICS_LISTEN"),
             log_level=reader.choice("PAS_LOG_LEVEL", "INFO", LOG_LEVELS),
+            log_format=reader.choice("PAS_LOG_FORMAT", "json", LOG_FORMATS),
+            log_payloads=reader.boolean("PAS_LOG_PAYLOADS", False),
+            tracing_exporter=reader.choice("PAS_TRACING_EXPORTER", "none", TRACING_EXPORTERS),
             limits=reader.limits(),
         )
+        if (settings.tls_cert_file is None) != (settings.tls_key_file is None):
+            raise ConfigError("PAS_TLS_CERT_FILE and PAS_TLS_KEY_FILE must be set together")
+        if settings.tls_client_ca_file is not None and settings.tls_cert_file is None:
+            raise ConfigError("PAS_TLS_CLIENT_CA_FILE (mTLS) needs PAS_TLS_CERT_FILE and _KEY_FILE")
+        if (
+            not settings.token_tenants
+            and not settings.allow_unauthenticated
+            and not is_loopback(listen)
+        ):
+            raise ConfigError(
+                f"PAS_LISTEN={listen} is not a loopback address and no bearer tokens are "
+                "configured: set PAS_AUTH_TOKENS or PAS_AUTH_TOKENS_FILE, or "
+                "PAS_ALLOW_UNAUTHENTICATED=true to serve without authentication"
+            )
         return settings
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_cert_file is not None
 
     def resolve_database_url(self) -> str:
         """``database_url``, or the URL of an embedded server started now (blocking: it may
@@ -97,6 +157,17 @@ class Settings:
         if self.embedded_pg_port is not None:
             env["PAS_EMBEDDED_PG_PORT"] = str(self.embedded_pg_port)
         return resolve_database_url(env)
+
+
+def is_loopback(listen: str) -> bool:
+    host = listen.rpartition(":")[0]
+    return host in LOOPBACK_HOSTS or host.startswith("127.")
+
+
+def split_listen(listen: str) -> tuple[str, int]:
+    """``host:port`` -> (host without IPv6 brackets, port)."""
+    host, _, port = listen.rpartition(":")
+    return host.removeprefix("[").removesuffix("]"), int(port)
 
 
 class _Reader:
@@ -144,12 +215,14 @@ class _Reader:
         raise self._fail(name, "true or false")
 
     def choice(self, name: str, default: str, choices: tuple[str, ...]) -> str:
-        raw = self.text(name).upper()
+        """One of ``choices``, matched without regard to case."""
+        raw = self.text(name).lower()
         if not raw:
             return default
-        if raw not in choices:
-            raise self._fail(name, f"one of {', '.join(choices)}")
-        return raw
+        for choice in choices:
+            if choice.lower() == raw:
+                return choice
+        raise self._fail(name, f"one of {', '.join(choices)}")
 
     def path(self, name: str) -> Path | None:
         raw = self.text(name)
@@ -169,6 +242,48 @@ class _Reader:
         if not sep or not host or not port.isdigit() or int(port) > 65535:
             raise self._fail(name, "host:port (for example 127.0.0.1:50051 or [::]:50051)")
         return raw
+
+    def optional_listen(self, name: str) -> str | None:
+        return self.listen(name, "") if self.text(name) else None
+
+    def file(self, name: str) -> Path | None:
+        path = self.path(name)
+        if path is not None and not path.is_file():
+            raise self._fail(name, "a readable file")
+        return path
+
+    def tenant(self, name: str) -> str:
+        raw = self.text(name)
+        if raw and not _TENANT.fullmatch(raw):
+            raise self._fail(name, "a tenant id (1-128 of A-Z a-z 0-9 . _ -)")
+        return raw
+
+    def token_tenants(self, name: str, file_name: str) -> dict[str, str]:
+        """``tenant=sha256:<hex>`` entries from ``name`` and from the file ``file_name``."""
+        entries = [(name, entry) for entry in self.text(name).replace(",", " ").split()]
+        path = self.file(file_name)
+        if path is not None:
+            for line in path.read_text().splitlines():
+                line = line.partition("#")[0].strip()
+                entries.extend((file_name, entry) for entry in line.replace(",", " ").split())
+        tokens: dict[str, str] = {}
+        for source, entry in entries:
+            tenant, sep, token_hash = entry.partition("=")
+            # Never echo the entry: a misplaced plain token would end up in the error output.
+            if not sep or not _TENANT.fullmatch(tenant):
+                raise ConfigError(
+                    f"{source}: every entry must be tenant=sha256:<hex> with a tenant id of "
+                    "1-128 of A-Z a-z 0-9 . _ -"
+                )
+            if not is_token_hash(token_hash):
+                raise ConfigError(
+                    f"{source}: the token of tenant {tenant!r} must be given hashed, as "
+                    "sha256:<64 hex digits> (admission-service token prints it)"
+                )
+            if tokens.get(token_hash, tenant) != tenant:
+                raise ConfigError(f"{source}: one token is configured for two tenants")
+            tokens[token_hash] = tenant
+        return tokens
 
     def database_url(self, name: str) -> str | None:
         raw = self.text(name)

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import io
 
 import pytest
+from admission_service.api.tenancy import hash_token
 from admission_service.cli import format_inspect, main
+from admission_service.config import Settings
 from promptadmission.v1 import admission_service_pb2 as api
 from promptadmission.v1 import session_pb2 as pb
 from sqlalchemy import create_engine, inspect, pool
 
-from tests.api.support import ApiClient, admit_request, create_session
+from tests.api.support import ApiClient, StartApi, admit_request, create_session
 
 LONG_PROMPT = "You are a careful assistant.\n" + "x" * 200
 
@@ -149,3 +152,63 @@ def test_an_unreachable_database_exits_1(
     err = capsys.readouterr().err
     assert "database unavailable" in err
     assert "s3cret" not in err and "Traceback" not in err
+
+
+# ---- health, token, and inspect with a token ----------------------------------------------
+
+
+async def test_health_exits_0_while_serving(
+    api: ApiClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert await run_cli("health", "--target", api.server.target) == 0
+    assert "SERVING" in capsys.readouterr().out
+    service = "promptadmission.v1.AdmissionService"
+    assert await run_cli("health", "--target", api.server.target, "--service", service) == 0
+
+
+async def test_health_exits_1_when_not_serving(
+    start_api: StartApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    client = await start_api()
+    await client.server.health.enter_graceful_shutdown()
+    assert await run_cli("health", "--target", client.server.target) == 1
+    assert "NOT_SERVING" in capsys.readouterr().out
+    assert await run_cli("health", "--target", "127.0.0.1:9", "--timeout", "1") == 1
+    assert "health check failed: UNAVAILABLE" in capsys.readouterr().err
+
+
+def test_token_prints_a_new_token_and_only_its_hash_for_the_configuration(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["token", "acme"]) == 0
+    token_line, entry_line = capsys.readouterr().out.splitlines()
+    token = token_line.removeprefix("token: ")
+    entry = entry_line.removeprefix("PAS_AUTH_TOKENS entry: ")
+    assert len(token) >= 43 and token not in entry
+    assert entry == f"acme={hash_token(token)}"
+    assert Settings.from_env({"PAS_AUTH_TOKENS": entry}).token_tenants == {
+        hash_token(token): "acme"
+    }
+
+
+def test_token_hashes_a_given_token(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO("my-existing-token\n"))
+    assert main(["token", "acme", "--stdin"]) == 0
+    assert capsys.readouterr().out == f"acme={hash_token('my-existing-token')}\n"
+    assert main(["token", "not a tenant"]) == 2
+
+
+async def test_inspect_sends_a_bearer_token(
+    start_api: StartApi, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    client = await start_api(token_tenants={hash_token("op-token"): "ops"})
+    target = client.server.target
+    assert await run_cli("inspect", "s", "--target", target) == 1
+    assert "UNAUTHENTICATED" in capsys.readouterr().err
+    assert await run_cli("inspect", "s", "--target", target, "--token", "op-token") == 1
+    assert "SESSION_NOT_FOUND" in capsys.readouterr().err  # authenticated, as tenant ops
+    monkeypatch.setenv("PAS_TOKEN", "op-token")
+    assert await asyncio.to_thread(main, ["inspect", "s", "--target", target]) == 1
+    assert "SESSION_NOT_FOUND" in capsys.readouterr().err

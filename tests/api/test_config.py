@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from admission_service.api.tenancy import hash_token
 from admission_service.app.limits import Limits
 from admission_service.config import ConfigError, Settings
 
@@ -22,9 +23,19 @@ def test_defaults() -> None:
     assert settings.max_receive_message_bytes == 16 * 1024 * 1024
     assert settings.log_level == "INFO"
     assert settings.limits == Limits()
+    assert settings.token_tenants == {}
+    assert not settings.allow_unauthenticated
+    assert settings.tls_cert_file is None
+    assert settings.metrics_listen is None
+    assert (settings.log_format, settings.log_payloads) == ("json", False)
+    assert settings.tracing_exporter == "none"
 
 
-def test_every_setting_is_read() -> None:
+def test_every_setting_is_read(tmp_path: Path) -> None:
+    for name in ("cert.pem", "key.pem", "ca.pem"):
+        (tmp_path / name).write_text("PEM")
+    tokens_file = tmp_path / "tokens"
+    tokens_file.write_text(f"# rotated monthly\nbeta={hash_token('t2')}  # beta's CI\n")
     settings = Settings.from_env(
         {
             "PAS_LISTEN": "[::]:6000",
@@ -37,8 +48,18 @@ def test_every_setting_is_read() -> None:
             "PAS_DB_MAX_OVERFLOW": "0",
             "PAS_SHUTDOWN_GRACE_SECONDS": "2.5",
             "PAS_DEFAULT_TENANT": "acme",
+            "PAS_AUTH_TOKENS": f"acme={hash_token('t1')}, acme={hash_token('t1b')}",
+            "PAS_AUTH_TOKENS_FILE": str(tokens_file),
+            "PAS_ALLOW_UNAUTHENTICATED": "true",
+            "PAS_TLS_CERT_FILE": str(tmp_path / "cert.pem"),
+            "PAS_TLS_KEY_FILE": str(tmp_path / "key.pem"),
+            "PAS_TLS_CLIENT_CA_FILE": str(tmp_path / "ca.pem"),
             "PAS_MAX_RECEIVE_MESSAGE_BYTES": "1048576",
+            "PAS_METRICS_LISTEN": "0.0.0.0:9464",
             "PAS_LOG_LEVEL": "debug",
+            "PAS_LOG_FORMAT": "text",
+            "PAS_LOG_PAYLOADS": "yes",
+            "PAS_TRACING_EXPORTER": "console",
             "PAS_LIMIT_MAX_PROMPT_BYTES": "2048",
             "PAS_LIMIT_MAX_USERS": "3",
         }
@@ -52,8 +73,21 @@ def test_every_setting_is_read() -> None:
     assert (settings.db_pool_size, settings.db_max_overflow) == (3, 0)
     assert settings.shutdown_grace_seconds == 2.5
     assert settings.default_tenant == "acme"
+    assert settings.token_tenants == {
+        hash_token("t1"): "acme",
+        hash_token("t1b"): "acme",
+        hash_token("t2"): "beta",
+    }
+    assert settings.allow_unauthenticated
+    assert settings.tls_cert_file == tmp_path / "cert.pem"
+    assert settings.tls_key_file == tmp_path / "key.pem"
+    assert settings.tls_client_ca_file == tmp_path / "ca.pem"
     assert settings.max_receive_message_bytes == 1048576
+    assert settings.metrics_listen == "0.0.0.0:9464"
     assert settings.log_level == "DEBUG"
+    assert settings.log_format == "text"
+    assert settings.log_payloads
+    assert settings.tracing_exporter == "console"
     assert settings.limits.max_prompt_bytes == 2048
     assert settings.limits.max_users == 3
     assert settings.limits.max_tools == Limits().max_tools
@@ -83,6 +117,16 @@ def test_every_limit_has_a_variable() -> None:
         ("PAS_LIMIT_MAX_PROMPT_BYTES", "0"),
         ("PAS_LIMIT_MAX_PROMPT_BYTES", "1MiB"),
         ("PAS_LIMIT_MAX_PROMTP_BYTES", "10"),
+        ("PAS_DEFAULT_TENANT", "a tenant"),
+        ("PAS_ALLOW_UNAUTHENTICATED", "sometimes"),
+        ("PAS_TLS_CERT_FILE", "/nonexistent/cert.pem"),
+        ("PAS_METRICS_LISTEN", "9464"),
+        ("PAS_LOG_FORMAT", "xml"),
+        ("PAS_LOG_PAYLOADS", "all"),
+        ("PAS_TRACING_EXPORTER", "jaeger"),
+        ("PAS_AUTH_TOKENS", "acme"),
+        ("PAS_AUTH_TOKENS", "acme=sha256:abc"),
+        ("PAS_AUTH_TOKENS_FILE", "/nonexistent/tokens"),
     ],
 )
 def test_invalid_values_are_refused_by_name(name: str, value: str) -> None:
@@ -105,3 +149,38 @@ def test_a_bad_database_url_is_not_echoed() -> None:
 def test_a_configured_database_url_is_used_as_is() -> None:
     settings = Settings.from_env({"DATABASE_URL": "postgresql://u:p@h/db"})
     assert settings.resolve_database_url() == "postgresql+psycopg://u:p@h/db"
+
+
+def test_a_plain_token_is_refused_and_not_echoed() -> None:
+    with pytest.raises(ConfigError) as caught:
+        Settings.from_env({"PAS_AUTH_TOKENS": "acme=s3cret-plain-token"})
+    assert "hashed" in str(caught.value)
+    assert "s3cret" not in str(caught.value)
+
+
+def test_one_token_cannot_belong_to_two_tenants() -> None:
+    entries = f"a={hash_token('x')} b={hash_token('x')}"
+    with pytest.raises(ConfigError, match="two tenants"):
+        Settings.from_env({"PAS_AUTH_TOKENS": entries})
+
+
+@pytest.mark.parametrize("listen", ["0.0.0.0:50051", "[::]:50051", "10.1.2.3:50051"])
+def test_a_network_listener_needs_tokens_or_an_explicit_opt_out(listen: str) -> None:
+    with pytest.raises(ConfigError, match="PAS_ALLOW_UNAUTHENTICATED"):
+        Settings.from_env({"PAS_LISTEN": listen})
+    assert Settings.from_env({"PAS_LISTEN": listen, "PAS_AUTH_TOKENS": f"t={hash_token('x')}"})
+    assert Settings.from_env({"PAS_LISTEN": listen, "PAS_ALLOW_UNAUTHENTICATED": "true"})
+
+
+@pytest.mark.parametrize("listen", ["127.0.0.1:50051", "127.0.0.2:0", "localhost:1", "[::1]:1"])
+def test_loopback_listeners_may_run_without_tokens(listen: str) -> None:
+    assert Settings.from_env({"PAS_LISTEN": listen}).token_tenants == {}
+
+
+def test_tls_files_go_together(tmp_path: Path) -> None:
+    pem = tmp_path / "x.pem"
+    pem.write_text("PEM")
+    with pytest.raises(ConfigError, match="together"):
+        Settings.from_env({"PAS_TLS_CERT_FILE": str(pem)})
+    with pytest.raises(ConfigError, match="mTLS"):
+        Settings.from_env({"PAS_TLS_CLIENT_CA_FILE": str(pem)})

@@ -29,6 +29,7 @@ from google.protobuf.any_pb2 import Any as AnyProto
 from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
 from grpc_status import rpc_status
 
+from admission_service.api.tenancy import Unauthenticated
 from admission_service.domain.errors import (
     Aborted,
     AlreadyExists,
@@ -113,6 +114,8 @@ def _is_database_unavailable(exc: BaseException) -> bool:
 
 def map_exception(exc: Exception) -> MappedError:
     """The status for ``exc``; anything unexpected is INTERNAL (the caller logs it)."""
+    if isinstance(exc, Unauthenticated):
+        return MappedError(grpc.StatusCode.UNAUTHENTICATED, exc.reason, exc.message)
     if isinstance(exc, DomainError):
         for kind, code in _DOMAIN_CODES:
             if isinstance(exc, kind):

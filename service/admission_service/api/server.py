@@ -2,9 +2,13 @@
 catalog, use cases and the gRPC server together.
 
 ``start_server`` builds and starts a server and returns a handle (tests start one in-process on
-port 0, optionally with their own phase hooks or engine); ``serve`` runs one until SIGTERM or
-SIGINT and then shuts down gracefully: health goes NOT_SERVING, new calls are refused, in-flight
-calls get ``PAS_SHUTDOWN_GRACE_SECONDS`` to finish, and the database pool is closed.
+port 0, optionally with their own phase hooks, engine or tracer provider); ``serve`` runs one
+until SIGTERM or SIGINT and then shuts down gracefully: health goes NOT_SERVING, new calls are
+refused, in-flight calls get ``PAS_SHUTDOWN_GRACE_SECONDS`` to finish, and the database pool is
+closed.
+
+Interceptors, outermost first: telemetry (request id, call log, metrics, span), then errors.
+Only ``AdmissionService`` calls authenticate; health and reflection stay open to probes.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import asyncio
 import logging
 import signal
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -24,14 +29,24 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from admission_service.api.errors import ErrorInterceptor
 from admission_service.api.servicer import AdmissionServicer
-from admission_service.api.tenancy import DefaultTenant, TenantResolver
+from admission_service.api.telemetry import TelemetryInterceptor
+from admission_service.api.tenancy import BearerTokens, DefaultTenant, TenantResolver
 from admission_service.app.hooks import NO_HOOKS, PhaseHooks
 from admission_service.app.service import AdmissionApp
 from admission_service.catalog.loader import load_catalog
-from admission_service.config import ConfigError, Settings
+from admission_service.config import ConfigError, Settings, split_listen
 from admission_service.domain.catalog import Catalog
 from admission_service.domain.errors import InvalidModelInfo
 from admission_service.storage.database import create_engine, run_migrations
+from admission_service.telemetry.metrics import Metrics
+from admission_service.telemetry.tracing import (
+    TRACER_NAME,
+    trace_database,
+    tracer_provider_for,
+)
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
 
 SERVICE_NAME: str = api.DESCRIPTOR.services_by_name["AdmissionService"].full_name
 OVERALL_HEALTH = ""
@@ -50,6 +65,10 @@ class RunningServer:
     engine: AsyncEngine
     health: health_pb2_grpc.HealthServicer
     owns_engine: bool
+    metrics: Metrics
+    metrics_port: int | None = None
+    tracer_provider: TracerProvider | None = None
+    owns_tracer_provider: bool = False
     stopped: bool = False
 
     @property
@@ -66,8 +85,11 @@ class RunningServer:
         self.stopped = True
         await self.health.enter_graceful_shutdown()
         await self.server.stop(grace)
+        await asyncio.to_thread(self.metrics.stop_http)
         if self.owns_engine:
             await self.engine.dispose()
+        if self.tracer_provider is not None and self.owns_tracer_provider:
+            await asyncio.to_thread(self.tracer_provider.shutdown)  # flushes pending spans
 
 
 def load_configured_catalog(settings: Settings) -> Catalog:
@@ -76,6 +98,36 @@ def load_configured_catalog(settings: Settings) -> Catalog:
     except InvalidModelInfo as exc:
         source = settings.model_catalog or "the built-in catalog"
         raise ConfigError(f"invalid model catalog ({source}): {exc.message}") from exc
+
+
+def tenant_resolver(settings: Settings) -> TenantResolver:
+    """Bearer tokens when any are configured; else every call acts for the default tenant."""
+    if settings.token_tenants:
+        return BearerTokens(settings.token_tenants)
+    _log.warning(
+        "no bearer tokens configured: authentication is off, every call acts for tenant %r",
+        settings.default_tenant,
+    )
+    return DefaultTenant(settings.default_tenant)
+
+
+def server_credentials(settings: Settings) -> grpc.ServerCredentials | None:
+    """TLS credentials from the configured PEM files (mTLS with a client CA), or None."""
+    if settings.tls_cert_file is None or settings.tls_key_file is None:
+        return None
+    try:
+        chain = settings.tls_cert_file.read_bytes()
+        key = settings.tls_key_file.read_bytes()
+        client_ca = (
+            settings.tls_client_ca_file.read_bytes()
+            if settings.tls_client_ca_file is not None
+            else None
+        )
+    except OSError as exc:
+        raise ConfigError(f"cannot read a TLS file: {exc}") from exc
+    return grpc.ssl_server_credentials(
+        [(key, chain)], root_certificates=client_ca, require_client_auth=client_ca is not None
+    )
 
 
 def server_options(settings: Settings) -> list[tuple[str, int]]:
@@ -93,12 +145,15 @@ async def start_server(
     engine: AsyncEngine | None = None,
     catalog: Catalog | None = None,
     tenants: TenantResolver | None = None,
+    tracer_provider: TracerProvider | None = None,
 ) -> RunningServer:
     """Build, bind and start the server described by ``settings``.
 
     Without ``engine`` the server creates its own on ``settings``' database (starting the
     embedded PostgreSQL when no URL is configured) and disposes of it on ``stop``; a given
     engine stays the caller's. Migrations run first when ``settings.migrate_on_start``.
+    ``tracer_provider`` (else one built for ``settings.tracing_exporter``) turns tracing on;
+    database statements are traced only on an engine the server creates itself.
     """
     catalog = catalog if catalog is not None else load_configured_catalog(settings)
     owns_engine = engine is None
@@ -113,13 +168,23 @@ async def start_server(
         engine = create_engine(
             url, pool_size=settings.db_pool_size, max_overflow=settings.db_max_overflow
         )
+    owns_tracer_provider = tracer_provider is None
+    if tracer_provider is None:
+        tracer_provider = tracer_provider_for(settings.tracing_exporter)
+    tracer = tracer_provider.get_tracer(TRACER_NAME) if tracer_provider is not None else None
+    if tracer is not None and owns_engine:
+        trace_database(engine, tracer)
+    metrics = Metrics()
+    metrics.watch_pool(engine, settings.db_pool_size + settings.db_max_overflow)
+    metrics_port = None
     try:
         app = AdmissionApp(engine, catalog, settings.limits, hooks)
+        telemetry = TelemetryInterceptor(metrics, tracer, log_payloads=settings.log_payloads)
         server = grpc.aio.server(
-            interceptors=[ErrorInterceptor()], options=server_options(settings)
+            interceptors=[telemetry, ErrorInterceptor()], options=server_options(settings)
         )
         api_grpc.add_AdmissionServiceServicer_to_server(
-            AdmissionServicer(app, tenants or DefaultTenant(settings.default_tenant)), server
+            AdmissionServicer(app, tenants or tenant_resolver(settings)), server
         )
         health = health_aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health, server)
@@ -131,20 +196,58 @@ async def start_server(
             ],
             server,
         )
+        credentials = server_credentials(settings)
         try:
-            port = server.add_insecure_port(settings.listen)
+            if credentials is None:
+                port = server.add_insecure_port(settings.listen)
+            else:
+                port = server.add_secure_port(settings.listen, credentials)
         except RuntimeError as exc:
             raise ConfigError(f"cannot listen on PAS_LISTEN={settings.listen}: {exc}") from exc
+        if settings.metrics_listen is not None:
+            metrics_host, wanted = split_listen(settings.metrics_listen)
+            try:
+                metrics_port = metrics.serve_http(metrics_host, wanted)
+            except OSError as exc:
+                raise ConfigError(
+                    f"cannot serve metrics on PAS_METRICS_LISTEN={settings.metrics_listen}: {exc}"
+                ) from exc
         await server.start()
         for service in (OVERALL_HEALTH, SERVICE_NAME):
             await health.set(service, health_pb2.HealthCheckResponse.SERVING)
     except BaseException:
+        metrics.stop_http()
         if owns_engine:
             await engine.dispose()
+        if tracer_provider is not None and owns_tracer_provider:
+            tracer_provider.shutdown()
         raise
     host = settings.listen.rpartition(":")[0]
-    _log.info("serving %s on %s:%d", SERVICE_NAME, host, port)
-    return RunningServer(server, port, host, app, engine, health, owns_engine)
+    _log.info(
+        "serving %s on %s:%d (%s%s)",
+        SERVICE_NAME,
+        host,
+        port,
+        "mTLS" if settings.tls_client_ca_file else "TLS" if credentials else "plaintext",
+        f", metrics on {host_port(settings.metrics_listen, metrics_port)}" if metrics_port else "",
+    )
+    return RunningServer(
+        server,
+        port,
+        host,
+        app,
+        engine,
+        health,
+        owns_engine,
+        metrics,
+        metrics_port,
+        tracer_provider,
+        owns_tracer_provider,
+    )
+
+
+def host_port(listen: str | None, port: int | None) -> str:
+    return f"{(listen or '').rpartition(':')[0]}:{port}"
 
 
 async def serve(settings: Settings) -> None:

@@ -1,21 +1,59 @@
 """Which tenant a call acts for.
 
-Every use case is scoped to a tenant. For now every call acts for the configured default tenant;
-bearer-token authentication (a token in the ``authorization`` metadata mapped to a tenant) plugs
-in here as another ``TenantResolver`` without touching the servicer.
+Every use case is scoped to a tenant, and a session is visible to its tenant only: the tenant is
+part of every key the storage reads or writes, so another tenant's session is simply not found
+(``NOT_FOUND``, never ``PERMISSION_DENIED``: its existence is not leaked).
+
+``BearerTokens`` authenticates a call by the ``authorization: Bearer <token>`` metadata and maps
+the token to its tenant. The configuration holds only SHA-256 digests of the tokens
+(``sha256:<hex>``, see ``hash_token``); tokens are random secrets of at least 128 bits, so a
+plain digest is as hard to invert as the token is to guess. ``DefaultTenant`` serves
+development setups without authentication.
 """
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 import grpc
 
+from admission_service.telemetry import context as call_context
+
+TOKEN_HASH_PREFIX = "sha256:"
+BEARER = "bearer"
+MISSING_CREDENTIALS = "MISSING_CREDENTIALS"
+INVALID_TOKEN = "INVALID_TOKEN"
+
+
+class Unauthenticated(Exception):
+    """The call carries no valid credentials; the interceptor maps it to UNAUTHENTICATED."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
 
 class TenantResolver(Protocol):
     async def tenant(self, context: grpc.aio.ServicerContext[Any, Any]) -> str:
-        """The tenant of the call; raises (for example an authentication error) to refuse it."""
+        """The tenant of the call; raises (for example ``Unauthenticated``) to refuse it."""
         ...
+
+
+def hash_token(token: str) -> str:
+    """The configuration form of ``token``: ``sha256:`` and the hex digest of its UTF-8."""
+    return TOKEN_HASH_PREFIX + hashlib.sha256(token.encode()).hexdigest()
+
+
+def is_token_hash(value: str) -> bool:
+    digest = value.removeprefix(TOKEN_HASH_PREFIX)
+    return (
+        value.startswith(TOKEN_HASH_PREFIX)
+        and len(digest) == 64
+        and all(c in "0123456789abcdef" for c in digest)
+    )
 
 
 class DefaultTenant:
@@ -25,4 +63,38 @@ class DefaultTenant:
         self._tenant = tenant
 
     async def tenant(self, context: grpc.aio.ServicerContext[Any, Any]) -> str:
+        call_context.tenant.set(self._tenant)
         return self._tenant
+
+
+class BearerTokens:
+    """Authenticates ``authorization: Bearer <token>`` against hashed tokens."""
+
+    def __init__(self, tenants_by_hash: Mapping[str, str]) -> None:
+        for token_hash in tenants_by_hash:
+            if not is_token_hash(token_hash):
+                raise ValueError("token hashes must look like sha256:<64 lower-case hex digits>")
+        self._tenants = dict(tenants_by_hash)
+
+    async def tenant(self, context: grpc.aio.ServicerContext[Any, Any]) -> str:
+        values = [
+            value for key, value in (context.invocation_metadata() or ()) if key == "authorization"
+        ]
+        if not values:
+            raise Unauthenticated(
+                MISSING_CREDENTIALS, "missing credentials: send authorization: Bearer <token>"
+            )
+        if len(values) > 1:
+            raise Unauthenticated(INVALID_TOKEN, "more than one authorization header")
+        value = values[0]
+        scheme, _, token = (value if isinstance(value, str) else "").partition(" ")
+        token = token.strip()
+        if scheme.lower() != BEARER or not token:
+            raise Unauthenticated(INVALID_TOKEN, "the authorization header is not Bearer <token>")
+        # A lookup by digest: its timing depends only on the digest of what the caller sent,
+        # which tells nothing about any valid token.
+        tenant = self._tenants.get(hash_token(token))
+        if tenant is None:
+            raise Unauthenticated(INVALID_TOKEN, "the bearer token is not valid")
+        call_context.tenant.set(tenant)
+        return tenant

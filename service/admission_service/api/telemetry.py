@@ -1,0 +1,192 @@
+"""The outermost interceptor: request id, call log line, RPC metrics and the server span.
+
+For every unary call it
+
+* takes the request id from the ``x-request-id`` metadata (a new one when absent or not a
+  plausible id), makes it the call's log context and echoes it in the response headers;
+* opens a server span (child of a W3C ``traceparent`` the caller sent) when tracing is on;
+* counts the call and its status code, times it, and logs one line when it ends — the method,
+  code, duration and peer, never the request or response, unless ``log_payloads`` asks for them
+  (at DEBUG);
+* feeds successful responses to the admission metrics.
+
+It sits outside ``ErrorInterceptor``, so it sees the status that interceptor chose.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+from google.protobuf.json_format import MessageToDict
+from google.protobuf.message import Message
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from admission_service.telemetry import context as call_context
+from admission_service.telemetry.metrics import Metrics
+
+_log = logging.getLogger("admission_service.calls")
+_propagator = TraceContextTextMapPropagator()
+# Calls logged at INFO; health checks and reflection are logged at DEBUG (probes are frequent).
+LOGGED_SERVICES = frozenset({"promptadmission.v1.AdmissionService"})
+
+Behavior = Callable[[Any, Any], Any]
+
+
+def _split(method: str) -> tuple[str, str]:
+    service, _, name = method.lstrip("/").rpartition("/")
+    return service, name
+
+
+def _request_id(metadata: Any) -> str:
+    for key, value in metadata or ():
+        if key == call_context.REQUEST_ID_HEADER and isinstance(value, str):
+            if call_context.valid_request_id(value):
+                return value
+            break
+    return call_context.new_request_id()
+
+
+def _payload(message: Any) -> Any:
+    if isinstance(message, Message):
+        return MessageToDict(message, preserving_proto_field_name=True)
+    return repr(message)
+
+
+class TelemetryInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
+    def __init__(
+        self,
+        metrics: Metrics,
+        tracer: trace.Tracer | None = None,
+        *,
+        log_payloads: bool = False,
+    ) -> None:
+        self._metrics = metrics
+        self._tracer = tracer
+        self._log_payloads = log_payloads
+
+    async def intercept_service(
+        self,
+        continuation: Callable[
+            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]
+        ],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        handler = await continuation(handler_call_details)
+        if handler is None or handler.unary_unary is None:
+            return handler
+        return grpc.unary_unary_rpc_method_handler(
+            self._wrap(handler.unary_unary, handler_call_details.method),
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+    def _wrap(self, behavior: Behavior, method: str) -> Behavior:
+        service, name = _split(method)
+        level = logging.INFO if service in LOGGED_SERVICES else logging.DEBUG
+
+        async def observed(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            metadata = context.invocation_metadata()
+            request_id = _request_id(metadata)
+            call_context.request_id.set(request_id)
+            call_context.tenant.set(None)
+            await context.send_initial_metadata(((call_context.REQUEST_ID_HEADER, request_id),))
+            self._metrics.rpc_started(service, name)
+            span = self._start_span(service, name, metadata, request_id)
+            started = time.perf_counter()
+            code = grpc.StatusCode.OK
+            try:
+                if self._log_payloads:
+                    _log.debug("request payload", extra={"fields": {"request": _payload(request)}})
+                with _current(span):
+                    response = behavior(request, context)
+                    if inspect.isawaitable(response):
+                        response = await response
+                self._metrics.observe_response(request, response)
+                if self._log_payloads:
+                    _log.debug(
+                        "response payload", extra={"fields": {"response": _payload(response)}}
+                    )
+                return response
+            except grpc.aio.AbortError:
+                code = _code_of(context, grpc.StatusCode.UNKNOWN)
+                raise
+            except asyncio.CancelledError:
+                expired = context.time_remaining() is not None and context.time_remaining() <= 0
+                code = grpc.StatusCode.DEADLINE_EXCEEDED if expired else grpc.StatusCode.CANCELLED
+                raise
+            except BaseException:
+                code = grpc.StatusCode.UNKNOWN
+                raise
+            finally:
+                seconds = time.perf_counter() - started
+                self._metrics.rpc_handled(service, name, code.name, seconds)
+                if span is not None:
+                    span.set_attribute("rpc.grpc.status_code", code.value[0])
+                    if code is not grpc.StatusCode.OK:
+                        span.set_status(Status(StatusCode.ERROR, code.name))
+                    span.end()
+                _log.log(
+                    level,
+                    "%s %s %.1fms",
+                    name,
+                    code.name,
+                    seconds * 1000,
+                    extra={
+                        "fields": {
+                            "grpc_service": service,
+                            "grpc_method": name,
+                            "grpc_code": code.name,
+                            "duration_ms": round(seconds * 1000, 3),
+                            "peer": context.peer(),
+                        }
+                    },
+                )
+
+        return observed
+
+    def _start_span(
+        self, service: str, name: str, metadata: Any, request_id: str
+    ) -> trace.Span | None:
+        if self._tracer is None:
+            return None
+        carrier = {key: value for key, value in metadata or () if isinstance(value, str)}
+        span = self._tracer.start_span(
+            f"{service}/{name}",
+            context=_propagator.extract(carrier),
+            kind=SpanKind.SERVER,
+            attributes={
+                "rpc.system": "grpc",
+                "rpc.service": service,
+                "rpc.method": name,
+                "pas.request_id": request_id,
+            },
+        )
+        return span
+
+
+def _current(span: trace.Span | None) -> contextlib.AbstractContextManager[Any]:
+    """Make ``span`` current, so the handler's database spans are its children."""
+    if span is None:
+        return contextlib.nullcontext()
+    return trace.use_span(
+        span, end_on_exit=False, record_exception=False, set_status_on_exception=False
+    )
+
+
+def _code_of(context: grpc.aio.ServicerContext[Any, Any], default: grpc.StatusCode) -> Any:
+    code = context.code()
+    if isinstance(code, grpc.StatusCode):
+        return code
+    for candidate in grpc.StatusCode:
+        if candidate.value[0] == code:
+            return candidate
+    return default
