@@ -59,6 +59,7 @@ def create_engine(
     max_overflow: int = 10,
     pool_timeout: float = 10.0,
     pool_recycle: float = 1800.0,
+    connect_timeout: int = 5,
     application_name: str = "admission-service",
 ) -> AsyncEngine:
     """The service's async engine, safe behind a transaction-mode pooler (PgBouncer & co).
@@ -67,6 +68,10 @@ def create_engine(
     transaction: psycopg's automatic server-side prepared statements are off
     (``prepare_threshold=None``), and the service uses no session-level state (SET, advisory
     locks, LISTEN). ``pool_pre_ping`` drops connections the pooler or server closed.
+
+    ``connect_timeout`` (seconds, libpq's) bounds every new connection: while the database
+    accepts TCP but does not answer, or its host drops packets, a call fails with UNAVAILABLE
+    in seconds instead of hanging until the caller's deadline.
     """
     return create_async_engine(
         normalise_database_url(url),
@@ -77,7 +82,11 @@ def create_engine(
         pool_pre_ping=True,
         # Errors must never carry prompt or message text into logs (SPEC §9).
         hide_parameters=True,
-        connect_args={"prepare_threshold": None, "application_name": application_name},
+        connect_args={
+            "prepare_threshold": None,
+            "application_name": application_name,
+            "connect_timeout": connect_timeout,
+        },
     )
 
 
