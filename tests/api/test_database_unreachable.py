@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 
 import grpc
 import pytest
@@ -29,7 +29,7 @@ async def test_a_silent_database_is_unavailable_before_the_deadline(silent_datab
     client = await start_client(silent_database)
     try:
         started = time.monotonic()
-        calls = [
+        calls: list[Awaitable[object]] = [
             client.stub.GetSession(api.GetSessionRequest(session_id="s"), timeout=15),
             client.stub.Admit(admit_request("s", "prompt", "hello"), timeout=15),
         ]
