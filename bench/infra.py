@@ -103,6 +103,11 @@ class ServerProcess:
                 return int(line.split()[1]) / 1024
         raise RuntimeError(f"no VmRSS for {self.pid}")
 
+    def cpu_seconds(self) -> float:
+        """User + system CPU time the server process has used (``/proc/<pid>/stat``)."""
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def stop(self) -> None:
         if self.process.poll() is None:
             self.process.terminate()

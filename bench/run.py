@@ -141,6 +141,8 @@ def headline(results: dict[str, Any]) -> dict[str, Any]:
             "floor_p99_ms": s1["floor_p99_ms"],
             "s1_admit_p50_ms": s1["admit_p50_ms"],
             "s1_admit_p99_ms": s1["admit_p99_ms"],
+            "floor_cpu_ms_per_call": s1["floor_cpu_ms_per_call"],
+            "s1_admit_cpu_ms_per_call": s1["admit_cpu_ms_per_call"],
         }
     if "s2" in results:
         out |= {

@@ -120,7 +120,10 @@ async def s1_sequential(
         cursor = iter(range(plan.s1_samples * 2))
         nodes: list[int] = []
 
+        cpu = {"service": 0.0, "floor": 0.0}
+
         async def service_block() -> list[float]:
+            started = service.cpu_seconds()
             out = []
             for _ in range(per_block):
                 i = next(cursor)
@@ -128,10 +131,14 @@ async def s1_sequential(
                 nodes.append(session.nodes)
                 _, elapsed = await session.admit(PROMPT, [user(text(USER_CHARS, f"s{i}"))])
                 out.append(elapsed)
+            cpu["service"] += service.cpu_seconds() - started
             return out
 
         async def floor_block() -> list[float]:
-            return [await floor.call(floor_id) for _ in range(per_block)]
+            started = floor_server.cpu_seconds()
+            out = [await floor.call(floor_id) for _ in range(per_block)]
+            cpu["floor"] += floor_server.cpu_seconds() - started
+            return out
 
         floor_lat, service_lat = await _timed_blocks(blocks, floor_block, service_block)
         await floor.close()
@@ -146,6 +153,10 @@ async def s1_sequential(
         "admit_p99_ms": ms(s99),
         "p50_ratio": round(s50 / f50, 3),
         "p99_ratio": round(s99 / f99, 3),
+        # Server CPU per call (the process's user + system time): steadier than latency on a
+        # shared machine, and what throughput is made of.
+        "floor_cpu_ms_per_call": round(cpu["floor"] * 1000 / len(floor_lat), 3),
+        "admit_cpu_ms_per_call": round(cpu["service"] * 1000 / len(service_lat), 3),
     }
 
 

@@ -13,22 +13,21 @@ many round trips as the irreducible lock, read, write and commit.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
+import psycopg
 from sqlalchemy import (
     Table,
     and_,
     delete,
     func,
-    insert,
     literal,
     select,
     text,
     tuple_,
-    update,
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -72,14 +71,15 @@ _ANSWER = text(
 
 # PostgreSQL concatenates the frames (``string_agg`` in position order over the unique
 # (tenant, session, position) index): no per-row work in Python, whatever the surface length.
-_FRAMES = text(
+# Sent with psycopg's binary result format (see ``frames``), in its placeholder syntax.
+_FRAMES = (
     "SELECT string_agg(message_pb, ''::bytea ORDER BY position) AS frames,"
     " count(message_pb) AS messages,"
     " coalesce(sum(tokens), 0)::bigint AS tokens,"
-    " count(message_pb) FILTER (WHERE position < :split) AS before_messages,"
-    " coalesce(sum(tokens) FILTER (WHERE position < :split), 0)::bigint AS before_tokens"
+    " count(message_pb) FILTER (WHERE position < %(split)s) AS before_messages,"
+    " coalesce(sum(tokens) FILTER (WHERE position < %(split)s), 0)::bigint AS before_tokens"
     " FROM surface_nodes"
-    " WHERE tenant_id = :t AND session_id = :s AND position >= :from_position"
+    " WHERE tenant_id = %(t)s AND session_id = %(s)s AND position >= %(from_position)s"
     " AND message_pb IS NOT NULL"
 )
 
@@ -130,6 +130,15 @@ class Frames:
 
 
 NO_FRAMES = Frames(b"", 0, 0, 0, 0)
+
+# A deferred write: adds its values to the batch's parameters and returns its SQL.
+_Write = Callable[[dict[str, Any]], str]
+
+
+def _param(params: dict[str, Any], value: Any) -> str:
+    name = f"p{len(params)}"
+    params[name] = value
+    return f"%({name})s"
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,22 +267,51 @@ class SessionStore:
         self.connection = connection
         self.tenant = tenant
         self.session_id = session_id
-        self._deferred: list[Any] = []
+        self._deferred: list[_Write] = []
 
-    def _defer(self, statement: Any) -> None:
-        self._deferred.append(statement)
+    def _defer(self, write: _Write) -> None:
+        self._deferred.append(write)
+
+    def _defer_insert(self, table: str, rows: Sequence[dict[str, Any]]) -> None:
+        def build(params: dict[str, Any]) -> str:
+            columns = list(rows[0])
+            values = ", ".join(
+                "(" + ", ".join(_param(params, row[column]) for column in columns) + ")"
+                for row in rows
+            )
+            return f"INSERT INTO {table} ({', '.join(columns)}) VALUES {values}"
+
+        self._defer(build)
+
+    def _where_mine(self, params: dict[str, Any], alias: str = "") -> str:
+        prefix = f"{alias}." if alias else ""
+        return (
+            f"{prefix}tenant_id = {_param(params, self.tenant)}"
+            f" AND {prefix}session_id = {_param(params, self.session_id)}"
+        )
 
     async def flush(self) -> None:
         """Send the deferred writes, in order, as one statement: each but the last as a
         data-modifying CTE of the last. They touch different rows; foreign keys between them
-        are checked at the end of the statement, when every row exists."""
+        are checked at the end of the statement, when every row exists.
+
+        The statement is assembled here (table and column names are the schema's own; every
+        value is a bound parameter) and sent on the transaction's psycopg connection: its
+        shape changes with the number of rows, so SQLAlchemy would compile it on every call,
+        which cost more than the round trips it saves."""
         if not self._deferred:
             return
-        *ahead, last = self._deferred
+        params: dict[str, Any] = {}
+        *ahead, last = [build(params) for build in self._deferred]
         self._deferred = []
-        for index, statement in enumerate(ahead):
-            last = last.add_cte(statement.cte(f"w{index}"))
-        await self.connection.execute(last)
+        sql = last
+        if ahead:
+            ctes = ", ".join(f"w{index} AS ({part})" for index, part in enumerate(ahead))
+            sql = f"WITH {ctes} {last}"
+        raw = await self.connection.get_raw_connection()
+        driver = cast(psycopg.AsyncConnection[Any], raw.driver_connection)
+        async with driver.cursor() as cursor:
+            await cursor.execute(sql.encode(), params)
 
     def _mine(self, table: Any) -> Any:
         return and_(table.c.tenant_id == self.tenant, table.c.session_id == self.session_id)
@@ -340,7 +378,16 @@ class SessionStore:
             "surface_tokens": surface_tokens,
             "update_time": func.now(),
         }
-        self._defer(update(sessions).where(self._mine(sessions)).values(values))
+        del values["update_time"]
+
+        def build(params: dict[str, Any]) -> str:
+            assignments = ", ".join(f"{name} = {_param(params, v)}" for name, v in values.items())
+            return (
+                f"UPDATE sessions SET {assignments}, update_time = now()"
+                f" WHERE {self._where_mine(params)}"
+            )
+
+        self._defer(build)
         return revision
 
     async def delete(self) -> None:
@@ -361,14 +408,17 @@ class SessionStore:
     async def store_response(
         self, request_id: str, method: str, request_digest: bytes, response: bytes
     ) -> None:
-        self._defer(
-            insert(idempotency).values(
-                **self._keys(),
-                request_id=request_id,
-                method=method,
-                request_digest=request_digest,
-                response=response,
-            )
+        self._defer_insert(
+            "idempotency_keys",
+            [
+                {
+                    **self._keys(),
+                    "request_id": request_id,
+                    "method": method,
+                    "request_digest": request_digest,
+                    "response": response,
+                }
+            ],
         )
 
     # ---- the surface ------------------------------------------------------------------
@@ -404,7 +454,7 @@ class SessionStore:
         tokens = 0
         if not new_events:
             return Written(next_position, shadowed, tokens)
-        self._defer(insert(events).values([self._event_row(e) for e in new_events]))
+        self._defer_insert("events", [self._event_row(e) for e in new_events])
         pending: list[dict[str, Any]] = []
         calls: list[dict[str, Any]] = []
         for event in new_events:
@@ -437,7 +487,7 @@ class SessionStore:
                 shadowed = first.earliest(shadowed)
                 # Written now: only the appended nodes after the last replacement stay
                 # deferred, so the tail is exactly the end of the surface.
-                self._defer(insert(nodes).values([node]))
+                self._defer_insert("surface_nodes", [node])
                 await self.flush()
             if message is not None:
                 calls += (
@@ -461,10 +511,10 @@ class SessionStore:
 
     def _defer_nodes(self, pending: list[dict[str, Any]], calls: list[dict[str, Any]]) -> None:
         if pending:
-            self._defer(insert(nodes).values(list(pending)))
+            self._defer_insert("surface_nodes", list(pending))
             pending.clear()
         if calls:
-            self._defer(insert(tool_calls).values(list(calls)))
+            self._defer_insert("tool_calls", list(calls))
             calls.clear()
 
     async def _shadow(self, op: Replace) -> tuple[Shadowed, int]:
@@ -489,9 +539,14 @@ class SessionStore:
         as concatenated frames (one aggregate in the database; an index range scan), with
         their count and price, and the count and price of those before ``split_position``.
 
-        Deferred nodes are not read (no flush): ``write_events`` returns them as its tail."""
-        row = (
-            await self.connection.execute(
+        Deferred nodes are not read (no flush): ``write_events`` returns them as its tail.
+        The query runs on the transaction's psycopg connection with the binary result format:
+        in the text format PostgreSQL would hex-encode the bytes and psycopg decode them, which
+        doubles what a long surface moves and costs more than the aggregate itself."""
+        raw = await self.connection.get_raw_connection()
+        driver = cast(psycopg.AsyncConnection[Any], raw.driver_connection)
+        async with driver.cursor(binary=True) as cursor:
+            await cursor.execute(
                 _FRAMES,
                 {
                     "t": self.tenant,
@@ -500,14 +555,10 @@ class SessionStore:
                     "split": split_position if split_position is not None else -1,
                 },
             )
-        ).one()
-        return Frames(
-            bytes(row.frames or b""),
-            row.messages,
-            row.tokens,
-            row.before_messages,
-            row.before_tokens,
-        )
+            row = await cursor.fetchone()
+        assert row is not None
+        frames, messages, tokens, before_messages, before_tokens = row
+        return Frames(bytes(frames or b""), messages, tokens, before_messages, before_tokens)
 
     def _event_row(self, event: Event) -> dict[str, Any]:
         surface_op = None
@@ -574,17 +625,20 @@ class SessionStore:
         tools: tuple[Tool, ...],
         user_seqs: Sequence[int],
     ) -> None:
-        self._defer(
-            insert(admissions).values(
-                **self._keys(),
-                admission_id=admission_id,
-                turn=turn,
-                step=step,
-                rendered_prompt=rendered.encode(),
-                tools=codec.encode_tools(tools),
-                users_seqs=list(user_seqs),
-                attempts=1,
-            )
+        self._defer_insert(
+            "admissions",
+            [
+                {
+                    **self._keys(),
+                    "admission_id": admission_id,
+                    "turn": turn,
+                    "step": step,
+                    "rendered_prompt": rendered.encode(),
+                    "tools": codec.encode_tools(tools),
+                    "users_seqs": list(user_seqs),
+                    "attempts": 1,
+                }
+            ],
         )
 
     async def admission(self, admission_id: str) -> AdmissionRecord | None:
@@ -608,37 +662,43 @@ class SessionStore:
         )
 
     async def count_attempt(self, admission_id: str) -> None:
-        self._defer(
-            update(admissions)
-            .where(self._mine(admissions), admissions.c.admission_id == admission_id)
-            .values(attempts=admissions.c.attempts + 1)
-        )
+        def build(params: dict[str, Any]) -> str:
+            return (
+                "UPDATE admissions SET attempts = attempts + 1"
+                f" WHERE {self._where_mine(params)}"
+                f" AND admission_id = {_param(params, admission_id)}"
+            )
+
+        self._defer(build)
 
     async def add_request(
         self, request_index: int, admission_id: str, attempt: int, forecast: bytes
     ) -> None:
-        self._defer(
-            insert(requests).values(
-                **self._keys(),
-                request_index=request_index,
-                admission_id=admission_id,
-                attempt=attempt,
-                forecast=forecast,
-            )
+        self._defer_insert(
+            "requests",
+            [
+                {
+                    **self._keys(),
+                    "request_index": request_index,
+                    "admission_id": admission_id,
+                    "attempt": attempt,
+                    "forecast": forecast,
+                }
+            ],
         )
 
     async def observe_usage(self, admission_id: str, observed: bytes) -> None:
         """Attach the provider's usage to the admission's latest request."""
-        latest = (
-            select(func.max(requests.c.request_index))
-            .where(self._mine(requests), requests.c.admission_id == admission_id)
-            .scalar_subquery()
-        )
-        self._defer(
-            update(requests)
-            .where(self._mine(requests), requests.c.request_index == latest)
-            .values(observed=observed)
-        )
+
+        def build(params: dict[str, Any]) -> str:
+            return (
+                f"UPDATE requests SET observed = {_param(params, observed)}"
+                f" WHERE {self._where_mine(params)} AND request_index = ("
+                f"SELECT max(request_index) FROM requests WHERE {self._where_mine(params)}"
+                f" AND admission_id = {_param(params, admission_id)})"
+            )
+
+        self._defer(build)
 
     async def ledger(self, limit: int) -> list[Any]:
         await self.flush()
