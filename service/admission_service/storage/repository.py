@@ -132,13 +132,14 @@ class Frames:
 NO_FRAMES = Frames(b"", 0, 0, 0, 0)
 
 # A deferred write: adds its values to the batch's parameters and returns its SQL.
-_Write = Callable[[dict[str, Any]], str]
+_Write = Callable[[list[Any]], str]
 
 
-def _param(params: dict[str, Any], value: Any) -> str:
-    name = f"p{len(params)}"
-    params[name] = value
-    return f"%({name})s"
+def _param(params: list[Any], value: Any) -> str:
+    """A server-side placeholder (``$n``) bound to ``value``: the statement is sent with a raw
+    cursor, so psycopg does not re-parse a long query text for its own placeholders."""
+    params.append(value)
+    return f"${len(params)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,7 +274,7 @@ class SessionStore:
         self._deferred.append(write)
 
     def _defer_insert(self, table: str, rows: Sequence[dict[str, Any]]) -> None:
-        def build(params: dict[str, Any]) -> str:
+        def build(params: list[Any]) -> str:
             columns = list(rows[0])
             values = ", ".join(
                 "(" + ", ".join(_param(params, row[column]) for column in columns) + ")"
@@ -283,7 +284,7 @@ class SessionStore:
 
         self._defer(build)
 
-    def _where_mine(self, params: dict[str, Any], alias: str = "") -> str:
+    def _where_mine(self, params: list[Any], alias: str = "") -> str:
         prefix = f"{alias}." if alias else ""
         return (
             f"{prefix}tenant_id = {_param(params, self.tenant)}"
@@ -301,7 +302,7 @@ class SessionStore:
         which cost more than the round trips it saves."""
         if not self._deferred:
             return
-        params: dict[str, Any] = {}
+        params: list[Any] = []
         *ahead, last = [build(params) for build in self._deferred]
         self._deferred = []
         sql = last
@@ -310,7 +311,7 @@ class SessionStore:
             sql = f"WITH {ctes} {last}"
         raw = await self.connection.get_raw_connection()
         driver = cast(psycopg.AsyncConnection[Any], raw.driver_connection)
-        async with driver.cursor() as cursor:
+        async with psycopg.AsyncRawCursor(driver) as cursor:
             await cursor.execute(sql.encode(), params)
 
     def _mine(self, table: Any) -> Any:
@@ -380,7 +381,7 @@ class SessionStore:
         }
         del values["update_time"]
 
-        def build(params: dict[str, Any]) -> str:
+        def build(params: list[Any]) -> str:
             assignments = ", ".join(f"{name} = {_param(params, v)}" for name, v in values.items())
             return (
                 f"UPDATE sessions SET {assignments}, update_time = now()"
@@ -662,7 +663,7 @@ class SessionStore:
         )
 
     async def count_attempt(self, admission_id: str) -> None:
-        def build(params: dict[str, Any]) -> str:
+        def build(params: list[Any]) -> str:
             return (
                 "UPDATE admissions SET attempts = attempts + 1"
                 f" WHERE {self._where_mine(params)}"
@@ -690,7 +691,7 @@ class SessionStore:
     async def observe_usage(self, admission_id: str, observed: bytes) -> None:
         """Attach the provider's usage to the admission's latest request."""
 
-        def build(params: dict[str, Any]) -> str:
+        def build(params: list[Any]) -> str:
             return (
                 f"UPDATE requests SET observed = {_param(params, observed)}"
                 f" WHERE {self._where_mine(params)} AND request_index = ("
