@@ -29,6 +29,7 @@ from google.protobuf.any_pb2 import Any as AnyProto
 from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
 from grpc_status import rpc_status
 
+from admission_service.api.malformed import MalformedRequest, tolerant
 from admission_service.api.tenancy import Unauthenticated
 from admission_service.domain.errors import (
     Aborted,
@@ -188,7 +189,7 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
             return handler
         return grpc.unary_unary_rpc_method_handler(
             _wrap(handler.unary_unary, handler_call_details.method),
-            request_deserializer=handler.request_deserializer,
+            request_deserializer=tolerant(handler.request_deserializer),
             response_serializer=handler.response_serializer,
         )
 
@@ -196,6 +197,8 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
 def _wrap(behavior: Behavior, method: str) -> Behavior:
     async def guarded(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         try:
+            if isinstance(request, MalformedRequest):  # the bytes did not parse
+                raise request
             response = behavior(request, context)
             if inspect.isawaitable(response):
                 response = await response

@@ -49,11 +49,19 @@ def check_session_id(session_id: str, limits: Limits, field: str = "session_id")
         raise InvalidArgument(field, "may hold only letters, digits, '.', '_' and '-'")
 
 
+def _check_no_nul(value: str, field: str) -> None:
+    """Identifiers are stored as PostgreSQL text, which cannot hold NUL (message text can:
+    it round-trips byte for byte)."""
+    if "\x00" in value:
+        raise InvalidArgument(field, "must not contain NUL characters")
+
+
 def check_request_id(request_id: str, limits: Limits) -> None:
     if len(request_id) > limits.max_request_id_length:
         raise InvalidArgument(
             "request_id", f"is longer than {limits.max_request_id_length} characters"
         )
+    _check_no_nul(request_id, "request_id")
 
 
 def check_expected_revision(expected: int | None) -> None:
@@ -139,6 +147,7 @@ def check_message(message: Message, field: str, limits: Limits, allowed: tuple[t
         if isinstance(block, ToolCall):
             if not block.call_id:
                 raise InvalidArgument(f"{where}.tool_call.call_id", "is required")
+            _check_no_nul(block.call_id, f"{where}.tool_call.call_id")
             if not block.name:
                 raise InvalidArgument(f"{where}.tool_call.name", "is required")
             _check_json_object(block.arguments_json or "{}", f"{where}.tool_call.arguments_json")
@@ -168,6 +177,7 @@ def check_admission_id(admission_id: str, limits: Limits) -> None:
         raise InvalidArgument(
             "admission_id", f"is longer than {limits.max_admission_id_length} characters"
         )
+    _check_no_nul(admission_id, "admission_id")
 
 
 def check_reconcile(command: ReconcileCommand, limits: Limits) -> None:
@@ -204,6 +214,7 @@ def check_record(command: RecordCommand, limits: Limits) -> None:
         field = f"tool_results[{index}]"
         if not result.call_id:
             raise InvalidArgument(f"{field}.call_id", "is required")
+        _check_no_nul(result.call_id, f"{field}.call_id")
         if result.call_id in answered:
             raise InvalidArgument(f"{field}.call_id", f"answers {result.call_id!r} twice")
         answered.add(result.call_id)
