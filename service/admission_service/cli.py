@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import TextIO
 
 import grpc
-import sqlalchemy.exc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_status import rpc_status
 from promptadmission.v1 import admission_service_pb2 as api
@@ -152,7 +151,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except EmbeddedPostgresError as exc:
         print(f"{PROG}: embedded PostgreSQL: {exc}", file=sys.stderr)
         return 1
-    except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError) as exc:
+    except Exception as exc:
+        # Imported here: `health` and `token` start faster without SQLAlchemy.
+        import sqlalchemy.exc
+
+        if not isinstance(exc, sqlalchemy.exc.OperationalError | sqlalchemy.exc.InterfaceError):
+            raise
         # The driver's own message says which server could not be reached and why; the
         # SQLAlchemy wrapper would add the statement, which an operator does not need.
         print(f"{PROG}: database unavailable: {str(exc.orig).strip()}", file=sys.stderr)

@@ -48,15 +48,13 @@ from pathlib import Path
 
 from admission_service.api.tenancy import is_token_hash
 from admission_service.app.limits import MIB, Limits
-from admission_service.storage.database import (
-    DEFAULT_DATA_DIR,
-    normalise_database_url,
-    resolve_database_url,
-)
 from admission_service.telemetry.logs import LOG_FORMATS
 from admission_service.telemetry.tracing import TRACING_EXPORTERS
 
 DEFAULT_LISTEN = "127.0.0.1:50051"
+# The same as storage.database.DEFAULT_DATA_DIR (a test checks): the storage modules pull in
+# SQLAlchemy and Alembic, which commands like ``admission-service health`` do without.
+DEFAULT_DATA_DIR = Path(".data/postgres")
 DEFAULT_MAX_RECEIVE_MESSAGE_BYTES = 16 * MIB
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 LIMIT_PREFIX = "PAS_LIMIT_"
@@ -151,6 +149,8 @@ class Settings:
     def resolve_database_url(self) -> str:
         """``database_url``, or the URL of an embedded server started now (blocking: it may
         initialise a cluster). The embedded server stops when the process exits."""
+        from admission_service.storage.database import resolve_database_url
+
         if self.database_url:
             return self.database_url
         env = {"PAS_DATA_DIR": str(self.data_dir)}
@@ -286,6 +286,8 @@ class _Reader:
         return tokens
 
     def database_url(self, name: str) -> str | None:
+        from admission_service.storage.database import normalise_database_url
+
         raw = self.text(name)
         if not raw:
             return None

@@ -52,6 +52,25 @@ def api_settings(database_url: str, /, **overrides: Any) -> Settings:
     return replace(base, **overrides)
 
 
+class MetadataInterceptor(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[type-arg]
+    """Adds fixed metadata (for example ``authorization: Bearer …``) to every call."""
+
+    def __init__(self, metadata: tuple[tuple[str, str], ...]) -> None:
+        self._metadata = metadata
+
+    async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        metadata = tuple(details.metadata or ()) + self._metadata
+        return await continuation(details._replace(metadata=metadata), request)
+
+
+def channel_with_metadata(target: str, *metadata: tuple[str, str]) -> grpc.aio.Channel:
+    """A plaintext channel to ``target`` that sends ``metadata`` with every call."""
+    return grpc.aio.insecure_channel(
+        target,
+        interceptors=[MetadataInterceptor(metadata)],  # type: ignore[list-item]
+    )
+
+
 def async_stub(channel: grpc.aio.Channel) -> api_grpc.AdmissionServiceAsyncStub:
     return cast("api_grpc.AdmissionServiceAsyncStub", api_grpc.AdmissionServiceStub(channel))
 

@@ -24,6 +24,7 @@ from tests.api.support import (
     ApiClient,
     admit_request,
     async_stub,
+    channel_with_metadata,
     new_session_id,
     rich_error,
     start_client,
@@ -39,29 +40,13 @@ if TYPE_CHECKING:
     Stub = api_grpc.AdmissionServiceAsyncStub
 
 
-class _Metadata(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[type-arg]
-    """Adds fixed metadata (the authorization header) to every call."""
-
-    def __init__(self, metadata: tuple[tuple[str, str], ...]) -> None:
-        self._metadata = metadata
-
-    async def intercept_unary_unary(
-        self, continuation: Callable[..., Any], details: Any, request: Any
-    ) -> Any:
-        metadata = tuple(details.metadata or ()) + self._metadata
-        return await continuation(details._replace(metadata=metadata), request)
-
-
 @dataclass
 class Tenants:
     server: ApiClient
     channels: list[grpc.aio.Channel]
 
     def stub(self, *metadata: tuple[str, str]) -> Stub:
-        channel = grpc.aio.insecure_channel(
-            self.server.server.target,
-            interceptors=[_Metadata(metadata)],  # type: ignore[list-item]
-        )
+        channel = channel_with_metadata(self.server.server.target, *metadata)
         self.channels.append(channel)
         return async_stub(channel)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import io
+import subprocess
+import sys
 
 import pytest
 from admission_service.api.tenancy import hash_token
@@ -212,3 +214,17 @@ async def test_inspect_sends_a_bearer_token(
     monkeypatch.setenv("PAS_TOKEN", "op-token")
     assert await asyncio.to_thread(main, ["inspect", "s", "--target", target]) == 1
     assert "SESSION_NOT_FOUND" in capsys.readouterr().err
+
+
+def test_health_starts_without_the_database_stack() -> None:
+    # A container health check runs every few seconds: it must not import SQLAlchemy/Alembic.
+    code = (
+        "import sys; from admission_service.cli import main; "
+        "main(['health', '--target', '127.0.0.1:9', '--timeout', '0.2']); "
+        "heavy = sorted(m for m in ('sqlalchemy', 'alembic', 'psycopg') if m in sys.modules); "
+        "print(heavy)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr

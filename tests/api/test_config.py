@@ -184,3 +184,9 @@ def test_tls_files_go_together(tmp_path: Path) -> None:
         Settings.from_env({"PAS_TLS_CERT_FILE": str(pem)})
     with pytest.raises(ConfigError, match="mTLS"):
         Settings.from_env({"PAS_TLS_CLIENT_CA_FILE": str(pem)})
+
+
+def test_the_data_directory_default_is_the_storage_one() -> None:
+    from admission_service.storage.database import DEFAULT_DATA_DIR
+
+    assert Settings().data_dir == DEFAULT_DATA_DIR

@@ -185,6 +185,54 @@ def test_every_unique_constraint_and_foreign_key_stays_inside_a_session(
             assert referenced[:2] == ["tenant_id", "session_id"], (name, referenced)
 
 
+def test_every_unique_index_leads_with_tenant_and_session(database_url: str) -> None:
+    # Also the unique indexes no constraint declares: on a database distributed by session
+    # (docs/SCALING.md) a unique index must hold the distribution column, and one that leads
+    # with tenant and session is checked inside one session.
+    indexes = rows(
+        database_url,
+        """
+        SELECT i.indexrelid::regclass::text,
+               array_agg(a.attname::text ORDER BY k.ord)
+        FROM pg_index i
+        JOIN pg_class t ON t.oid = i.indrelid
+        CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
+        LEFT JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+        WHERE i.indisunique AND t.relnamespace = 'public'::regnamespace
+          AND t.relname <> 'alembic_version'
+        GROUP BY i.indexrelid
+        """,
+    )
+    assert indexes
+    for name, columns in indexes:
+        assert columns[:2] == ["tenant_id", "session_id"], (name, columns)
+
+
+def test_no_key_comes_from_a_shared_sequence(database_url: str) -> None:
+    # Sequences and identity columns would be one counter for every session (a cross-session
+    # write on every insert); seqs and positions come from the session's own row instead.
+    generated = rows(
+        database_url,
+        """
+        SELECT table_name, column_name FROM information_schema.columns
+        WHERE table_schema = 'public' AND table_name <> 'alembic_version'
+          AND (is_identity = 'YES' OR column_default LIKE 'nextval(%')
+        """,
+    )
+    assert generated == []
+    assert rows(database_url, "SELECT sequence_name FROM information_schema.sequences") == []
+
+
+def test_no_trigger_or_rule_reaches_across_sessions(database_url: str) -> None:
+    triggers = rows(
+        database_url,
+        "SELECT tgname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid"
+        " WHERE NOT t.tgisinternal AND c.relnamespace = 'public'::regnamespace",
+    )
+    rules = rows(database_url, "SELECT rulename FROM pg_rules WHERE schemaname = 'public'")
+    assert (triggers, rules) == ([], [])
+
+
 def test_every_child_table_cascades_from_sessions(database_url: str) -> None:
     cascading = {
         table

@@ -98,12 +98,12 @@ class TelemetryInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg
             request_id = _request_id(metadata)
             call_context.request_id.set(request_id)
             call_context.tenant.set(None)
-            await context.send_initial_metadata(((call_context.REQUEST_ID_HEADER, request_id),))
             self._metrics.rpc_started(service, name)
             span = self._start_span(service, name, metadata, request_id)
             started = time.perf_counter()
             code = grpc.StatusCode.OK
             try:
+                await context.send_initial_metadata(((call_context.REQUEST_ID_HEADER, request_id),))
                 if self._log_payloads:
                     _log.debug("request payload", extra={"fields": {"request": _payload(request)}})
                 with _current(span):
@@ -134,22 +134,8 @@ class TelemetryInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg
                     if code is not grpc.StatusCode.OK:
                         span.set_status(Status(StatusCode.ERROR, code.name))
                     span.end()
-                _log.log(
-                    level,
-                    "%s %s %.1fms",
-                    name,
-                    code.name,
-                    seconds * 1000,
-                    extra={
-                        "fields": {
-                            "grpc_service": service,
-                            "grpc_method": name,
-                            "grpc_code": code.name,
-                            "duration_ms": round(seconds * 1000, 3),
-                            "peer": context.peer(),
-                        }
-                    },
-                )
+                if _log.isEnabledFor(level):
+                    _log_call(level, service, name, code, seconds, context)
 
         return observed
 
@@ -179,6 +165,32 @@ def _current(span: trace.Span | None) -> contextlib.AbstractContextManager[Any]:
         return contextlib.nullcontext()
     return trace.use_span(
         span, end_on_exit=False, record_exception=False, set_status_on_exception=False
+    )
+
+
+def _log_call(
+    level: int,
+    service: str,
+    name: str,
+    code: grpc.StatusCode,
+    seconds: float,
+    context: grpc.aio.ServicerContext[Any, Any],
+) -> None:
+    _log.log(
+        level,
+        "%s %s %.1fms",
+        name,
+        code.name,
+        seconds * 1000,
+        extra={
+            "fields": {
+                "grpc_service": service,
+                "grpc_method": name,
+                "grpc_code": code.name,
+                "duration_ms": round(seconds * 1000, 3),
+                "peer": context.peer(),
+            }
+        },
     )
 
 

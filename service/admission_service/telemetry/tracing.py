@@ -12,11 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
-from sqlalchemy import event
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 TRACING_EXPORTERS = ("none", "console", "otlp")
 TRACER_NAME = "admission_service"
@@ -56,6 +55,8 @@ def trace_database(engine: AsyncEngine, tracer: trace.Tracer) -> None:
     The statement text is parameterised SQL (no values: parameters never reach a span); the
     operation name is its first keyword.
     """
+    from sqlalchemy import event
+
     sync_engine = engine.sync_engine
     database = sync_engine.url.database or ""
 
