@@ -12,7 +12,7 @@ TS_DIR   := clients/typescript
 TS_STAMP := $(TS_DIR)/node_modules/.installed
 
 .PHONY: install test lint typecheck rule-coverage run generate proto-lint ts-install ts-test clean \
-	bench bench-smoke
+	bench bench-smoke system-deps
 
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -75,10 +75,15 @@ bench: install
 bench-smoke: install
 	$(BIN)/python -m bench --smoke --out bench/results/smoke.json > /dev/null
 
+# nginx and pgbouncer for the deployment tests (tests/deploy/), from Debian's packages when
+# missing (apt-get; a no-op once they are installed).
+system-deps:
+	@scripts/install-system-deps.sh
+
 # The whole suite: proto, lint, types, rule coverage, the TypeScript client, the benchmark's
-# smoke run, then every test (domain, storage, API, clients; the cross-language tests need the
-# TypeScript build).
-test: proto-lint lint typecheck rule-coverage ts-test bench-smoke
+# smoke run, then every test (domain, storage, API, clients, the compose topology as local
+# processes; the cross-language tests need the TypeScript build).
+test: proto-lint lint typecheck rule-coverage ts-test bench-smoke system-deps
 	PAS_REQUIRE_TYPESCRIPT=1 $(BIN)/pytest -q
 
 run: install

@@ -1,0 +1,454 @@
+"""The compose topology, run as local processes (there is no Docker engine here).
+
+From docker-compose.yml and the Dockerfile, the way a container would run them: the one-shot
+``migrate`` job against one PostgreSQL (the run's test server, a fresh database), then the two
+replicas with the compose environment — only addresses change: loopback ports instead of
+container names, and the database URL — each waited for with the compose health check, then
+nginx with the same template, balancing gRPC across them. Sessions are driven through nginx with
+the Python client and the demo token; the test checks that both replicas served, that every
+session's history is exactly what was sent (and re-derives from its event log), that a replica
+can leave without a session noticing, and what reached the logs. Run once more with the
+replicas behind pgbouncer in transaction mode.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+from admission_service.domain.surface import SessionLog
+from admission_service.storage.database import libpq_url
+from prometheus_client.parser import text_string_to_metric_families
+from promptadmission import AdmissionError, RetryPolicy, SyncAdmissionClient
+from promptadmission.v1 import admission_service_pb2 as api
+from promptadmission.v1 import session_pb2 as pb
+from sqlalchemy.engine import make_url
+
+from tests.api.support import IN_HISTORY_ROUTE, user
+from tests.auditing import event_from_proto, message_from_proto
+from tests.conftest import TestDatabases
+from tests.deploy.topology import (
+    DEMO_TOKEN,
+    REPLICAS,
+    compose,
+    healthcheck_command,
+    image_command,
+    render_nginx,
+)
+
+pytestmark = pytest.mark.slow
+
+SESSIONS = 12
+STEPS = 6
+PROMPT_CHANGES = {0: "P0", 2: "P1", 4: "P2"}  # step -> the prompt from that step on
+SECRET = "TOPOLOGY-SECRET-" + uuid.uuid4().hex
+START_TIMEOUT = 60.0
+SBIN = ("/usr/sbin", "/usr/local/sbin", "/sbin")
+
+
+def program(name: str) -> str:
+    """The path of a system program ``make system-deps`` installs."""
+    found = shutil.which(name, path=os.pathsep.join([os.environ.get("PATH", ""), *SBIN]))
+    if found:
+        return found
+    if shutil.which("apt-get"):
+        pytest.fail(f"{name} is not installed: run `make system-deps` (apt-get install {name})")
+    pytest.skip(f"{name} is not installed and this machine has no apt-get to install it")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def base_env() -> dict[str, str]:
+    """What a container has besides the compose environment: a PATH to the CLI and a locale.
+    Nothing of this process's PAS_* or DATABASE_URL leaks in."""
+    env = {
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+        "LANG": "C.UTF-8",
+        "HOME": os.environ.get("HOME", "/"),
+    }
+    if "PYTHONPATH" in os.environ:  # a checkout run without installing it
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    return env
+
+
+@dataclass
+class Processes:
+    """The processes this test started, stopped (SIGTERM, then SIGKILL) at the end."""
+
+    directory: Path
+    started: list[tuple[str, subprocess.Popen[bytes], IO[bytes]]] = field(default_factory=list)
+
+    def start(
+        self, name: str, command: list[str], env: Mapping[str, str]
+    ) -> subprocess.Popen[bytes]:
+        log = (self.directory / f"{name}.log").open("wb")
+        process = subprocess.Popen(
+            command, env=dict(env), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+        )
+        self.started.append((name, process, log))
+        return process
+
+    def log(self, name: str) -> str:
+        return (self.directory / f"{name}.log").read_text(errors="replace")
+
+    def stop(self, name: str, timeout: float = 20.0) -> int:
+        for entry_name, process, log in self.started:
+            if entry_name == name:
+                if process.poll() is None:
+                    process.send_signal(signal.SIGTERM)
+                    try:
+                        process.wait(timeout)
+                    except subprocess.TimeoutExpired:
+                        process.kill()
+                        process.wait()
+                log.close()
+                return process.returncode
+        raise KeyError(name)
+
+    def stop_all(self) -> None:
+        for name, _, _ in reversed(self.started):
+            self.stop(name)
+
+
+def run(command: list[str], env: Mapping[str, str], timeout: float = 120) -> str:
+    done = subprocess.run(
+        command, env=dict(env), capture_output=True, text=True, timeout=timeout, check=False
+    )
+    assert done.returncode == 0, f"{command} exited {done.returncode}:\n{done.stdout}{done.stderr}"
+    return done.stdout + done.stderr
+
+
+def wait_healthy(
+    name: str, processes: Processes, command: list[str], env: Mapping[str, str]
+) -> None:
+    """Poll the compose health check of a replica until it passes."""
+    deadline = time.monotonic() + START_TIMEOUT
+    process = next(p for n, p, _ in processes.started if n == name)
+    while True:
+        assert process.poll() is None, f"{name} exited:\n{processes.log(name)}"
+        done = subprocess.run(command, env=dict(env), capture_output=True, timeout=30, check=False)
+        if done.returncode == 0:
+            return
+        assert time.monotonic() < deadline, f"{name} not healthy:\n{processes.log(name)}"
+        time.sleep(0.2)
+
+
+def wait_listening(port: int, name: str, processes: Processes) -> None:
+    deadline = time.monotonic() + START_TIMEOUT
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            assert time.monotonic() < deadline, f"{name} not listening:\n{processes.log(name)}"
+            time.sleep(0.05)
+
+
+# ---- nginx and pgbouncer --------------------------------------------------------------------
+
+
+def start_nginx(
+    processes: Processes, lb: Mapping[str, Any], upstreams: list[str], port: int
+) -> Path:
+    """nginx with the compose template, rendered for these addresses; its access log."""
+    directory = processes.directory / "nginx"
+    (directory / "conf.d").mkdir(parents=True)
+    access_log = directory / "access.log"
+    env = {
+        **lb["environment"],
+        "PAS_UPSTREAM_A": upstreams[0],
+        "PAS_UPSTREAM_B": upstreams[1],
+        "PAS_LB_LISTEN": f"127.0.0.1:{port}",
+        "PAS_LB_ACCESS_LOG": str(access_log),
+    }
+    (directory / "conf.d/admission-service.conf").write_text(render_nginx(env))
+    # What the nginx image's own nginx.conf provides around conf.d/, with paths of this test.
+    temp = "\n".join(
+        f"    {kind}_temp_path {directory}/{kind};"
+        for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+    )
+    (directory / "nginx.conf").write_text(
+        f"""{"user root;" if os.geteuid() == 0 else ""}
+daemon off;
+worker_processes 2;
+pid {directory}/nginx.pid;
+error_log {directory}/error.log notice;
+events {{ worker_connections 1024; }}
+http {{
+{temp}
+    include {directory}/conf.d/*.conf;
+}}
+"""
+    )
+    nginx = program("nginx")
+    run([nginx, "-t", "-q", "-p", str(directory), "-c", str(directory / "nginx.conf")], {})
+    processes.start("nginx", [nginx, "-p", str(directory), "-c", str(directory / "nginx.conf")], {})
+    wait_listening(port, "nginx", processes)
+    return access_log
+
+
+def start_pgbouncer(processes: Processes, database_url: str) -> str:
+    """pgbouncer in transaction mode in front of ``database_url``; the URL through it."""
+    url = make_url(database_url)
+    port = free_port()
+    # Its own world-readable directory: pgbouncer refuses to run as root and drops to nobody.
+    directory = Path(tempfile.mkdtemp(prefix="pas-pgbouncer-"))
+    directory.chmod(0o755)
+    server = f"host={url.host} port={url.port} dbname={url.database} user={url.username}"
+    if url.password:
+        server += f" password={url.password}"
+    (directory / "userlist.txt").write_text(f'"{url.username}" ""\n')
+    (directory / "pgbouncer.ini").write_text(
+        f"""[databases]
+pas = {server}
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = {port}
+unix_socket_dir =
+auth_type = trust
+auth_file = {directory}/userlist.txt
+pool_mode = transaction
+default_pool_size = 8
+max_client_conn = 200
+ignore_startup_parameters = extra_float_digits
+logfile = {directory}/pgbouncer.log
+pidfile = {directory}/pgbouncer.pid
+"""
+    )
+    command = [program("pgbouncer")]
+    if os.geteuid() == 0:
+        nobody = pwd.getpwnam("nobody")
+        for path in (directory, *directory.iterdir()):
+            os.chown(path, nobody.pw_uid, nobody.pw_gid)
+        command += ["-u", "nobody"]
+    processes.start("pgbouncer", [*command, str(directory / "pgbouncer.ini")], {})
+    processes.directory.joinpath("pgbouncer.dir").write_text(str(directory))
+    wait_listening(port, "pgbouncer", processes)
+    return f"postgresql://{url.username}@127.0.0.1:{port}/pas"
+
+
+# ---- the topology ---------------------------------------------------------------------------
+
+
+@dataclass
+class Topology:
+    processes: Processes
+    lb_target: str
+    replicas: dict[str, tuple[str, int]]  # name -> (grpc target, metrics port)
+    access_log: Path
+
+
+@pytest.fixture
+def processes(tmp_path: Path) -> Iterator[Processes]:
+    started = Processes(tmp_path)
+    try:
+        yield started
+    finally:
+        started.stop_all()
+        marker = tmp_path / "pgbouncer.dir"
+        if marker.exists():
+            shutil.rmtree(marker.read_text(), ignore_errors=True)
+
+
+def start_topology(processes: Processes, database_url: str, *, pooler: bool) -> Topology:
+    services = compose()["services"]
+    url = libpq_url(database_url)
+
+    # 1. The one-shot migration job; the replicas start only once it has succeeded.
+    migrate = services["migrate"]
+    run(image_command(migrate), {**base_env(), **migrate["environment"], "DATABASE_URL": url})
+
+    # 2. The replicas, the compose environment with local addresses.
+    replica_url = start_pgbouncer(processes, url) if pooler else url
+    replicas: dict[str, tuple[str, int]] = {}
+    envs = {}
+    for name in REPLICAS:
+        service = services[name]
+        grpc_port, metrics_port = free_port(), free_port()
+        env = {
+            **base_env(),
+            **service["environment"],
+            "DATABASE_URL": replica_url,
+            "PAS_LISTEN": f"127.0.0.1:{grpc_port}",
+            "PAS_METRICS_LISTEN": f"127.0.0.1:{metrics_port}",
+        }
+        processes.start(name, image_command(service), env)
+        replicas[name] = (f"127.0.0.1:{grpc_port}", metrics_port)
+        envs[name] = env
+    for name in REPLICAS:
+        wait_healthy(name, processes, healthcheck_command(services[name]), envs[name])
+
+    # 3. nginx in front.
+    lb_port = free_port()
+    access_log = start_nginx(
+        processes, services["lb"], [replicas[name][0] for name in REPLICAS], lb_port
+    )
+    return Topology(processes, f"127.0.0.1:{lb_port}", replicas, access_log)
+
+
+# ---- driving sessions -----------------------------------------------------------------------
+
+
+def assistant(text: str) -> pb.Message:
+    return pb.Message(
+        role=pb.MESSAGE_ROLE_ASSISTANT, content=[pb.ContentBlock(text=pb.TextBlock(text=text))]
+    )
+
+
+def expected_messages(n: int, steps: int = STEPS) -> list[tuple[int, str]]:
+    """On an in-history route a changed prompt is appended after the history (SPEC §2)."""
+    messages: list[tuple[int, str]] = []
+    for step in range(steps):
+        if step in PROMPT_CHANGES:
+            messages.append((pb.MESSAGE_ROLE_SYSTEM, f"{PROMPT_CHANGES[step]} {SECRET}"))
+        messages.append((pb.MESSAGE_ROLE_USER, f"s{n} u{step} {SECRET}"))
+        messages.append((pb.MESSAGE_ROLE_ASSISTANT, f"s{n} a{step}"))
+    return messages
+
+
+def prompt_at(step: int) -> str:
+    return f"{PROMPT_CHANGES[max(s for s in PROMPT_CHANGES if s <= step)]} {SECRET}"
+
+
+def drive(client: SyncAdmissionClient, session_id: str, n: int, steps: range) -> int:
+    """Admit and record ``steps`` of session ``n``; the number of Admit calls made."""
+    admits = 0
+    for step in steps:
+        request = api.AdmitRequest(
+            session_id=session_id,
+            request_id=str(uuid.uuid4()),
+            turn=step,
+            rendered_prompt=prompt_at(step),
+            route=IN_HISTORY_ROUTE,
+            users=[user(f"s{n} u{step} {SECRET}")],
+        )
+        admitted = client.admit(request)
+        admits += 1
+        if step == 3:  # a retry with the same request id, wherever it lands, replays exactly
+            assert client.admit(request) == admitted
+            admits += 1
+        client.record(
+            api.RecordRequest(
+                session_id=session_id,
+                admission_id=admitted.admission_id,
+                assistant=assistant(f"s{n} a{step}"),
+                usage=pb.Usage(input_tokens=100, cache_read_tokens=admitted.forecast.reused_tokens),
+            )
+        )
+    return admits
+
+
+def check_history(client: SyncAdmissionClient, session_id: str, n: int, steps: int) -> None:
+    """The derived request is exactly what was sent, and re-derives from the event log."""
+    inspected = client.inspect(api.InspectRequest(session_id=session_id))
+    served = [(m.role, m.content[0].text.text) for m in inspected.request.messages]
+    assert served == expected_messages(n, steps), session_id
+    events = client.all_events(session_id)
+    assert [e.seq for e in events] == list(range(len(events)))
+    log = SessionLog(event_from_proto(e) for e in events)
+    assert [message_from_proto(m) for m in inspected.request.messages] == log.derived_messages()
+
+
+def scrape(port: int) -> dict[tuple[str, str, str], float]:
+    """Each replica's ``grpc_server_handled_total``, keyed by (service, method, code)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return {
+        (s.labels["grpc_service"], s.labels["grpc_method"], s.labels["grpc_code"]): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "grpc_server_handled_total"
+    }
+
+
+SERVICE = "promptadmission.v1.AdmissionService"
+
+
+@pytest.mark.parametrize("pooler", [False, True], ids=["direct", "pgbouncer-transaction-mode"])
+def test_two_replicas_behind_nginx_keep_every_session_exact(
+    processes: Processes, test_databases: TestDatabases, pooler: bool
+) -> None:
+    database_url = test_databases.create(migrate=False)  # the migrate job creates the schema
+    topology = start_topology(processes, database_url, pooler=pooler)
+    no_retry = RetryPolicy(max_attempts=1)  # every call counted once by exactly one replica
+    client = SyncAdmissionClient(topology.lb_target, token=DEMO_TOKEN, retry=no_retry)
+
+    sessions = [client.create_session().session.session_id for _ in range(SESSIONS)]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        admits = sum(
+            pool.map(lambda n: drive(client, sessions[n], n, range(STEPS - 1)), range(SESSIONS))
+        )
+    for n, session_id in enumerate(sessions):
+        check_history(client, session_id, n, STEPS - 1)
+
+    # Both replicas served; together they served every Admit, each exactly once.
+    handled = {name: scrape(metrics) for name, (_, metrics) in topology.replicas.items()}
+    served = {name: counts.get((SERVICE, "Admit", "OK"), 0) for name, counts in handled.items()}
+    assert all(count > 0 for count in served.values()), served
+    assert sum(served.values()) == admits == SESSIONS * STEPS
+    upstreams = {
+        json.loads(line)["upstream"] for line in topology.access_log.read_text().splitlines()
+    }
+    assert {target for target, _ in topology.replicas.values()} <= upstreams
+
+    # The caller's request id reaches the replica that served the call, through nginx.
+    request_id = f"topology-{uuid.uuid4().hex}"
+    traced = SyncAdmissionClient(
+        topology.lb_target, token=DEMO_TOKEN, metadata=[("x-request-id", request_id)]
+    )
+    traced.get_session(api.GetSessionRequest(session_id=sessions[0]))
+    traced.close()
+    replica_lines = [
+        json.loads(line)
+        for name in REPLICAS
+        for line in processes.log(name).splitlines()
+        if request_id in line
+    ]
+    assert [line["grpc_method"] for line in replica_lines] == ["GetSession"]
+    assert request_id in topology.access_log.read_text()
+
+    # Errors keep their google.rpc.Status through nginx.
+    with pytest.raises(AdmissionError) as missing:
+        client.get_session(api.GetSessionRequest(session_id="no-such-session"))
+    assert (missing.value.code.name, missing.value.reason) == ("NOT_FOUND", "SESSION_NOT_FOUND")
+    with pytest.raises(AdmissionError) as anonymous:
+        SyncAdmissionClient(topology.lb_target, retry=no_retry).list_sessions()
+    assert anonymous.value.code.name == "UNAUTHENTICATED"
+
+    # A replica leaves (SIGTERM: graceful); the sessions go on through the other one.
+    assert processes.stop("service-a") == 0
+    for n, session_id in enumerate(sessions):
+        drive(client, session_id, n, range(STEPS - 1, STEPS))
+        check_history(client, session_id, n, STEPS)
+    client.close()
+
+    for name in REPLICAS:
+        lines = processes.log(name).splitlines()
+        assert lines and all(json.loads(line) for line in lines), name  # JSON, line by line
+        assert SECRET not in processes.log(name)
+    assert SECRET not in topology.access_log.read_text()
+    if pooler:
+        bouncer = Path((processes.directory / "pgbouncer.dir").read_text()) / "pgbouncer.log"
+        assert "login attempt: db=pas" in bouncer.read_text()
