@@ -18,6 +18,7 @@ import pytest
 from admission_service.api.server import start_server
 from admission_service.telemetry.logs import CallContextFilter, JsonFormatter, TextFormatter
 from admission_service.telemetry.metrics import admission_decision, series_start_cause
+from admission_service.telemetry.tracing import tracer_provider_for
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -400,3 +401,14 @@ async def test_calls_and_statements_are_traced_when_an_exporter_is_configured(
 
 async def test_tracing_is_off_by_default(api: ApiClient) -> None:
     assert api.server.tracer_provider is None
+
+
+@pytest.mark.parametrize("exporter", ["console", "otlp"])
+def test_each_exporter_builds_a_provider_without_touching_the_network(exporter: str) -> None:
+    provider = tracer_provider_for(exporter)
+    assert provider is not None
+    if exporter == "console":
+        with provider.get_tracer("t").start_as_current_span("a-span"):
+            pass
+    provider.shutdown()  # flushes; the OTLP exporter has nothing to send, so it connects nowhere
+    assert tracer_provider_for("none") is None
