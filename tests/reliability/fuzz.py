@@ -1,0 +1,195 @@
+"""Hypothesis strategies over the API's request messages, built from their descriptors.
+
+Every field of every request gets hostile values of its wire type: strings with NUL,
+astral-plane and combining characters, path and SQL and format-string fragments, and huge
+strings (up to several MiB, around the documented limits); negative, zero and overflowing
+integers; enum numbers the proto does not define; absurd page sizes; repeated fields empty,
+short and over their limits; oneofs with none or one member set. Fields that name something
+(session, admission, call ids, plan and page tokens) also draw from ``Pools`` of real values
+taken from live sessions (including stale plans and tokens of other sessions), so requests
+get past NOT_FOUND into deeper validation. Invalid UTF-8 (lone surrogates) cannot be put in
+a protobuf string by a client library; ``test_hostile.py`` sends it as raw bytes instead.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf.message import Message
+from google.protobuf.message_factory import GetMessageClass
+from hypothesis import strategies as st
+
+PROTO = Path(__file__).resolve().parents[2] / "proto/promptadmission/v1/admission_service.proto"
+INT64 = (-(2**63), 2**63 - 1)
+INT32 = (-(2**31), 2**31 - 1)
+MAX_DEPTH = 4
+
+SPECIAL_STRINGS = (
+    "",
+    " ",
+    "\x00",
+    "a\x00b",
+    "\U0001f600",
+    "\U0010ffff",
+    "e\u0301",
+    "\u202e",
+    "../../etc/passwd",
+    "'; DROP TABLE sessions; --",
+    "%s%n%x",
+    "{{model}}",
+    "null",
+    '{"type":"object"}',
+    "{not json",
+    "-",
+    "a" * 128,
+    "a" * 129,
+)
+
+
+def documented_reasons() -> dict[str, str]:
+    """reason -> status code name, from the service's documentation in the proto."""
+    found = re.findall(r"^// - ([A-Z_]+) \(([A-Z_]+)\):", PROTO.read_text(), re.MULTILINE)
+    return dict(found)
+
+
+@dataclass
+class Pools:
+    """Real values to draw names from, by field name."""
+
+    by_field: dict[str, list[str]] = field(default_factory=dict)
+
+    def add(self, name: str, *values: str) -> None:
+        self.by_field.setdefault(name, []).extend(v for v in values if v)
+
+
+def huge_strings() -> st.SearchStrategy[str]:
+    sizes = st.sampled_from([1023, 1024, 65537, 1 << 20, (1 << 20) + 1, 3 << 20])
+    units = st.sampled_from(["x", "\x00", "\U0001f600", "\u00e9"])
+    return st.builds(lambda unit, size: unit * (size // len(unit.encode())), units, sizes)
+
+
+def strings(name: str, pools: Pools) -> st.SearchStrategy[str]:
+    options = [
+        st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=40),
+        st.sampled_from(SPECIAL_STRINGS),
+    ]
+    pool = pools.by_field.get(name)
+    if pool:
+        options.insert(0, st.sampled_from(pool))
+    weighted = st.one_of(*options)
+    return st.one_of(weighted, weighted, weighted, huge_strings())
+
+
+def integers(bounds: tuple[int, int]) -> st.SearchStrategy[int]:
+    low, high = bounds
+    edges = [0, 1, -1, 2, 50, 1000, 1001, 2**31 - 1, -(2**31), 2**53, low, high]
+    return st.one_of(
+        st.integers(-3, 60),
+        st.sampled_from([e for e in edges if low <= e <= high]),
+        st.integers(low, high),
+    )
+
+
+def scalar(f: FieldDescriptor, pools: Pools) -> st.SearchStrategy[Any]:
+    kind = f.type
+    if kind == FieldDescriptor.TYPE_STRING:
+        return strings(f.name, pools)
+    if kind == FieldDescriptor.TYPE_BYTES:
+        return st.binary(max_size=64)
+    if kind == FieldDescriptor.TYPE_BOOL:
+        return st.booleans()
+    if kind == FieldDescriptor.TYPE_ENUM:
+        known = [v.number for v in f.enum_type.values]
+        return st.one_of(st.sampled_from(known), integers(INT32))
+    if kind in (
+        FieldDescriptor.TYPE_INT64,
+        FieldDescriptor.TYPE_SINT64,
+        FieldDescriptor.TYPE_SFIXED64,
+    ):
+        return integers(INT64)
+    if kind in (
+        FieldDescriptor.TYPE_INT32,
+        FieldDescriptor.TYPE_SINT32,
+        FieldDescriptor.TYPE_SFIXED32,
+    ):
+        return integers(INT32)
+    if kind in (FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_FIXED64):
+        return integers((0, 2**64 - 1))
+    if kind in (FieldDescriptor.TYPE_UINT32, FieldDescriptor.TYPE_FIXED32):
+        return integers((0, 2**32 - 1))
+    if kind in (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT):
+        return st.floats(allow_nan=True, allow_infinity=True, width=32)
+    raise AssertionError(f"no strategy for {f.full_name}")
+
+
+def value(f: FieldDescriptor, pools: Pools, depth: int) -> st.SearchStrategy[Any]:
+    if f.type == FieldDescriptor.TYPE_MESSAGE:
+        return messages(f.message_type, pools, depth + 1)
+    return scalar(f, pools)
+
+
+def repeated(f: FieldDescriptor, pools: Pools, depth: int) -> st.SearchStrategy[list[Any]]:
+    element = value(f, pools, depth)
+    if depth >= MAX_DEPTH - 1:
+        return st.lists(element, max_size=1)
+    # Mostly a few elements; sometimes more than any default limit allows (64 users, 128
+    # tools, 256 blocks), of the smallest kind of element so the request stays buildable.
+    many = (
+        st.integers(60, 300).map(lambda n: [GetMessageClass(f.message_type)()] * n)
+        if (f.type == FieldDescriptor.TYPE_MESSAGE)
+        else st.lists(scalar(f, pools), min_size=60, max_size=70)
+    )
+    return st.one_of(st.lists(element, max_size=3), st.lists(element, max_size=3), many)
+
+
+def messages(
+    descriptor: Descriptor, pools: Pools, depth: int = 0, templates: tuple[Message, ...] = ()
+) -> st.SearchStrategy[Message]:
+    """Messages of ``descriptor``: from scratch, or (half the time, when ``templates`` are
+    given) a valid request with some of its fields replaced by hostile values."""
+    cls = GetMessageClass(descriptor)
+    if depth >= MAX_DEPTH:
+        return st.just(cls())
+    groups = [o for o in descriptor.oneofs if len(o.fields) > 1]
+    grouped = {f.name for o in groups for f in o.fields}
+    singles = [f for f in descriptor.fields if f.name not in grouped]
+
+    @st.composite
+    def build(draw: st.DrawFn) -> Message:
+        message = cls()
+        chosen = list(singles)
+        for group in groups:
+            member = draw(st.sampled_from([None, *group.fields]))
+            if member is not None:
+                chosen.append(member)
+        start_valid = bool(templates) and draw(st.booleans())
+        if start_valid:
+            # A valid request with one or two fields made hostile: it gets past validation
+            # often enough to reach the database with odd but legal values.
+            message.CopyFrom(draw(st.sampled_from(templates)))
+            chosen = draw(st.lists(st.sampled_from(chosen), min_size=1, max_size=2, unique=True))
+        for f in chosen:
+            if f.is_repeated:
+                if not draw(st.booleans()):
+                    continue
+                values = draw(st.one_of(st.just([]), repeated(f, pools, depth)))
+                target = getattr(message, f.name)
+                del target[:]
+                if f.type == FieldDescriptor.TYPE_MESSAGE:
+                    for v in values:
+                        target.add().CopyFrom(v)
+                else:
+                    target.extend(values)
+            elif draw(st.booleans()):
+                v = draw(value(f, pools, depth))
+                if f.type == FieldDescriptor.TYPE_MESSAGE:
+                    getattr(message, f.name).CopyFrom(v)
+                else:
+                    setattr(message, f.name, v)
+        return message
+
+    return build()

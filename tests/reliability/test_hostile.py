@@ -1,0 +1,455 @@
+"""Scenario 7, hostile input, against the real server process.
+
+* Property-based fuzzing (hypothesis) of every RPC's request message, field by field
+  (``fuzz.py``): only documented status codes come back, each with its documented
+  ``ErrorInfo`` reason, never UNKNOWN or INTERNAL; the service keeps serving, and the sessions
+  the fuzzer could reach still pass the audit.
+* Raw bytes as request bodies (random, truncated, invalid UTF-8 where a string belongs, lone
+  surrogates, nesting past the parser's limit): INVALID_ARGUMENT naming the field.
+* Garbage on the gRPC port (random bytes, HTTP/1.1, TLS, a bare HTTP/2 preface, idle and
+  half-open connections): the service keeps answering other callers promptly.
+* Oversized messages: over the receive limit RESOURCE_EXHAUSTED (from gRPC itself, documented
+  in the README), over a field limit INVALID_ARGUMENT naming the field, large but legal ones
+  accepted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+import pytest
+from google.protobuf.message import Message
+from hypothesis import HealthCheck, given, settings
+from hypothesis import seed as hypothesis_seed
+from promptadmission.v1 import admission_service_pb2 as api
+from promptadmission.v1 import admission_service_pb2_grpc as api_grpc
+from promptadmission.v1 import session_pb2 as pb
+
+from tests.api.support import IN_HISTORY_ROUTE, rich_error, user
+
+from .checks import audit_book
+from .conftest import StartService
+from .fuzz import Pools, documented_reasons, messages
+from .harness import Book, assistant, tool_result
+from .process import CHANNEL_OPTIONS
+from .profile import Profile
+from .scenario import plain_stub
+from .stats import Figures, latency_summary
+
+pytestmark = pytest.mark.slow
+SERVICE = api.DESCRIPTOR.services_by_name["AdmissionService"]
+REASONS = documented_reasons()
+NEVER = {grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL}
+
+
+def check_status(error: grpc.RpcError) -> str:
+    """``error``'s code and reason, asserted to be documented together; "CODE/REASON"."""
+    code = error.code()
+    assert code not in NEVER, f"{code.name}: {error.details()}"
+    if code is grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return code.name  # gRPC's own receive limit, before the service sees the request
+    rich = rich_error(error)  # type: ignore[arg-type]
+    assert REASONS.get(rich.reason) == code.name, f"{code.name} with reason {rich.reason}"
+    if rich.reason == "INVALID_FIELD":
+        assert rich.violated_fields, "INVALID_FIELD without a field"
+    return f"{code.name}/{rich.reason}"
+
+
+async def seed_sessions(stub: api_grpc.AdmissionServiceAsyncStub, book: Book) -> Pools:
+    """Live sessions whose ids, admissions, tool calls and tokens the fuzzer draws from."""
+    pools = Pools()
+    sessions = [book.new_session_id() for _ in range(3)]
+    for sid in sessions:
+        await stub.CreateSession(api.CreateSessionRequest(session_id=sid))
+        book.add(sid)
+    a, b, _ = sessions
+    first = await stub.Admit(
+        api.AdmitRequest(
+            session_id=a, rendered_prompt="P", route=IN_HISTORY_ROUTE, users=[user("x" * 400)]
+        )
+    )
+    call = f"call-{uuid.uuid4().hex[:8]}"
+    await stub.Record(
+        api.RecordRequest(
+            session_id=a, admission_id=first.admission_id, assistant=assistant("y" * 400, call)
+        )
+    )
+    stale = await stub.PlanCompaction(api.PlanCompactionRequest(session_id=a, retain_tokens=0))
+    used = str(uuid.uuid4())
+    second = await stub.Admit(
+        api.AdmitRequest(
+            session_id=a,
+            request_id=used,
+            rendered_prompt="Q",
+            route=IN_HISTORY_ROUTE,
+            users=[user("z")],
+        )
+    )
+    fresh = await stub.PlanCompaction(api.PlanCompactionRequest(session_id=a, retain_tokens=0))
+    other = await stub.Admit(
+        api.AdmitRequest(session_id=b, rendered_prompt="", route=IN_HISTORY_ROUTE)
+    )
+    page = await stub.ListSessions(api.ListSessionsRequest(page_size=1))
+    events = await stub.ListEvents(api.ListEventsRequest(session_id=a, page_size=1))
+    pools.add("session_id", *sessions, "no-such-session")
+    pools.add("admission_id", first.admission_id, second.admission_id, other.admission_id)
+    pools.add("call_id", call, "call-that-does-not-exist")
+    pools.add("plan_token", stale.plan_token, fresh.plan_token)  # the first is stale
+    pools.add("page_token", page.next_page_token, events.next_page_token)
+    pools.add("request_id", used)
+    return pools
+
+
+def templates(pools: Pools) -> dict[str, tuple[Message, ...]]:
+    """A valid request per RPC, for the fuzzer to start from."""
+    a = pools.by_field["session_id"][0]
+    admission = pools.by_field["admission_id"][0]
+    return {
+        "CreateSession": (api.CreateSessionRequest(session_id=f"fz-{uuid.uuid4().hex[:8]}"),),
+        "GetSession": (api.GetSessionRequest(session_id=a),),
+        "ListSessions": (api.ListSessionsRequest(page_size=2),),
+        "DeleteSession": (api.DeleteSessionRequest(session_id="fz-not-there"),),
+        "Admit": (
+            api.AdmitRequest(
+                session_id=a, rendered_prompt="P2", route=IN_HISTORY_ROUTE, users=[user("u")]
+            ),
+        ),
+        "Reconcile": (
+            api.ReconcileRequest(session_id=a, admission_id=admission, route=IN_HISTORY_ROUTE),
+        ),
+        "Record": (
+            api.RecordRequest(
+                session_id=a,
+                admission_id=admission,
+                tool_results=[tool_result(pools.by_field["call_id"][0], "r")],
+            ),
+        ),
+        "PlanCompaction": (api.PlanCompactionRequest(session_id=a, retain_tokens=0),),
+        "Compact": (
+            api.CompactRequest(
+                session_id=a, plan_token=pools.by_field["plan_token"][0], summary="s"
+            ),
+        ),
+        "Inspect": (api.InspectRequest(session_id=a),),
+        "ListEvents": (
+            api.ListEventsRequest(session_id=a, page_token=pools.by_field["page_token"][1]),
+        ),
+    }
+
+
+def fuzz_method(
+    target: str,
+    method: str,
+    pools: Pools,
+    start_from: tuple[Message, ...],
+    examples: int,
+    run_seed: int,
+    tally: Counter[str],
+    sentinel: str,
+) -> None:
+    """Hypothesis over ``method``'s request (blocking: run in a thread)."""
+    descriptor = SERVICE.methods_by_name[method].input_type
+    with grpc.insecure_channel(target, options=CHANNEL_OPTIONS) as channel:
+        stub = api_grpc.AdmissionServiceStub(channel)
+        rpc = getattr(stub, method)
+        calls = Counter[str]()
+
+        @hypothesis_seed(run_seed)
+        @settings(
+            max_examples=examples,
+            deadline=None,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+        )
+        @given(messages(descriptor, pools, templates=start_from))
+        def one(request: Message) -> None:
+            try:
+                rpc(request, timeout=30)
+                outcome = "OK"
+            except grpc.RpcError as error:
+                outcome = check_status(error)
+            tally[f"{method} {outcome}"] += 1
+            calls["n"] += 1
+            if calls["n"] % 25 == 0:  # still serving
+                stub.GetSession(api.GetSessionRequest(session_id=sentinel), timeout=10)
+
+        one()
+
+
+async def test_fuzzed_requests(
+    fresh_database: str,
+    services: StartService,
+    profile: Profile,
+    figures: Callable[[str], Figures],
+    seed: int,
+) -> None:
+    report = figures("7a. hostile input: fuzzed requests")
+    service = await services(fresh_database)
+    rss_before = service.rss()
+    book = Book("fuzz")
+    tally: Counter[str] = Counter()
+    async with plain_stub(service.target) as stub:
+        pools = await seed_sessions(stub, book)
+        sentinel = book.new_session_id()
+        await stub.CreateSession(api.CreateSessionRequest(session_id=sentinel))
+        book.add(sentinel)
+        starts = templates(pools)
+        # DeleteSession draws from sessions of its own, so the others stay to be fuzzed.
+        doomed = Pools({**pools.by_field, "session_id": []})
+        for _ in range(5):
+            sid = book.new_session_id()
+            await stub.CreateSession(api.CreateSessionRequest(session_id=sid))
+            book.add(sid)
+            doomed.add("session_id", sid)
+        for method in SERVICE.methods_by_name:
+            await asyncio.to_thread(
+                fuzz_method,
+                service.target,
+                method,
+                doomed if method == "DeleteSession" else pools,
+                starts[method],
+                profile.fuzz_examples,
+                seed,
+                tally,
+                sentinel,
+            )
+        assert service.running and service.starts == 1
+        existing = Book("fuzz")
+        page = await stub.ListSessions(api.ListSessionsRequest(page_size=1000))
+        for session in page.sessions:  # the fuzzer may have deleted some, and made others
+            if session.session_id in book.sessions:
+                existing.add(session.session_id)
+        audited = await audit_book(stub, fresh_database, existing)
+
+    by_code = Counter(key.split(" ", 1)[1].split("/")[0] for key in tally.elements())
+    report.set(
+        seed=seed,
+        rpcs=len(SERVICE.methods_by_name),
+        examples_per_rpc=profile.fuzz_examples,
+        calls=sum(tally.values()),
+        outcomes_by_code=dict(sorted(by_code.items())),
+        outcomes_by_rpc_code_reason=dict(sorted(tally.items())),
+        rss_mib_before_after=[round(rss_before / 2**20, 1), round(service.rss() / 2**20, 1)],
+        audit=audited.as_dict(),
+    )
+    report.finish()
+
+
+def ld(number: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field."""
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+
+def varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def nested_tool_results(depth: int) -> bytes:
+    """users[0].content[0].tool_result.content[0].tool_result... ``depth`` levels deep."""
+    block = ld(1, ld(1, b"leaf"))  # ContentBlock{text}
+    for _ in range(depth):
+        block = ld(5, ld(2, block))  # ContentBlock{tool_result{content[0]}}
+    return ld(10, ld(2, block))  # AdmitRequest.users[0].content[0]
+
+
+# (bytes of an AdmitRequest, the field the service must name)
+CRAFTED_ADMITS = [
+    (ld(1, b"\xed\xa0\x80"), "session_id"),  # a lone surrogate, as (invalid) UTF-8
+    (ld(1, b"ok") + ld(6, b"\xc3"), "rendered_prompt"),  # truncated UTF-8
+    (ld(10, ld(2, ld(1, ld(1, b"ok\xff")))), "users[0].content[0].text.text"),
+    (ld(8, ld(1, b"\xf4\x90\x80\x80")), "route.provider"),  # beyond U+10FFFF
+    (b"\x0a\x10abc", "session_id"),  # length past the end
+    (ld(1, b"s") + bytes([6 << 3 | 7]), "rendered_prompt"),  # no such wire type
+    (ld(7, ld(1, b"t") + b"\x12\xff"), "tools[0].description"),  # truncated length
+    (nested_tool_results(150), "users[0]"),  # past the parser's nesting limit
+]
+
+
+async def test_malformed_request_bytes(
+    fresh_database: str,
+    services: StartService,
+    profile: Profile,
+    figures: Callable[[str], Figures],
+    seed: int,
+) -> None:
+    report = figures("7b. hostile input: malformed request bytes")
+    service = await services(fresh_database)
+    rng = random.Random(seed)
+    tally: Counter[str] = Counter()
+    async with grpc.aio.insecure_channel(service.target, options=CHANNEL_OPTIONS) as channel:
+
+        def raw(method: str) -> Any:
+            return channel.unary_unary(
+                f"/{SERVICE.full_name}/{method}",
+                request_serializer=lambda data: data,
+                response_deserializer=lambda data: data,
+            )
+
+        for data, field in CRAFTED_ADMITS:
+            with pytest.raises(grpc.aio.AioRpcError) as failure:
+                await raw("Admit")(data, timeout=10)
+            tally[check_status(failure.value)] += 1
+            assert failure.value.code() is grpc.StatusCode.INVALID_ARGUMENT, field
+            assert rich_error(failure.value).violated_fields == [field]
+        methods = list(SERVICE.methods_by_name)
+        for _ in range(profile.garbage_payloads):
+            size = rng.choice([1, 2, 5, 16, 100, 1000, 70_000])
+            data = rng.randbytes(size)
+            try:
+                await raw(rng.choice(methods))(data, timeout=10)
+                tally["OK"] += 1
+            except grpc.aio.AioRpcError as error:
+                tally[check_status(error)] += 1
+        async with plain_stub(service.target) as stub:
+            await stub.ListSessions(api.ListSessionsRequest(), timeout=10)
+    assert service.running
+    report.set(
+        seed=seed,
+        crafted=len(CRAFTED_ADMITS),
+        random_payloads=profile.garbage_payloads,
+        calls=sum(tally.values()),
+        outcomes=dict(sorted(tally.items())),
+    )
+    report.finish()
+
+
+GARBAGE = [
+    b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+    b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + bytes(32),  # a TLS ClientHello's start
+    b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",  # the HTTP/2 preface, then nothing
+    b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\xff" * 64,  # the preface, then garbage frames
+    b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x7f\xff\xff\x01\x00\x00\x00\x00\x01",  # huge frame
+    b"\x00" * 4096,
+]
+
+
+async def test_garbage_on_the_port(
+    fresh_database: str,
+    services: StartService,
+    profile: Profile,
+    figures: Callable[[str], Figures],
+    seed: int,
+) -> None:
+    report = figures("7c. hostile input: garbage on the gRPC port")
+    service = await services(fresh_database)
+    rng = random.Random(seed)
+    rss_before = service.rss()
+    latencies: list[float] = []
+
+    async def send(payload: bytes) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", service.port)
+        try:
+            writer.write(payload)
+            await writer.drain()
+            await asyncio.wait_for(reader.read(65536), 1.0)
+        except (TimeoutError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    async with plain_stub(service.target) as stub:
+        sid = f"garbage-{uuid.uuid4().hex[:8]}"
+        await stub.CreateSession(api.CreateSessionRequest(session_id=sid))
+
+        async def probe() -> None:
+            started = time.monotonic()
+            await stub.GetSession(api.GetSessionRequest(session_id=sid), timeout=5)
+            latencies.append(time.monotonic() - started)
+
+        payloads = [*GARBAGE]
+        payloads += [
+            rng.randbytes(rng.choice([1, 24, 512, 65536])) for _ in range(profile.garbage_payloads)
+        ]
+        for start in range(0, len(payloads), 20):
+            await asyncio.gather(*(send(p) for p in payloads[start : start + 20]))
+            await probe()
+        # Idle and half-open connections held open while others are served.
+        idle = [await asyncio.open_connection("127.0.0.1", service.port) for _ in range(100)]
+        for _, writer in idle[::2]:
+            writer.write(GARBAGE[2][:10])  # half a preface
+        for _ in range(20):
+            await probe()
+        for _, writer in idle:
+            writer.close()
+        await probe()
+    assert service.running and service.starts == 1
+    report.set(
+        seed=seed,
+        garbage_connections=len(payloads),
+        idle_connections_held=100,
+        calls_served_meanwhile=len(latencies),
+        latency_meanwhile=latency_summary(latencies),
+        rss_mib_before_after=[round(rss_before / 2**20, 1), round(service.rss() / 2**20, 1)],
+    )
+    report.finish()
+    assert max(latencies) < 2.0
+
+
+async def test_oversized_messages(
+    fresh_database: str,
+    services: StartService,
+    figures: Callable[[str], Figures],
+) -> None:
+    report = figures("7d. hostile input: oversized messages")
+    service = await services(fresh_database)
+    mib = 1 << 20
+    outcomes: dict[str, str] = {}
+    async with plain_stub(service.target) as stub:
+        sid = f"big-{uuid.uuid4().hex[:8]}"
+        await stub.CreateSession(api.CreateSessionRequest(session_id=sid))
+
+        async def attempt(name: str, request: api.AdmitRequest) -> None:
+            try:
+                await stub.Admit(request, timeout=60)
+                outcomes[name] = "OK"
+            except grpc.aio.AioRpcError as error:
+                outcomes[name] = check_status(error)
+                if error.code() is grpc.StatusCode.INVALID_ARGUMENT:
+                    outcomes[name] += f" {rich_error(error).violated_fields}"
+
+        def admit(prompt: str, *users: str) -> api.AdmitRequest:
+            return api.AdmitRequest(
+                session_id=sid,
+                rendered_prompt=prompt,
+                route=IN_HISTORY_ROUTE,
+                users=[user(u) for u in users],
+            )
+
+        await attempt("20 MiB prompt (over the 16 MiB receive limit)", admit("p" * 20 * mib))
+        await attempt("prompt of 1 MiB + 1 byte", admit("p" * (mib + 1)))
+        await attempt("65 users", admit("p", *["u"] * 65))
+        await attempt("user of 1 MiB + 1 byte", admit("p", "u" * (mib + 1)))
+        await attempt(
+            "prompt and 8 users of 1 MiB each (legal)", admit("p" * mib, *["u" * mib] * 8)
+        )
+        await attempt(
+            "tool schema of 256 KiB + 1",
+            api.AdmitRequest(
+                session_id=sid,
+                rendered_prompt="p",
+                route=IN_HISTORY_ROUTE,
+                tools=[pb.Tool(name="t", parameters_json='"' + "s" * (256 * 1024) + '"')],
+            ),
+        )
+        events = await stub.ListEvents(
+            api.ListEventsRequest(session_id=sid, page_size=1000), timeout=60
+        )
+        await stub.GetSession(api.GetSessionRequest(session_id=sid), timeout=5)
+    assert service.running and service.starts == 1
+    report.set(outcomes=outcomes, events_page_mib=round(events.ByteSize() / mib, 1))
+    report.finish()
+    assert outcomes["20 MiB prompt (over the 16 MiB receive limit)"] == "RESOURCE_EXHAUSTED"
+    assert outcomes["prompt of 1 MiB + 1 byte"].endswith("['rendered_prompt']")
+    assert outcomes["prompt and 8 users of 1 MiB each (legal)"] == "OK"
