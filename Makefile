@@ -80,6 +80,22 @@ bench-smoke: install
 system-deps:
 	@scripts/install-system-deps.sh
 
+# The reliability suite (issue 6, docs/RELIABILITY.md): load, contention, cancellation, lost
+# responses, database outage, process crash, hostile input and resource bounds against the real
+# server and PostgreSQL, each ending with the audit. `make test` runs it at the `ci` size (a
+# few minutes); `reliability-full` is the run whose figures docs/RELIABILITY.md reports (about
+# 15 minutes; figures in .data/reliability-full.jsonl, printed as Markdown at the end).
+RELIABILITY_REPORT := .data/reliability-full.jsonl
+.PHONY: reliability reliability-full
+reliability: install
+	$(BIN)/pytest -q tests/reliability
+
+reliability-full: install
+	mkdir -p .data && rm -f $(RELIABILITY_REPORT)
+	PAS_RELIABILITY_PROFILE=full PAS_RELIABILITY_REPORT=$(CURDIR)/$(RELIABILITY_REPORT) \
+		$(BIN)/pytest -q tests/reliability
+	$(BIN)/python -m tests.reliability.report $(RELIABILITY_REPORT)
+
 # The whole suite: proto, lint, types, rule coverage, the TypeScript client, the benchmark's
 # smoke run, then every test (domain, storage, API, clients, the compose topology as local
 # processes; the cross-language tests need the TypeScript build).
