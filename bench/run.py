@@ -108,7 +108,7 @@ async def run(
                     service, floor, plan
                 )
             if "S3" in only:
-                results["s3"] = await scenarios.s3_length_and_s4_inspect(service, plan)
+                results["s3"] = await scenarios.s3_length_and_s4_inspect(service, plan, url)
             if "S5" in only:
                 results["s5"] = await scenarios.s5_compact(service, plan)
             if "TRACE" in only:

@@ -13,6 +13,8 @@ from typing import Any
 import grpc
 from promptadmission.v1 import admission_service_pb2 as api
 from promptadmission.v1 import session_pb2 as pb
+from sqlalchemy import create_engine, pool
+from sqlalchemy import text as sql_text
 
 from bench.client import HAS_DELTA, PROMPT, Session, assistant, channel, stub, text, user
 from bench.infra import ServerProcess
@@ -251,7 +253,25 @@ async def s2_throughput_and_s6_memory(
     return s2, s6
 
 
-async def s3_length_and_s4_inspect(service: ServerProcess, plan: Plan) -> dict[str, Any]:
+async def settle(database_url: str) -> None:
+    """After seeding a long session in bulk: VACUUM ANALYZE, so the measurements that follow see
+    the steady state (fresh statistics, no autovacuum of the bulk load competing for the CPU)
+    rather than the aftermath of loading 100 000 nodes in a minute."""
+
+    def run() -> None:
+        engine = create_engine(database_url, poolclass=pool.NullPool, isolation_level="AUTOCOMMIT")
+        try:
+            with engine.connect() as connection:
+                connection.execute(sql_text("VACUUM (ANALYZE)"))
+        finally:
+            engine.dispose()
+
+    await asyncio.to_thread(run)
+
+
+async def s3_length_and_s4_inspect(
+    service: ServerProcess, plan: Plan, database_url: str
+) -> dict[str, Any]:
     """Admit (DELTA and FULL) and Inspect at growing surfaces."""
     results: dict[str, Any] = {"sizes": {}}
     async with channel(service.target) as ch:
@@ -261,6 +281,7 @@ async def s3_length_and_s4_inspect(service: ServerProcess, plan: Plan) -> dict[s
             started = time.perf_counter()
             await session.grow_to(size)
             seeded = time.perf_counter() - started
+            await settle(database_url)
             await session.admit(PROMPT, [user(text(USER_CHARS, "warm"))])
             delta: list[float] = []
             for i in range(plan.s3_delta_samples):
