@@ -525,7 +525,7 @@ def series_to_proto(series: SeriesState) -> pb.SeriesState:
 def derived_request_to_proto(
     view: app.DerivedRequestView, *, with_messages: bool = True
 ) -> pb.DerivedRequest:
-    """The derived request; ``with_messages=False`` leaves out stored frames for ``_splice``."""
+    """The derived request; ``with_messages=False`` leaves out stored frames for ``_spliced``."""
     proto = pb.DerivedRequest(
         wire_format=wire_format_to_proto(view.wire_format),
         body_json=view.body_json,
@@ -552,13 +552,14 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
-def _splice(field_number: int, view: app.DerivedRequestView) -> bytes:
-    """The stored frames as a second occurrence of the response's ``request`` field (a
-    DerivedRequest holding only messages), to append to the serialized response."""
+def _spliced(response: ProtoMessage, field_number: int, view: app.DerivedRequestView) -> bytes:
+    """``response`` serialized, followed by the stored frames as a second occurrence of its
+    ``request`` field (a DerivedRequest holding only messages): one copy of the frames."""
+    encoded = _encode(response)
     if not isinstance(view.messages, app.EncodedMessages) or not view.messages.frames:
-        return b""
+        return encoded
     frames = view.messages.frames
-    return _varint(field_number << 3 | 2) + _varint(len(frames)) + frames
+    return b"".join((encoded, _varint(field_number << 3 | 2), _varint(len(frames)), frames))
 
 
 def usage_to_proto(usage: app.Usage) -> pb.Usage:
@@ -686,7 +687,7 @@ def admit_response(result: app.AttemptResult, *, with_messages: bool = True) -> 
 
 def encode_admit(result: app.AttemptResult) -> bytes:
     response = admit_response(result, with_messages=False)
-    return _encode(response) + _splice(_REQUEST_FIELD_ADMIT, result.request)
+    return _spliced(response, _REQUEST_FIELD_ADMIT, result.request)
 
 
 def reconcile_response(
@@ -699,7 +700,7 @@ def reconcile_response(
 
 def encode_reconcile(result: app.AttemptResult) -> bytes:
     response = reconcile_response(result, with_messages=False)
-    return _encode(response) + _splice(_REQUEST_FIELD_RECONCILE, result.request)
+    return _spliced(response, _REQUEST_FIELD_RECONCILE, result.request)
 
 
 def record_response(result: app.RecordResult) -> api.RecordResponse:

@@ -575,7 +575,9 @@ class AdmissionApp:
             else:
                 read = await store.frames(0, prefix.end_position)
                 new = read.frames[prefix.size :] + tail.frames
-                body, first_index = read.frames + tail.frames, 0
+                # Copy a long surface's frames only when there is a tail to add.
+                body = read.frames + tail.frames if tail.frames else read.frames
+                first_index = 0
             messages = prefix.messages + (read.messages - read.before_messages) + tail.messages
             tokens = prefix.tokens + (read.tokens - read.before_tokens) + tail.tokens
             digest = hashlib.sha256(prefix.digest + new).digest() if new else prefix.digest
