@@ -98,6 +98,7 @@ class Processes:
 
     directory: Path
     started: list[tuple[str, subprocess.Popen[bytes], IO[bytes]]] = field(default_factory=list)
+    scratch: list[Path] = field(default_factory=list)  # removed by stop_all
 
     def start(
         self, name: str, command: list[str], env: Mapping[str, str]
@@ -129,6 +130,8 @@ class Processes:
     def stop_all(self) -> None:
         for name, _, _ in reversed(self.started):
             self.stop(name)
+        for path in self.scratch:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def run(command: list[str], env: Mapping[str, str], timeout: float = 120) -> str:
@@ -214,6 +217,7 @@ def start_pgbouncer(processes: Processes, database_url: str) -> str:
     port = free_port()
     # Its own world-readable directory: pgbouncer refuses to run as root and drops to nobody.
     directory = Path(tempfile.mkdtemp(prefix="pas-pgbouncer-"))
+    processes.scratch.append(directory)
     directory.chmod(0o755)
     server = f"host={url.host} port={url.port} dbname={url.database} user={url.username}"
     if url.password:
@@ -244,7 +248,6 @@ pidfile = {directory}/pgbouncer.pid
             os.chown(path, nobody.pw_uid, nobody.pw_gid)
         command += ["-u", "nobody"]
     processes.start("pgbouncer", [*command, str(directory / "pgbouncer.ini")], {})
-    processes.directory.joinpath("pgbouncer.dir").write_text(str(directory))
     wait_listening(port, "pgbouncer", processes)
     return f"postgresql://{url.username}@127.0.0.1:{port}/pas"
 
@@ -267,9 +270,6 @@ def processes(tmp_path: Path) -> Iterator[Processes]:
         yield started
     finally:
         started.stop_all()
-        marker = tmp_path / "pgbouncer.dir"
-        if marker.exists():
-            shutil.rmtree(marker.read_text(), ignore_errors=True)
 
 
 def start_topology(processes: Processes, database_url: str, *, pooler: bool) -> Topology:
@@ -450,5 +450,5 @@ def test_two_replicas_behind_nginx_keep_every_session_exact(
         assert SECRET not in processes.log(name)
     assert SECRET not in topology.access_log.read_text()
     if pooler:
-        bouncer = Path((processes.directory / "pgbouncer.dir").read_text()) / "pgbouncer.log"
-        assert "login attempt: db=pas" in bouncer.read_text()
+        [bouncer] = processes.scratch
+        assert "login attempt: db=pas" in (bouncer / "pgbouncer.log").read_text()
