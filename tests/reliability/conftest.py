@@ -12,9 +12,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import shutil
+import sys
 import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -22,7 +24,6 @@ from typing import Any, Protocol
 
 import pytest
 from admission_service.storage.database import normalise_database_url
-from admission_service.storage.embedded import start_embedded_postgres
 
 from tests.conftest import TestDatabases
 
@@ -71,33 +72,55 @@ async def services(tmp_path: Path) -> AsyncIterator[StartService]:
 
 
 class OwnPostgres:
-    """An embedded PostgreSQL of the test's own (never the shared server), to stop and start
-    again on the same port and data."""
+    """An embedded PostgreSQL of the test's own (never the shared server), run by a helper
+    process (``pg_holder``), to stop and start again on the same port and data."""
 
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir
-        self.server = start_embedded_postgres(data_dir, durable=False)
-        self.port = self.server.port
+        self.port: int | None = None
+        self._url = ""
+        self._holder: asyncio.subprocess.Process | None = None
 
     def url(self) -> str:
-        return normalise_database_url(self.server.url())
+        return normalise_database_url(self._url)
 
-    def stop(self) -> None:
-        self.server.stop()
+    async def start(self) -> None:
+        command = [sys.executable, "-m", "tests.reliability.pg_holder", str(self.data_dir)]
+        if self.port is not None:
+            command.append(str(self.port))
+        self._holder = await asyncio.create_subprocess_exec(
+            *command,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            cwd=Path(__file__).resolve().parents[2],
+        )
+        assert self._holder.stdout is not None
+        line = await asyncio.wait_for(self._holder.stdout.readline(), 120)
+        if not line:
+            raise RuntimeError("the embedded PostgreSQL did not start")
+        port, self._url = line.decode().split()
+        self.port = int(port)
 
-    def start(self) -> None:
-        self.server = start_embedded_postgres(self.data_dir, port=self.port, durable=False)
+    async def stop(self) -> None:
+        """A fast shutdown: open connections are terminated."""
+        holder, self._holder = self._holder, None
+        if holder is None:
+            return
+        assert holder.stdin is not None
+        holder.stdin.close()
+        await asyncio.wait_for(holder.wait(), 60)
 
 
 @pytest.fixture
-def own_postgres() -> Iterator[OwnPostgres]:
+async def own_postgres() -> AsyncIterator[OwnPostgres]:
     # Not under pytest's basetemp: under root the server runs as another OS user.
     data_dir = Path(tempfile.mkdtemp(prefix="pas-reliability-postgres-"))
     server = OwnPostgres(data_dir)
+    await server.start()
     try:
         yield server
     finally:
-        server.stop()
+        await server.stop()
         shutil.rmtree(data_dir, ignore_errors=True)
 
 

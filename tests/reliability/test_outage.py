@@ -28,7 +28,7 @@ from .stats import CallStats, Figures, counting_channel, latency_summary
 
 pytestmark = pytest.mark.slow
 POOL_SIZE, MAX_OVERFLOW = 6, 4
-FAIL_FAST_SECONDS = 1.0  # a failed attempt during the outage answers within this
+FAIL_FAST_SECONDS = 2.5  # far below the 10 s deadline a hanging call would run into
 
 
 async def test_database_outage(
@@ -60,9 +60,9 @@ async def test_database_outage(
             await asyncio.sleep(2)
             for _ in range(profile.outages):
                 down = time.monotonic()
-                await asyncio.to_thread(own_postgres.stop)
+                await own_postgres.stop()
                 await asyncio.sleep(profile.outage_seconds)
-                await asyncio.to_thread(own_postgres.start)
+                await own_postgres.start()
                 up = time.monotonic()
                 windows.append((down, up))
                 # Recovered by itself: a call succeeds again, same process.
