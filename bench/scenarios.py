@@ -42,9 +42,9 @@ class Plan:
 
 
 FULL = Plan(
-    2000, 10, 60.0, 3.0, (10, 1_000, 10_000, 100_000), 200, 15, 200, 5, 10_000, 1.0, 300, 128_000
+    2000, 10, 60.0, 3.0, (10, 1_000, 10_000, 100_000), 200, 20, 200, 5, 10_000, 1.0, 300, 128_000
 )
-SMOKE = Plan(40, 10, 1.0, 0.3, (10, 300), 10, 3, 10, 1, 200, 0.5, 30, 10_000)
+SMOKE = Plan(40, 10, 1.0, 0.3, (10, 300), 10, 10, 10, 1, 200, 0.5, 30, 10_000)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -272,46 +272,64 @@ async def settle(database_url: str) -> None:
 async def s3_length_and_s4_inspect(
     service: ServerProcess, plan: Plan, database_url: str
 ) -> dict[str, Any]:
-    """Admit (DELTA and FULL) and Inspect at growing surfaces."""
-    results: dict[str, Any] = {"sizes": {}}
+    """Admit (DELTA and FULL) and Inspect at growing surfaces.
+
+    Every size is seeded first; then the measurements rotate over the sizes in rounds (a few
+    calls per size per round), so a load change on a shared machine hits every size alike
+    instead of skewing the ratio between sizes measured minutes apart."""
+    rounds = 10
+    sessions: dict[int, Session] = {}
+    seeded: dict[int, float] = {}
+    delta: dict[int, list[float]] = {}
+    full: dict[int, list[float]] = {}
+    inspect: dict[int, list[float]] = {}
     async with channel(service.target) as ch:
         admission = stub(ch)
         for size in plan.s3_sizes:
             session = await Session.create(admission)
             started = time.perf_counter()
             await session.grow_to(size)
-            seeded = time.perf_counter() - started
-            await settle(database_url)
+            seeded[size] = time.perf_counter() - started
+            sessions[size] = session
+            delta[size], full[size], inspect[size] = [], [], []
+        await settle(database_url)
+        for session in sessions.values():
             await session.admit(PROMPT, [user(text(USER_CHARS, "warm"))])
-            delta: list[float] = []
-            for i in range(plan.s3_delta_samples):
-                _, elapsed = await session.admit(
-                    PROMPT, [user(text(USER_CHARS, f"d{i}"))], delta=True
-                )
-                delta.append(elapsed)
-            full: list[float] = []
-            for i in range(plan.s3_full_samples):
-                _, elapsed = await session.admit(PROMPT, [user(text(USER_CHARS, f"f{i}"))])
-                full.append(elapsed)
-            # Inspect after an Admit that left the held prefix current.
-            await session.admit(PROMPT, [user(text(USER_CHARS, "i"))], delta=True)
-            inspect: list[float] = []
-            for _ in range(plan.s4_samples):
-                request = api.InspectRequest(session_id=session.session_id)
-                if HAS_DELTA:
-                    request.view = pb.REQUEST_VIEW_DELTA
-                    request.held_prefix.message_count = session.held.count
-                    request.held_prefix.digest = session.held.digest
-                t0 = time.perf_counter()
-                await admission.Inspect(request)
-                inspect.append(time.perf_counter() - t0)
-            results["sizes"][str(size)] = {
-                "nodes": session.nodes,
-                "seed_s": round(seeded, 2),
-                "delta_p50_ms": ms(percentile(delta, 50)),
-                "full_p50_ms": ms(percentile(full, 50)),
-                "inspect_p50_ms": ms(percentile(inspect, 50)),
-            }
+
+        async def inspect_once(session: Session) -> float:
+            request = api.InspectRequest(session_id=session.session_id)
+            if HAS_DELTA:
+                request.view = pb.REQUEST_VIEW_DELTA
+                request.held_prefix.message_count = session.held.count
+                request.held_prefix.digest = session.held.digest
+            t0 = time.perf_counter()
+            await admission.Inspect(request)
+            return time.perf_counter() - t0
+
+        for r in range(rounds):
+            for size, session in sessions.items():
+                for i in range(plan.s3_delta_samples // rounds):
+                    _, elapsed = await session.admit(
+                        PROMPT, [user(text(USER_CHARS, f"d{r}-{i}"))], delta=True
+                    )
+                    delta[size].append(elapsed)
+                # Inspect right after a DELTA Admit: the held prefix is current.
+                for _ in range(plan.s4_samples // rounds):
+                    inspect[size].append(await inspect_once(session))
+                if r * plan.s3_full_samples // rounds != (r + 1) * plan.s3_full_samples // rounds:
+                    _, elapsed = await session.admit(PROMPT, [user(text(USER_CHARS, f"f{r}"))])
+                    full[size].append(elapsed)
+                    await session.admit(PROMPT, [user(text(USER_CHARS, f"h{r}"))], delta=True)
+    results: dict[str, Any] = {"rounds": rounds, "sizes": {}}
+    for size, session in sessions.items():
+        results["sizes"][str(size)] = {
+            "nodes": session.nodes,
+            "seed_s": round(seeded[size], 2),
+            "delta_p50_ms": ms(percentile(delta[size], 50)),
+            "full_p50_ms": ms(percentile(full[size], 50)),
+            "inspect_p50_ms": ms(percentile(inspect[size], 50)),
+            "samples": [len(delta[size]), len(full[size]), len(inspect[size])],
+        }
     sizes = results["sizes"]
     small, large = sizes[str(plan.s3_sizes[0])], sizes[str(plan.s3_sizes[-1])]
     span = large["nodes"] - small["nodes"]
