@@ -145,10 +145,10 @@ def build_trace(steps: int = STEPS, seed: int = SEED) -> list[Step]:
             )
             calls.append((f"call-{index}-{k}", tool, '{"path":"src/service/app.py"}'))
             size = {
-                "read_file": rng.randint(300, 2500),
-                "grep": rng.randint(50, 600),
+                "read_file": rng.randint(100, 900),
+                "grep": rng.randint(30, 250),
                 "edit_file": rng.randint(20, 80),
-                "run_tests": rng.randint(100, 1500),
+                "run_tests": rng.randint(50, 500),
                 "list_dir": rng.randint(30, 200),
             }[tool]
             results.append(_prose(rng, size))
@@ -176,7 +176,9 @@ class Replay:
     reasons: Counter[str] = field(default_factory=Counter)
     compactions: list[int] = field(default_factory=list)
 
-    def add(self, step: int, forecast: pb.CacheForecast, after_compaction: bool) -> None:
+    def add(
+        self, step: int, forecast: pb.CacheForecast, after_compaction: bool, prompt_changed: bool
+    ) -> None:
         self.requests += 1
         self.input_tokens += forecast.total_tokens
         self.reused_tokens += forecast.reused_tokens
@@ -191,6 +193,8 @@ class Replay:
                 cause = "series start (first request)"
             elif after_compaction:
                 cause = "compaction"
+            elif prompt_changed:
+                cause = "prompt change rewrote the head"
             self.cold.append(
                 {
                     "step": step,
@@ -210,7 +214,9 @@ class Replay:
             "prefix_share": round(self.reused_tokens / self.input_tokens, 4),
             "tokens_written": self.written_tokens,
             "cold_requests": len(self.cold),
-            "cold_not_compaction_or_series_start": sum(c["cause"] == "other" for c in self.cold),
+            "cold_not_compaction_or_series_start": sum(
+                c["cause"] not in ("compaction", "series start (first request)") for c in self.cold
+            ),
             "divergence_reasons": dict(sorted(self.reasons.items())),
             "compaction_steps": self.compactions,
             "cold": self.cold,
@@ -227,11 +233,13 @@ async def replay(
         session = await Session.create(admission, route=route)
         compacted = False
         after_compaction = False
+        previous_prompt = ""
         for step in trace:
             users = [user(step.user)] if step.user else []
             response, _ = await session.admit(step.prompt, users, delta=True, tools=TOOLS)
             forecast = response.forecast
-            result.add(step.index, forecast, after_compaction)
+            result.add(step.index, forecast, after_compaction, step.prompt != previous_prompt)
+            previous_prompt = step.prompt
             after_compaction = False
             reused = forecast.reused_tokens
             await session.record(
