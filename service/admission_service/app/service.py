@@ -472,7 +472,12 @@ class AdmissionApp:
         first: bool,
     ) -> AttemptResult:
         record = tx.record
-        system_nodes = await tx.store.system_nodes()
+        # One statement reads the system nodes and the frames the request needs if this attempt
+        # shadows nothing (the usual case); a replacement reads the frames again below.
+        planned = _FramesQuery.plan(record, record.shadowed, selection, wire)
+        system_nodes, early = await tx.store.system_nodes_and_frames(
+            planned.from_position, planned.split_position
+        )
         state = rules.AdmissionState(record.next_seq, system_nodes, record.series)
         outcome = rules.admit(state, attempt) if first else rules.reconcile(state, attempt)
         await tx.reached(Phase.PROJECT)
@@ -491,6 +496,7 @@ class AdmissionApp:
             selection,
             end_position=written.next_position,
             tail=written.tail,
+            read=early if written.shadowed is None else None,
         )
         predicted = forecast_totals(
             record.last_request, key, derived.totals, starts_series=outcome.starts_series
@@ -541,6 +547,7 @@ class AdmissionApp:
         *,
         end_position: int,
         tail: Frames = NO_FRAMES,
+        read: Frames | None = None,
     ) -> _Derived:
         """The derived request (every message node in surface order), the totals its cache
         forecast needs, and the prefix the next request extends.
@@ -552,28 +559,19 @@ class AdmissionApp:
         every stored frame. Either way no stored message is decoded or re-encoded, except to
         render a provider body (non-NEUTRAL wire formats), which reads the returned messages.
         ``tail`` holds this transaction's appended nodes, whose rows are not written yet: they
-        end the surface, after everything the database returns.
+        end the surface, after everything the database returns. ``read`` is the frames already
+        read for exactly this query (``_FramesQuery.plan``), if any.
         """
         prefix = record.prefix
-        intact = prefix is not None and (
-            shadowed is None or shadowed.position >= prefix.end_position
-        )
-        held = selection.held
-        delta = (
-            intact
-            and prefix is not None
-            and selection.view is RequestView.DELTA
-            and wire is not WireFormat.ANTHROPIC_MESSAGES
-            and held is not None
-            and (held.message_count, held.digest) == (prefix.messages, prefix.digest)
-        )
+        query = _FramesQuery.plan(record, shadowed, selection, wire)
+        intact, delta = query.intact, query.delta
+        if read is None:
+            read = await store.frames(query.from_position, query.split_position)
         if prefix is not None and intact:
             if delta:
-                read = await store.frames(prefix.end_position, None)
                 new = read.frames + tail.frames
                 body, first_index = new, prefix.messages
             else:
-                read = await store.frames(0, prefix.end_position)
                 new = read.frames[prefix.size :] + tail.frames
                 # Copy a long surface's frames only when there is a tail to add.
                 body = read.frames + tail.frames if tail.frames else read.frames
@@ -584,7 +582,6 @@ class AdmissionApp:
             totals = RequestTotals(messages, tokens, prefix.messages, prefix.tokens, False)
             size = prefix.size + len(new)
         else:
-            read = await store.frames(0, shadowed.position if shadowed is not None else None)
             body, first_index = read.frames + tail.frames, 0
             messages, tokens = read.messages + tail.messages, read.tokens + tail.tokens
             digest = hashlib.sha256(DIGEST_SEED + body).digest()
@@ -950,6 +947,40 @@ def _surface_op(row: Any) -> dict[str, Any] | None:
 
 def request_digest(serialized: bytes) -> bytes:
     return hashlib.sha256(serialized).digest()
+
+
+@dataclass(frozen=True, slots=True)
+class _FramesQuery:
+    """Which stored frames a derived request reads: from ``from_position`` on, counting those
+    before ``split_position``; ``intact`` when the previous request is still a prefix, ``delta``
+    when the caller holds exactly that prefix and gets only what follows it."""
+
+    from_position: int
+    split_position: int | None
+    intact: bool
+    delta: bool
+
+    @classmethod
+    def plan(
+        cls,
+        record: SessionRecord,
+        shadowed: Shadowed | None,
+        selection: RequestSelection,
+        wire: WireFormat,
+    ) -> _FramesQuery:
+        prefix = record.prefix
+        if prefix is None or (shadowed is not None and shadowed.position < prefix.end_position):
+            return cls(0, shadowed.position if shadowed is not None else None, False, False)
+        held = selection.held
+        delta = (
+            selection.view is RequestView.DELTA
+            and wire is not WireFormat.ANTHROPIC_MESSAGES
+            and held is not None
+            and (held.message_count, held.digest) == (prefix.messages, prefix.digest)
+        )
+        if delta:
+            return cls(prefix.end_position, None, True, True)
+        return cls(0, prefix.end_position, True, False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -83,6 +83,16 @@ _FRAMES = (
     " AND message_pb IS NOT NULL"
 )
 
+# The system nodes (partial index, surface order) beside the frames, for an admission.
+_SYSTEM_AND_FRAMES = (
+    "SELECT f.*,"
+    " (SELECT array_agg(seq ORDER BY position) FROM surface_nodes"
+    "  WHERE tenant_id = %(t)s AND session_id = %(s)s AND is_system) AS system_seqs,"
+    " (SELECT array_agg(system_text ORDER BY position) FROM surface_nodes"
+    "  WHERE tenant_id = %(t)s AND session_id = %(s)s AND is_system) AS system_texts"
+    " FROM (" + _FRAMES + ") AS f"
+)
+
 
 @dataclass(frozen=True, slots=True)
 class SessionRecord:
@@ -130,6 +140,20 @@ class Frames:
 
 
 NO_FRAMES = Frames(b"", 0, 0, 0, 0)
+
+
+class _RawContext:
+    """The execution context handed to SQLAlchemy's cursor events for a raw statement
+    (listeners may keep per-statement state on it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _RawError:
+    """What a ``handle_error`` listener reads of a failed raw statement."""
+
+    original_exception: BaseException
+    execution_context: _RawContext
+
 
 # A deferred write: adds its values to the batch's parameters and returns its SQL.
 _Write = Callable[[list[Any]], str]
@@ -291,6 +315,39 @@ class SessionStore:
             f" AND {prefix}session_id = {_param(params, self.session_id)}"
         )
 
+    async def _execute_raw(
+        self,
+        sql: str,
+        params: Any,
+        *,
+        binary: bool = False,
+        raw_placeholders: bool = False,
+    ) -> tuple[Any, ...] | None:
+        """Run ``sql`` on the transaction's psycopg connection, for what SQLAlchemy would slow
+        down: the binary result format, ``$n`` placeholders (a raw cursor: no client-side parse
+        of a long query text). SQLAlchemy's ``before_cursor_execute`` / ``after_cursor_execute``
+        / ``handle_error`` events still fire, so statement tracing sees these statements too.
+        Returns the first row, if the statement returns rows."""
+        raw = await self.connection.get_raw_connection()
+        driver = cast(psycopg.AsyncConnection[Any], raw.driver_connection)
+        sync = self.connection.sync_connection
+        assert sync is not None
+        dispatch = sync.dispatch
+        context = _RawContext()
+        cursor: psycopg.AsyncCursor[Any] = (
+            psycopg.AsyncRawCursor(driver) if raw_placeholders else driver.cursor(binary=binary)
+        )
+        async with cursor:
+            dispatch.before_cursor_execute(sync, cursor, sql, params, context, False)
+            try:
+                await cursor.execute(sql.encode(), params, binary=binary)
+                row = await cursor.fetchone() if cursor.description is not None else None
+            except Exception as error:
+                dispatch.handle_error(_RawError(error, context))
+                raise
+            dispatch.after_cursor_execute(sync, cursor, sql, params, context, False)
+        return row
+
     async def flush(self) -> None:
         """Send the deferred writes, in order, as one statement: each but the last as a
         data-modifying CTE of the last. They touch different rows; foreign keys between them
@@ -309,10 +366,7 @@ class SessionStore:
         if ahead:
             ctes = ", ".join(f"w{index} AS ({part})" for index, part in enumerate(ahead))
             sql = f"WITH {ctes} {last}"
-        raw = await self.connection.get_raw_connection()
-        driver = cast(psycopg.AsyncConnection[Any], raw.driver_connection)
-        async with psycopg.AsyncRawCursor(driver) as cursor:
-            await cursor.execute(sql.encode(), params)
+        await self._execute_raw(sql, params, raw_placeholders=True)
 
     def _mine(self, table: Any) -> Any:
         return and_(table.c.tenant_id == self.tenant, table.c.session_id == self.session_id)
@@ -535,6 +589,32 @@ class SessionStore:
         )
         return start, sum(row.tokens for row in removed)
 
+    async def system_nodes_and_frames(
+        self, from_position: int, split_position: int | None
+    ) -> tuple[tuple[SystemNode, ...], Frames]:
+        """``system_nodes()`` and ``frames(from_position, split_position)`` in one statement
+        (one round trip), on the raw connection like ``frames``."""
+        await self.flush()
+        row = await self._execute_raw(
+            _SYSTEM_AND_FRAMES,
+            {
+                "t": self.tenant,
+                "s": self.session_id,
+                "from_position": from_position,
+                "split": split_position if split_position is not None else -1,
+            },
+            binary=True,
+        )
+        assert row is not None
+        frames, messages, tokens, before_messages, before_tokens, seqs, texts = row
+        system = tuple(
+            SystemNode(seq, bytes(text).decode())
+            for seq, text in zip(seqs or (), texts or (), strict=True)
+        )
+        return system, Frames(
+            bytes(frames or b""), messages, tokens, before_messages, before_tokens
+        )
+
     async def frames(self, from_position: int, split_position: int | None) -> Frames:
         """The derived messages of the nodes at ``from_position`` and after, in surface order,
         as concatenated frames (one aggregate in the database; an index range scan), with
@@ -544,19 +624,16 @@ class SessionStore:
         The query runs on the transaction's psycopg connection with the binary result format:
         in the text format PostgreSQL would hex-encode the bytes and psycopg decode them, which
         doubles what a long surface moves and costs more than the aggregate itself."""
-        raw = await self.connection.get_raw_connection()
-        driver = cast(psycopg.AsyncConnection[Any], raw.driver_connection)
-        async with driver.cursor(binary=True) as cursor:
-            await cursor.execute(
-                _FRAMES,
-                {
-                    "t": self.tenant,
-                    "s": self.session_id,
-                    "from_position": from_position,
-                    "split": split_position if split_position is not None else -1,
-                },
-            )
-            row = await cursor.fetchone()
+        row = await self._execute_raw(
+            _FRAMES,
+            {
+                "t": self.tenant,
+                "s": self.session_id,
+                "from_position": from_position,
+                "split": split_position if split_position is not None else -1,
+            },
+            binary=True,
+        )
         assert row is not None
         frames, messages, tokens, before_messages, before_tokens = row
         return Frames(bytes(frames or b""), messages, tokens, before_messages, before_tokens)
