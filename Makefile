@@ -49,7 +49,7 @@ lint: install
 	$(BIN)/ruff check .
 
 typecheck: install
-	$(BIN)/mypy service/admission_service tests
+	$(BIN)/mypy service/admission_service tests examples
 	$(BIN)/mypy --strict -p promptadmission
 
 # The projection and series modules must stay at 100% statement and branch coverage.

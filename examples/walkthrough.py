@@ -33,7 +33,8 @@ def show(title: str, request: pb.DerivedRequest) -> None:
     for index, message in enumerate(request.messages):
         role = pb.MessageRole.Name(message.role).removeprefix("MESSAGE_ROLE_").lower()
         text = " ".join(block.text.text for block in message.content if block.HasField("text"))
-        print(f"  [{index}] {role:9} {text[:70]}")
+        flat = text.replace("\n", " ")
+        print(f"  [{index}] {role:9} {flat[:70]}")
 
 
 def run(target: str) -> None:
@@ -43,7 +44,9 @@ def run(target: str) -> None:
             api.CreateSessionRequest(session_id=f"walkthrough-{uuid.uuid4().hex[:8]}")
         ).session
 
-        def admit(prompt: str, text: str, step: int, **extra: bool) -> api.AdmitResponse:
+        def admit(
+            prompt: str, text: str, step: int, *, starts_series: bool = False
+        ) -> api.AdmitResponse:
             return stub.Admit(
                 api.AdmitRequest(
                     session_id=session.session_id,
@@ -53,7 +56,7 @@ def run(target: str) -> None:
                     rendered_prompt=prompt,
                     route=IN_HISTORY,
                     users=[user(text)],
-                    **extra,
+                    starts_request_series=starts_series,
                 )
             )
 
@@ -95,7 +98,7 @@ def run(target: str) -> None:
             "You are a careful coding agent.\nPLAN MODE: propose, do not edit.",
             "Go ahead.",
             3,
-            starts_request_series=True,
+            starts_series=True,
         )
         reply(third.admission_id, "Done: config extracted, tests added. " * 4)
         show("3. series start: consolidated into the head", third.request)
