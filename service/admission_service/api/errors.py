@@ -17,7 +17,6 @@ from __future__ import annotations
 import inspect
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +30,7 @@ from grpc_status import rpc_status
 
 from admission_service.api.malformed import MalformedRequest, tolerant
 from admission_service.api.tenancy import Unauthenticated
+from admission_service.api.unary import Behavior, Continuation, wrap_unary
 from admission_service.domain.errors import (
     Aborted,
     AlreadyExists,
@@ -171,27 +171,13 @@ async def abort_with(context: grpc.aio.ServicerContext[Any, Any], mapped: Mapped
     await context.abort(status.code, status.details, status.trailing_metadata)
 
 
-Behavior = Callable[[Any, Any], Any]
-
-
 class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
     """Maps exceptions escaping unary-unary handlers; streaming handlers pass through."""
 
     async def intercept_service(
-        self,
-        continuation: Callable[
-            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]
-        ],
-        handler_call_details: grpc.HandlerCallDetails,
+        self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
     ) -> grpc.RpcMethodHandler[Any, Any]:
-        handler = await continuation(handler_call_details)
-        if handler is None or handler.unary_unary is None:
-            return handler
-        return grpc.unary_unary_rpc_method_handler(
-            _wrap(handler.unary_unary, handler_call_details.method),
-            request_deserializer=tolerant(handler.request_deserializer),
-            response_serializer=handler.response_serializer,
-        )
+        return await wrap_unary(continuation, handler_call_details, _wrap, deserializer=tolerant)
 
 
 def _wrap(behavior: Behavior, method: str) -> Behavior:

@@ -20,7 +20,6 @@ import contextlib
 import inspect
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -30,6 +29,7 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from admission_service.api.unary import Behavior, Continuation, wrap_unary
 from admission_service.telemetry import context as call_context
 from admission_service.telemetry.metrics import Metrics
 
@@ -37,8 +37,6 @@ _log = logging.getLogger("admission_service.calls")
 _propagator = TraceContextTextMapPropagator()
 # Calls logged at INFO; health checks and reflection are logged at DEBUG (probes are frequent).
 LOGGED_SERVICES = frozenset({"promptadmission.v1.AdmissionService"})
-
-Behavior = Callable[[Any, Any], Any]
 
 
 def _split(method: str) -> tuple[str, str]:
@@ -74,20 +72,9 @@ class TelemetryInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg
         self._log_payloads = log_payloads
 
     async def intercept_service(
-        self,
-        continuation: Callable[
-            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]
-        ],
-        handler_call_details: grpc.HandlerCallDetails,
+        self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
     ) -> grpc.RpcMethodHandler[Any, Any]:
-        handler = await continuation(handler_call_details)
-        if handler is None or handler.unary_unary is None:
-            return handler
-        return grpc.unary_unary_rpc_method_handler(
-            self._wrap(handler.unary_unary, handler_call_details.method),
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
+        return await wrap_unary(continuation, handler_call_details, self._wrap)
 
     def _wrap(self, behavior: Behavior, method: str) -> Behavior:
         service, name = _split(method)

@@ -589,6 +589,14 @@ class SessionStore:
         )
         return start, sum(row.tokens for row in removed)
 
+    def _frame_params(self, from_position: int, split_position: int | None) -> dict[str, Any]:
+        return {
+            "t": self.tenant,
+            "s": self.session_id,
+            "from_position": from_position,
+            "split": split_position if split_position is not None else -1,
+        }
+
     async def system_nodes_and_frames(
         self, from_position: int, split_position: int | None
     ) -> tuple[tuple[SystemNode, ...], Frames]:
@@ -597,12 +605,7 @@ class SessionStore:
         await self.flush()
         row = await self._execute_raw(
             _SYSTEM_AND_FRAMES,
-            {
-                "t": self.tenant,
-                "s": self.session_id,
-                "from_position": from_position,
-                "split": split_position if split_position is not None else -1,
-            },
+            self._frame_params(from_position, split_position),
             binary=True,
         )
         assert row is not None
@@ -626,12 +629,7 @@ class SessionStore:
         doubles what a long surface moves and costs more than the aggregate itself."""
         row = await self._execute_raw(
             _FRAMES,
-            {
-                "t": self.tenant,
-                "s": self.session_id,
-                "from_position": from_position,
-                "split": split_position if split_position is not None else -1,
-            },
+            self._frame_params(from_position, split_position),
             binary=True,
         )
         assert row is not None
