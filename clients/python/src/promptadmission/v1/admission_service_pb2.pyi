@@ -218,6 +218,7 @@ class AdmitRequest(google.protobuf.message.Message):
     VALIDATE_ONLY_FIELD_NUMBER: builtins.int
     VIEW_FIELD_NUMBER: builtins.int
     HELD_PREFIX_FIELD_NUMBER: builtins.int
+    PREVIOUS_OUTPUT_FIELD_NUMBER: builtins.int
     session_id: builtins.str
     """session_id is the id of the session. Required."""
     request_id: builtins.str
@@ -281,6 +282,17 @@ class AdmitRequest(google.protobuf.message.Message):
         derived request the response is FULL. Ignored for REQUEST_VIEW_FULL.
         """
 
+    @property
+    def previous_output(self) -> global___StepOutput:
+        """previous_output is what the model and tools produced for an earlier admission of this
+        session (normally the previous step's), recorded in the same transaction as this
+        admission, before it: one call per model call. It commits exactly what a Record of that
+        output would, with the same checks (its fields are named under previous_output), and the
+        response's recorded says what it committed. If either the output or the admission is
+        refused, nothing is committed. Optional; Record stays for the output of a turn's last
+        step.
+        """
+
     def __init__(
         self,
         *,
@@ -299,12 +311,58 @@ class AdmitRequest(google.protobuf.message.Message):
         validate_only: builtins.bool = ...,
         view: promptadmission.v1.session_pb2.RequestView.ValueType = ...,
         held_prefix: promptadmission.v1.session_pb2.HeldPrefix | None = ...,
+        previous_output: global___StepOutput | None = ...,
     ) -> None: ...
-    def HasField(self, field_name: typing.Literal["_expected_revision", b"_expected_revision", "expected_revision", b"expected_revision", "held_prefix", b"held_prefix", "route", b"route"]) -> builtins.bool: ...
-    def ClearField(self, field_name: typing.Literal["_expected_revision", b"_expected_revision", "expected_revision", b"expected_revision", "held_prefix", b"held_prefix", "rendered_prompt", b"rendered_prompt", "request_id", b"request_id", "resume", b"resume", "route", b"route", "session_id", b"session_id", "starts_request_series", b"starts_request_series", "step", b"step", "tools", b"tools", "turn", b"turn", "users", b"users", "validate_only", b"validate_only", "view", b"view", "wire_format", b"wire_format"]) -> None: ...
+    def HasField(self, field_name: typing.Literal["_expected_revision", b"_expected_revision", "expected_revision", b"expected_revision", "held_prefix", b"held_prefix", "previous_output", b"previous_output", "route", b"route"]) -> builtins.bool: ...
+    def ClearField(self, field_name: typing.Literal["_expected_revision", b"_expected_revision", "expected_revision", b"expected_revision", "held_prefix", b"held_prefix", "previous_output", b"previous_output", "rendered_prompt", b"rendered_prompt", "request_id", b"request_id", "resume", b"resume", "route", b"route", "session_id", b"session_id", "starts_request_series", b"starts_request_series", "step", b"step", "tools", b"tools", "turn", b"turn", "users", b"users", "validate_only", b"validate_only", "view", b"view", "wire_format", b"wire_format"]) -> None: ...
     def WhichOneof(self, oneof_group: typing.Literal["_expected_revision", b"_expected_revision"]) -> typing.Literal["expected_revision"] | None: ...
 
 global___AdmitRequest = AdmitRequest
+
+@typing.final
+class StepOutput(google.protobuf.message.Message):
+    """StepOutput is the output of an admitted step that an Admit records before admitting the
+    next step (AdmitRequest.previous_output); its fields mean what RecordRequest's mean.
+    """
+
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    ADMISSION_ID_FIELD_NUMBER: builtins.int
+    ASSISTANT_FIELD_NUMBER: builtins.int
+    TOOL_RESULTS_FIELD_NUMBER: builtins.int
+    USAGE_FIELD_NUMBER: builtins.int
+    admission_id: builtins.str
+    """admission_id is the admission_id of the step this output belongs to. Required; an unknown
+    one is ADMISSION_NOT_FOUND.
+    """
+    @property
+    def assistant(self) -> promptadmission.v1.session_pb2.Message:
+        """assistant is the model's message, as RecordRequest.assistant. Optional."""
+
+    @property
+    def tool_results(self) -> google.protobuf.internal.containers.RepeatedCompositeFieldContainer[promptadmission.v1.session_pb2.ToolResult]:
+        """tool_results is the results of tool calls, committed in order after assistant, as
+        RecordRequest.tool_results. Optional.
+        """
+
+    @property
+    def usage(self) -> promptadmission.v1.session_pb2.Usage:
+        """usage is the usage the provider reported for that admission's latest attempt, as
+        RecordRequest.usage. Optional.
+        """
+
+    def __init__(
+        self,
+        *,
+        admission_id: builtins.str = ...,
+        assistant: promptadmission.v1.session_pb2.Message | None = ...,
+        tool_results: collections.abc.Iterable[promptadmission.v1.session_pb2.ToolResult] | None = ...,
+        usage: promptadmission.v1.session_pb2.Usage | None = ...,
+    ) -> None: ...
+    def HasField(self, field_name: typing.Literal["assistant", b"assistant", "usage", b"usage"]) -> builtins.bool: ...
+    def ClearField(self, field_name: typing.Literal["admission_id", b"admission_id", "assistant", b"assistant", "tool_results", b"tool_results", "usage", b"usage"]) -> None: ...
+
+global___StepOutput = StepOutput
 
 @typing.final
 class AdmitResponse(google.protobuf.message.Message):
@@ -325,6 +383,7 @@ class AdmitResponse(google.protobuf.message.Message):
     SYSTEM_PROMPT_UPDATE_FIELD_NUMBER: builtins.int
     CAPABILITY_SOURCE_FIELD_NUMBER: builtins.int
     TOOL_UPDATE_FIELD_NUMBER: builtins.int
+    RECORDED_FIELD_NUMBER: builtins.int
     admission_id: builtins.str
     """admission_id identifies the admission; pass it to Reconcile and Record."""
     revision: builtins.int
@@ -369,6 +428,13 @@ class AdmitResponse(google.protobuf.message.Message):
     def forecast(self) -> promptadmission.v1.session_pb2.CacheForecast:
         """forecast is the cache forecast for the derived request."""
 
+    @property
+    def recorded(self) -> global___RecordResponse:
+        """recorded is what the request's previous_output committed: the revision after the output
+        (before the admission) and the seqs of its assistant message and tool results. Absent
+        when the request had no previous_output.
+        """
+
     def __init__(
         self,
         *,
@@ -385,9 +451,10 @@ class AdmitResponse(google.protobuf.message.Message):
         system_prompt_update: promptadmission.v1.session_pb2.SystemPromptUpdate.ValueType = ...,
         capability_source: promptadmission.v1.session_pb2.CapabilitySource.ValueType = ...,
         tool_update: promptadmission.v1.session_pb2.ToolUpdate.ValueType = ...,
+        recorded: global___RecordResponse | None = ...,
     ) -> None: ...
-    def HasField(self, field_name: typing.Literal["context", b"context", "effective_prompt", b"effective_prompt", "forecast", b"forecast", "header", b"header", "request", b"request"]) -> builtins.bool: ...
-    def ClearField(self, field_name: typing.Literal["admission_id", b"admission_id", "capability_source", b"capability_source", "commits", b"commits", "context", b"context", "effective_prompt", b"effective_prompt", "forecast", b"forecast", "header", b"header", "request", b"request", "revision", b"revision", "starts_series", b"starts_series", "system_prompt_update", b"system_prompt_update", "tool_update", b"tool_update", "user_seqs", b"user_seqs"]) -> None: ...
+    def HasField(self, field_name: typing.Literal["context", b"context", "effective_prompt", b"effective_prompt", "forecast", b"forecast", "header", b"header", "recorded", b"recorded", "request", b"request"]) -> builtins.bool: ...
+    def ClearField(self, field_name: typing.Literal["admission_id", b"admission_id", "capability_source", b"capability_source", "commits", b"commits", "context", b"context", "effective_prompt", b"effective_prompt", "forecast", b"forecast", "header", b"header", "recorded", b"recorded", "request", b"request", "revision", b"revision", "starts_series", b"starts_series", "system_prompt_update", b"system_prompt_update", "tool_update", b"tool_update", "user_seqs", b"user_seqs"]) -> None: ...
 
 global___AdmitResponse = AdmitResponse
 
