@@ -13,7 +13,10 @@
 | ``PAS_SHUTDOWN_GRACE_SECONDS`` | ``10`` | how long in-flight RPCs may run after SIGTERM |
 | ``PAS_AUTH_TOKENS`` | unset | ``tenant=sha256:<hex>`` entries (comma or space separated): the
   hashed bearer tokens and their tenants (``admission-service token TENANT`` makes one) |
-| ``PAS_AUTH_TOKENS_FILE`` | unset | a file of such entries, one per line, ``#`` comments |
+| ``PAS_AUTH_TOKENS_FILE`` | unset | a file of such entries, one per line, ``#`` comments; read
+  again on SIGHUP and when it changes (a revoked token is refused from then on) |
+| ``PAS_AUTH_TOKENS_WATCH_SECONDS`` | ``2`` | how often the tokens file is checked for changes
+  (``0``: only on SIGHUP) |
 | ``PAS_ALLOW_UNAUTHENTICATED`` | ``false`` | allow serving without tokens on a non-loopback
   address (every call then acts for ``PAS_DEFAULT_TENANT``) |
 | ``PAS_DEFAULT_TENANT`` | ``default`` | the tenant of every call when no tokens are configured |
@@ -26,6 +29,7 @@
 | ``PAS_LOG_PAYLOADS`` | ``false`` | also log request and response payloads — prompt and message
   text — at DEBUG (with ``PAS_LOG_LEVEL=DEBUG``); for debugging only |
 | ``PAS_TRACING_EXPORTER`` | ``none`` | ``none``, ``console`` or ``otlp`` (``OTEL_*`` apply) |
+| ``PAS_REFLECTION`` | ``true`` | serve gRPC server reflection (``false`` on a public listener) |
 | ``PAS_LIMIT_<NAME>`` | ``app.limits.Limits`` | a limit (``PAS_LIMIT_MAX_PROMPT_BYTES``, …) |
 
 A request larger than ``PAS_MAX_RECEIVE_MESSAGE_BYTES`` is refused by gRPC itself
@@ -82,6 +86,10 @@ class Settings:
     default_tenant: str = "default"
     # sha256:<hex> of each bearer token -> its tenant; empty: no authentication.
     token_tenants: Mapping[str, str] = field(default_factory=dict)
+    # Where token_tenants came from, read again on SIGHUP or when the file changes.
+    auth_tokens: str = ""
+    auth_tokens_file: Path | None = None
+    auth_tokens_watch_seconds: float = 2.0
     allow_unauthenticated: bool = False
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
@@ -92,6 +100,7 @@ class Settings:
     log_format: str = "json"
     log_payloads: bool = False
     tracing_exporter: str = "none"
+    reflection: bool = True
     limits: Limits = field(default_factory=Limits)
 
     @classmethod
@@ -100,6 +109,8 @@ class Settings:
         env = os.environ if env is None else env
         reader = _Reader(env)
         listen = reader.listen("PAS_LISTEN", DEFAULT_LISTEN)
+        auth_tokens = reader.text("PAS_AUTH_TOKENS")
+        auth_tokens_file = reader.file("PAS_AUTH_TOKENS_FILE")
         settings = cls(
             listen=listen,
             database_url=reader.database_url("DATABASE_URL"),
@@ -111,7 +122,10 @@ class Settings:
             db_max_overflow=reader.integer("PAS_DB_MAX_OVERFLOW", 10, minimum=0),
             shutdown_grace_seconds=reader.number("PAS_SHUTDOWN_GRACE_SECONDS", 10.0),
             default_tenant=reader.tenant("PAS_DEFAULT_TENANT") or "default",
-            token_tenants=reader.token_tenants("PAS_AUTH_TOKENS", "PAS_AUTH_TOKENS_FILE"),
+            token_tenants=read_token_tenants(auth_tokens, auth_tokens_file),
+            auth_tokens=auth_tokens,
+            auth_tokens_file=auth_tokens_file,
+            auth_tokens_watch_seconds=reader.number("PAS_AUTH_TOKENS_WATCH_SECONDS", 2.0),
             allow_unauthenticated=reader.boolean("PAS_ALLOW_UNAUTHENTICATED", False),
             tls_cert_file=reader.file("PAS_TLS_CERT_FILE"),
             tls_key_file=reader.file("PAS_TLS_KEY_FILE"),
@@ -124,6 +138,7 @@ class Settings:
             log_format=reader.choice("PAS_LOG_FORMAT", "json", LOG_FORMATS),
             log_payloads=reader.boolean("PAS_LOG_PAYLOADS", False),
             tracing_exporter=reader.choice("PAS_TRACING_EXPORTER", "none", TRACING_EXPORTERS),
+            reflection=reader.boolean("PAS_REFLECTION", True),
             limits=reader.limits(),
         )
         if (settings.tls_cert_file is None) != (settings.tls_key_file is None):
@@ -258,33 +273,6 @@ class _Reader:
             raise self._fail(name, "a tenant id (1-128 of A-Z a-z 0-9 . _ -)")
         return raw
 
-    def token_tenants(self, name: str, file_name: str) -> dict[str, str]:
-        """``tenant=sha256:<hex>`` entries from ``name`` and from the file ``file_name``."""
-        entries = [(name, entry) for entry in self.text(name).replace(",", " ").split()]
-        path = self.file(file_name)
-        if path is not None:
-            for line in path.read_text().splitlines():
-                line = line.partition("#")[0].strip()
-                entries.extend((file_name, entry) for entry in line.replace(",", " ").split())
-        tokens: dict[str, str] = {}
-        for source, entry in entries:
-            tenant, sep, token_hash = entry.partition("=")
-            # Never echo the entry: a misplaced plain token would end up in the error output.
-            if not sep or not _TENANT.fullmatch(tenant):
-                raise ConfigError(
-                    f"{source}: every entry must be tenant=sha256:<hex> with a tenant id of "
-                    "1-128 of A-Z a-z 0-9 . _ -"
-                )
-            if not is_token_hash(token_hash):
-                raise ConfigError(
-                    f"{source}: the token of tenant {tenant!r} must be given hashed, as "
-                    "sha256:<64 hex digits> (admission-service token prints it)"
-                )
-            if tokens.get(token_hash, tenant) != tenant:
-                raise ConfigError(f"{source}: one token is configured for two tenants")
-            tokens[token_hash] = tenant
-        return tokens
-
     def database_url(self, name: str) -> str | None:
         from admission_service.storage.database import normalise_database_url
 
@@ -318,3 +306,36 @@ class _Reader:
                 f"{LIMIT_PREFIX}MAX_PAGE_SIZE ({limits.max_page_size})"
             )
         return limits
+
+
+def read_token_tenants(inline: str, path: Path | None) -> dict[str, str]:
+    """The token hashes and their tenants of ``PAS_AUTH_TOKENS`` (``inline``) and of
+    ``PAS_AUTH_TOKENS_FILE`` (``path``, read now: a reload calls this again)."""
+    inline_name, file_name = "PAS_AUTH_TOKENS", "PAS_AUTH_TOKENS_FILE"
+    entries = [(inline_name, entry) for entry in inline.replace(",", " ").split()]
+    if path is not None:
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise ConfigError(f"{file_name}: cannot read {path}: {exc.strerror}") from None
+        for line in text.splitlines():
+            line = line.partition("#")[0].strip()
+            entries.extend((file_name, entry) for entry in line.replace(",", " ").split())
+    tokens: dict[str, str] = {}
+    for source, entry in entries:
+        tenant, sep, token_hash = entry.partition("=")
+        # Never echo the entry: a misplaced plain token would end up in the error output.
+        if not sep or not _TENANT.fullmatch(tenant):
+            raise ConfigError(
+                f"{source}: every entry must be tenant=sha256:<hex> with a tenant id of "
+                "1-128 of A-Z a-z 0-9 . _ -"
+            )
+        if not is_token_hash(token_hash):
+            raise ConfigError(
+                f"{source}: the token of tenant {tenant!r} must be given hashed, as "
+                "sha256:<64 hex digits> (admission-service token prints it)"
+            )
+        if tokens.get(token_hash, tenant) != tenant:
+            raise ConfigError(f"{source}: one token is configured for two tenants")
+        tokens[token_hash] = tenant
+    return tokens

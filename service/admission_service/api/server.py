@@ -7,8 +7,10 @@ until SIGTERM or SIGINT and then shuts down gracefully: health goes NOT_SERVING,
 refused, in-flight calls get ``PAS_SHUTDOWN_GRACE_SECONDS`` to finish, and the database pool is
 closed.
 
-Interceptors, outermost first: telemetry (request id, call log, metrics, span), then errors.
-Only ``AdmissionService`` calls authenticate; health and reflection stay open to probes.
+Interceptors, outermost first: telemetry (request id, call log, metrics, span), errors, then
+authentication, which refuses an unauthenticated ``AdmissionService`` call before its body is
+parsed. Health and reflection stay open to probes (reflection can be turned off:
+``PAS_REFLECTION=false``). Bearer tokens are read again on SIGHUP and when their file changes.
 """
 
 from __future__ import annotations
@@ -27,10 +29,12 @@ from promptadmission.v1 import admission_service_pb2 as api
 from promptadmission.v1 import admission_service_pb2_grpc as api_grpc
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from admission_service.api.authentication import AuthenticateFirst
 from admission_service.api.errors import ErrorInterceptor
 from admission_service.api.servicer import AdmissionServicer
 from admission_service.api.telemetry import TelemetryInterceptor
 from admission_service.api.tenancy import BearerTokens, DefaultTenant, TenantResolver
+from admission_service.api.token_reload import TokenReloader
 from admission_service.app.hooks import NO_HOOKS, PhaseHooks
 from admission_service.app.service import AdmissionApp
 from admission_service.catalog.loader import load_catalog
@@ -69,6 +73,8 @@ class RunningServer:
     metrics_port: int | None = None
     tracer_provider: TracerProvider | None = None
     owns_tracer_provider: bool = False
+    token_reloader: TokenReloader | None = None
+    token_watch: asyncio.Task[None] | None = None
     stopped: bool = False
 
     @property
@@ -83,6 +89,8 @@ class RunningServer:
         if self.stopped:
             return
         self.stopped = True
+        if self.token_watch is not None:
+            self.token_watch.cancel()
         await self.health.enter_graceful_shutdown()
         await self.server.stop(grace)
         await asyncio.to_thread(self.metrics.stop_http)
@@ -177,25 +185,34 @@ async def start_server(
     metrics = Metrics()
     metrics.watch_pool(engine, settings.db_pool_size + settings.db_max_overflow)
     metrics_port = None
+    tenants = tenants or tenant_resolver(settings)
+    reloader = (
+        TokenReloader(tenants, settings.auth_tokens, settings.auth_tokens_file)
+        if isinstance(tenants, BearerTokens)
+        else None
+    )
     try:
         app = AdmissionApp(engine, catalog, settings.limits, hooks)
         telemetry = TelemetryInterceptor(metrics, tracer, log_payloads=settings.log_payloads)
+        authenticate = AuthenticateFirst(
+            api.DESCRIPTOR.services_by_name["AdmissionService"], tenants
+        )
         server = grpc.aio.server(
-            interceptors=[telemetry, ErrorInterceptor()], options=server_options(settings)
+            interceptors=[telemetry, ErrorInterceptor(), authenticate],
+            options=server_options(settings),
         )
-        api_grpc.add_AdmissionServiceServicer_to_server(
-            AdmissionServicer(app, tenants or tenant_resolver(settings)), server
-        )
+        api_grpc.add_AdmissionServiceServicer_to_server(AdmissionServicer(app, tenants), server)
         health = health_aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health, server)
-        reflection.enable_server_reflection(
-            [
-                SERVICE_NAME,
-                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-                reflection.SERVICE_NAME,
-            ],
-            server,
-        )
+        if settings.reflection:
+            reflection.enable_server_reflection(
+                [
+                    SERVICE_NAME,
+                    health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                    reflection.SERVICE_NAME,
+                ],
+                server,
+            )
         credentials = server_credentials(settings)
         try:
             if credentials is None:
@@ -222,6 +239,13 @@ async def start_server(
         if tracer_provider is not None and owns_tracer_provider:
             tracer_provider.shutdown()
         raise
+    token_watch = None
+    if (
+        reloader is not None
+        and settings.auth_tokens_file is not None
+        and settings.auth_tokens_watch_seconds > 0
+    ):
+        token_watch = asyncio.create_task(reloader.watch(settings.auth_tokens_watch_seconds))
     host = settings.listen.rpartition(":")[0]
     _log.info(
         "serving %s on %s:%d (%s%s)",
@@ -243,6 +267,8 @@ async def start_server(
         metrics_port,
         tracer_provider,
         owns_tracer_provider,
+        reloader,
+        token_watch,
     )
 
 
@@ -257,6 +283,8 @@ async def serve(settings: Settings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    if running.token_reloader is not None:
+        loop.add_signal_handler(signal.SIGHUP, running.token_reloader.reload)
     try:
         await stop.wait()
         _log.info(
@@ -265,6 +293,6 @@ async def serve(settings: Settings) -> None:
         )
     finally:
         await running.stop(settings.shutdown_grace_seconds)
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(sig)
     _log.info("stopped")

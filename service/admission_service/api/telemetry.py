@@ -29,6 +29,7 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from admission_service.api.authentication import parsed_request
 from admission_service.api.unary import Behavior, Continuation, wrap_unary
 from admission_service.telemetry import context as call_context
 from admission_service.telemetry.metrics import Metrics
@@ -91,13 +92,11 @@ class TelemetryInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg
             code = grpc.StatusCode.OK
             try:
                 await context.send_initial_metadata(((call_context.REQUEST_ID_HEADER, request_id),))
-                if self._log_payloads:
-                    _log.debug("request payload", extra={"fields": {"request": _payload(request)}})
                 with _current(span):
                     response = behavior(request, context)
                     if inspect.isawaitable(response):
                         response = await response
-                self._metrics.observe_response(request, response)
+                self._metrics.observe_response(parsed_request(request), response)
                 if self._log_payloads:
                     _log.debug(
                         "response payload", extra={"fields": {"response": _payload(response)}}
@@ -115,6 +114,10 @@ class TelemetryInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg
                 raise
             finally:
                 seconds = time.perf_counter() - started
+                if self._log_payloads and parsed_request(request) is not None:
+                    # After the call: the body is parsed only once the caller is authenticated.
+                    payload = _payload(parsed_request(request))
+                    _log.debug("request payload", extra={"fields": {"request": payload}})
                 self._metrics.rpc_handled(service, name, code.name, seconds)
                 if span is not None:
                     span.set_attribute("rpc.grpc.status_code", code.value[0])

@@ -18,13 +18,14 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 import grpc
+from promptadmission.v1.error_reasons import Reason
 
 from admission_service.telemetry import context as call_context
 
 TOKEN_HASH_PREFIX = "sha256:"
 BEARER = "bearer"
-MISSING_CREDENTIALS = "MISSING_CREDENTIALS"
-INVALID_TOKEN = "INVALID_TOKEN"
+MISSING_CREDENTIALS = Reason.MISSING_CREDENTIALS
+INVALID_TOKEN = Reason.INVALID_TOKEN
 
 
 class Unauthenticated(Exception):
@@ -71,10 +72,16 @@ class BearerTokens:
     """Authenticates ``authorization: Bearer <token>`` against hashed tokens."""
 
     def __init__(self, tenants_by_hash: Mapping[str, str]) -> None:
+        self._tenants: dict[str, str] = {}
+        self.replace(tenants_by_hash)
+
+    def replace(self, tenants_by_hash: Mapping[str, str]) -> None:
+        """Authenticate by these tokens from now on (a reload: revoked tokens are refused by
+        the next call; calls already past authentication finish)."""
         for token_hash in tenants_by_hash:
             if not is_token_hash(token_hash):
                 raise ValueError("token hashes must look like sha256:<64 lower-case hex digits>")
-        self._tenants = dict(tenants_by_hash)
+        self._tenants = dict(tenants_by_hash)  # one assignment: a call sees old or new
 
     async def tenant(self, context: grpc.aio.ServicerContext[Any, Any]) -> str:
         values = [
