@@ -29,7 +29,7 @@ from admission_service.app import commands as app
 from admission_service.domain.accounting import CacheForecast, DivergenceReason, TokenBreakdown
 from admission_service.domain.admission import AppliedCommit
 from admission_service.domain.catalog import Capability
-from admission_service.domain.errors import InvalidArgument, InvalidModelInfo
+from admission_service.domain.errors import InvalidArgument, InvalidModelInfo, fields_under
 from admission_service.domain.events import Append, Event, EventKind, Replace
 from admission_service.domain.messages import (
     Block,
@@ -322,6 +322,7 @@ def admit_command(request: api.AdmitRequest) -> app.AdmitCommand:
         validate_only=request.validate_only,
         expected_revision=_expected_revision(request),
         selection=selection_from_proto(request),
+        previous_output=_previous_output(request),
     )
 
 
@@ -338,27 +339,42 @@ def reconcile_command(request: api.ReconcileRequest) -> app.ReconcileCommand:
 
 
 def record_command(request: api.RecordRequest) -> app.RecordCommand:
+    return _output_command(request.session_id, request, _expected_revision(request))
+
+
+def _output_command(
+    session_id: str, output: api.RecordRequest | api.StepOutput, expected_revision: int | None
+) -> app.RecordCommand:
+    """A step's output, from a RecordRequest or an AdmitRequest's previous_output (whose
+    fields have the same names and meanings)."""
     usage = None
-    if request.HasField("usage"):
+    if output.HasField("usage"):
         usage = app.Usage(
-            input_tokens=request.usage.input_tokens,
-            output_tokens=request.usage.output_tokens,
-            cache_read_tokens=request.usage.cache_read_tokens,
-            cache_write_tokens=request.usage.cache_write_tokens,
+            input_tokens=output.usage.input_tokens,
+            output_tokens=output.usage.output_tokens,
+            cache_read_tokens=output.usage.cache_read_tokens,
+            cache_write_tokens=output.usage.cache_write_tokens,
         )
     return app.RecordCommand(
-        session_id=request.session_id,
-        admission_id=request.admission_id,
+        session_id=session_id,
+        admission_id=output.admission_id,
         assistant=(
-            assistant_from_proto(request.assistant) if request.HasField("assistant") else None
+            assistant_from_proto(output.assistant) if output.HasField("assistant") else None
         ),
         tool_results=tuple(
             tool_result_from_proto(result, f"tool_results[{index}]")
-            for index, result in enumerate(request.tool_results)
+            for index, result in enumerate(output.tool_results)
         ),
         usage=usage,
-        expected_revision=_expected_revision(request),
+        expected_revision=expected_revision,
     )
+
+
+def _previous_output(request: api.AdmitRequest) -> app.RecordCommand | None:
+    if not request.HasField("previous_output"):
+        return None
+    with fields_under("previous_output"):
+        return _output_command(request.session_id, request.previous_output, None)
 
 
 def plan_compaction_command(request: api.PlanCompactionRequest) -> app.PlanCompactionCommand:
@@ -399,7 +415,9 @@ def _block_to_proto(block: Block) -> pb.ContentBlock:
     if isinstance(block, Image):
         return pb.ContentBlock(image=pb.ImageBlock(uri=block.uri, media_type=block.media_type))
     if isinstance(block, Reasoning):
-        return pb.ContentBlock(reasoning=pb.ReasoningBlock(text=block.text))
+        return pb.ContentBlock(
+            reasoning=pb.ReasoningBlock(text=block.text, signature=block.signature)
+        )
     if isinstance(block, ToolCall):
         return pb.ContentBlock(
             tool_call=pb.ToolCallBlock(
@@ -682,6 +700,8 @@ def encode_delete_session(_: None) -> bytes:
 def admit_response(result: app.AttemptResult, *, with_messages: bool = True) -> api.AdmitResponse:
     response = api.AdmitResponse(user_seqs=result.user_seqs)
     _attempt_fields(response, result, with_messages=with_messages)
+    if result.recorded is not None:
+        response.recorded.CopyFrom(record_response(result.recorded))
     return response
 
 

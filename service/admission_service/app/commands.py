@@ -83,6 +83,9 @@ class AdmitCommand:
     validate_only: bool = False
     expected_revision: int | None = None
     selection: RequestSelection = FULL_VIEW
+    # The previous step's output, recorded in the same transaction before this admission (its
+    # expected_revision is None: the Admit's applies to the whole call).
+    previous_output: RecordCommand | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,6 +226,7 @@ class AttemptResult:
     effective_prompt: EffectivePrompt
     forecast: CacheForecast
     route: Route
+    recorded: RecordResult | None = None  # what an Admit's previous_output committed
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -80,6 +80,7 @@ from admission_service.domain.errors import (
     SessionNotFound,
     StaleCompactionPlan,
     UnknownToolCall,
+    fields_under,
 )
 from admission_service.domain.events import Append, Event, EventKind, Replace
 from admission_service.domain.messages import Message, Role, Tool
@@ -377,9 +378,24 @@ class AdmissionApp:
         encode: Callable[[AttemptResult], bytes],
     ) -> bytes:
         validation.check_admit(command, self.limits)
+        output = command.previous_output
+        if output is not None:
+            with fields_under("previous_output"):
+                validation.check_record(output, self.limits)
         route = self._route(command.route)
 
         async def work(tx: Transaction) -> AttemptResult:
+            if output is None:
+                return await admit(tx)
+            # One call per step: Record's transition, then Admit's, in this one transaction.
+            with fields_under("previous_output"):
+                recorded = await self._record_output(tx, output)
+            # Sent now, not merged with the admission's writes: both update the session row,
+            # which one statement must not do twice.
+            await tx.store.flush()
+            return replace(await admit(tx), recorded=recorded)
+
+        async def admit(tx: Transaction) -> AttemptResult:
             admission_id = "" if tx.validate_only else uuid.uuid4().hex
             attempt = rules.Attempt(
                 admission_id=admission_id,
@@ -622,79 +638,7 @@ class AdmissionApp:
         validation.check_record(command, self.limits)
 
         async def work(tx: Transaction) -> RecordResult:
-            admitted = await tx.store.admission(command.admission_id)
-            if admitted is None:
-                raise AdmissionNotFound(command.admission_id)
-            record = tx.record
-            new_events: list[Event] = []
-            seq = record.next_seq
-            assistant_seq = None
-            if command.assistant is not None:
-                calls = command.assistant.tool_call_ids()
-                for call_id in await tx.store.known_tool_calls(calls):
-                    index = calls.index(call_id)
-                    raise InvalidArgument(
-                        "assistant.content", f"tool call id {call_id!r} (call {index}) is taken"
-                    )
-                new_events.append(
-                    Event(
-                        seq,
-                        EventKind.ASSISTANT_MESSAGE,
-                        admitted.turn,
-                        admitted.step,
-                        Append(),
-                        (),
-                        command.assistant,
-                        admission_id=admitted.admission_id,
-                    )
-                )
-                assistant_seq, seq = seq, seq + 1
-            result_seqs = []
-            for result in command.tool_results:
-                message = Message(Role.TOOL, (result,))
-                new_events.append(
-                    Event(
-                        seq,
-                        EventKind.TOOL_RESULT,
-                        admitted.turn,
-                        admitted.step,
-                        Append(),
-                        (),
-                        message,
-                        admission_id=admitted.admission_id,
-                    )
-                )
-                result_seqs.append(seq)
-                seq += 1
-            await tx.reached(Phase.VALIDATE)
-            await tx.reached(Phase.PROJECT)
-            written = await tx.store.write_events(new_events, record.next_position)
-            answers = [
-                (result.call_id, seq)
-                for result, seq in zip(command.tool_results, result_seqs, strict=True)
-            ]
-            answered = await tx.store.answer_tool_calls(answers)
-            for index, (result, ok) in enumerate(zip(command.tool_results, answered, strict=True)):
-                if not ok:
-                    raise UnknownToolCall(
-                        f"tool_results[{index}].call_id",
-                        f"{result.call_id!r} answers no open tool call on the surface",
-                    )
-            if command.usage is not None:
-                usage = codec.dumps(_usage_json(command.usage))
-                await tx.store.observe_usage(admitted.admission_id, usage)
-            await tx.reached(Phase.DERIVE)
-            revision = await tx.store.save(
-                record,
-                next_seq=seq,
-                next_position=written.next_position,
-                series=record.series,
-                last_request=_previous(record),
-                shadowed=record.shadowed,
-                request_count=record.request_count,
-                surface_tokens=record.surface_tokens + written.tokens,
-            )
-            return RecordResult(revision, assistant_seq, tuple(result_seqs))
+            return await self._record_output(tx, command)
 
         return await self._mutate(
             "Record",
@@ -705,6 +649,91 @@ class AdmissionApp:
             work,
             encode,
         )
+
+    async def _record_output(self, tx: Transaction, command: RecordCommand) -> RecordResult:
+        """Record's transition inside ``tx`` (Record, and an Admit's previous_output). Leaves
+        ``tx.record`` as the session row it saved, so a transition after it in the same
+        transaction starts from there."""
+        admitted = await tx.store.admission(command.admission_id)
+        if admitted is None:
+            raise AdmissionNotFound(command.admission_id)
+        record = tx.record
+        new_events: list[Event] = []
+        seq = record.next_seq
+        assistant_seq = None
+        if command.assistant is not None:
+            calls = command.assistant.tool_call_ids()
+            for call_id in await tx.store.known_tool_calls(calls):
+                index = calls.index(call_id)
+                raise InvalidArgument(
+                    "assistant.content", f"tool call id {call_id!r} (call {index}) is taken"
+                )
+            new_events.append(
+                Event(
+                    seq,
+                    EventKind.ASSISTANT_MESSAGE,
+                    admitted.turn,
+                    admitted.step,
+                    Append(),
+                    (),
+                    command.assistant,
+                    admission_id=admitted.admission_id,
+                )
+            )
+            assistant_seq, seq = seq, seq + 1
+        result_seqs = []
+        for result in command.tool_results:
+            message = Message(Role.TOOL, (result,))
+            new_events.append(
+                Event(
+                    seq,
+                    EventKind.TOOL_RESULT,
+                    admitted.turn,
+                    admitted.step,
+                    Append(),
+                    (),
+                    message,
+                    admission_id=admitted.admission_id,
+                )
+            )
+            result_seqs.append(seq)
+            seq += 1
+        await tx.reached(Phase.VALIDATE)
+        await tx.reached(Phase.PROJECT)
+        written = await tx.store.write_events(new_events, record.next_position)
+        answers = [
+            (result.call_id, seq)
+            for result, seq in zip(command.tool_results, result_seqs, strict=True)
+        ]
+        answered = await tx.store.answer_tool_calls(answers)
+        for index, (result, ok) in enumerate(zip(command.tool_results, answered, strict=True)):
+            if not ok:
+                raise UnknownToolCall(
+                    f"tool_results[{index}].call_id",
+                    f"{result.call_id!r} answers no open tool call on the surface",
+                )
+        if command.usage is not None:
+            usage = codec.dumps(_usage_json(command.usage))
+            await tx.store.observe_usage(admitted.admission_id, usage)
+        await tx.reached(Phase.DERIVE)
+        revision = await tx.store.save(
+            record,
+            next_seq=seq,
+            next_position=written.next_position,
+            series=record.series,
+            last_request=_previous(record),
+            shadowed=record.shadowed,
+            request_count=record.request_count,
+            surface_tokens=record.surface_tokens + written.tokens,
+        )
+        tx.record = replace(
+            record,
+            revision=revision,
+            next_seq=seq,
+            next_position=written.next_position,
+            surface_tokens=record.surface_tokens + written.tokens,
+        )
+        return RecordResult(revision, assistant_seq, tuple(result_seqs))
 
     # ---- compaction -----------------------------------------------------------------------
 

@@ -7,6 +7,9 @@ canonical status code.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 
 class DomainError(Exception):
     """Base of every error the domain and service layers raise on purpose."""
@@ -29,6 +32,14 @@ class InvalidArgument(DomainError):
         self.field = field
         if reason is not None:
             self.reason = reason
+
+    def nest(self, parent: str) -> None:
+        """Name the field as one of the nested message ``parent``'s (``parent.field``)."""
+        description = self.message.removeprefix(f"{self.field}: ")
+        self.field = f"{parent}.{self.field}"
+        self.metadata["field"] = self.field
+        self.message = f"{self.field}: {description}"
+        self.args = (self.message,)
 
 
 class InvalidModelInfo(InvalidArgument):
@@ -152,3 +163,14 @@ class StaleCompactionPlan(Aborted):
 
 class Unavailable(DomainError):
     reason = "DATABASE_UNAVAILABLE"
+
+
+@contextlib.contextmanager
+def fields_under(parent: str) -> Iterator[None]:
+    """Bad input raised inside names its field under the nested message ``parent``: the same
+    checks serve a message on its own (RecordRequest) and nested (AdmitRequest.previous_output)."""
+    try:
+        yield
+    except InvalidArgument as error:
+        error.nest(parent)
+        raise
