@@ -548,14 +548,22 @@ class ReasoningBlock(google.protobuf.message.Message):
     DESCRIPTOR: google.protobuf.descriptor.Descriptor
 
     TEXT_FIELD_NUMBER: builtins.int
+    SIGNATURE_FIELD_NUMBER: builtins.int
     text: builtins.str
     """text is the reasoning text, returned byte for byte."""
+    signature: builtins.str
+    """signature is the provider's opaque signature of this reasoning (an Anthropic `thinking`
+    block's `signature`), returned byte for byte. Optional. WIRE_FORMAT_ANTHROPIC_MESSAGES sends
+    reasoning back as a `thinking` block only when it has one (the provider verifies it); the
+    other formats never send it.
+    """
     def __init__(
         self,
         *,
         text: builtins.str = ...,
+        signature: builtins.str = ...,
     ) -> None: ...
-    def ClearField(self, field_name: typing.Literal["text", b"text"]) -> None: ...
+    def ClearField(self, field_name: typing.Literal["signature", b"signature", "text", b"text"]) -> None: ...
 
 global___ReasoningBlock = ReasoningBlock
 
@@ -820,6 +828,7 @@ class DerivedRequest(google.protobuf.message.Message):
     FIRST_MESSAGE_INDEX_FIELD_NUMBER: builtins.int
     TOTAL_MESSAGES_FIELD_NUMBER: builtins.int
     DIGEST_FIELD_NUMBER: builtins.int
+    RENDER_ERROR_FIELD_NUMBER: builtins.int
     wire_format: global___WireFormat.ValueType
     """wire_format is the format body_json is in; never WIRE_FORMAT_UNSPECIFIED."""
     body_json: builtins.str
@@ -854,6 +863,14 @@ class DerivedRequest(google.protobuf.message.Message):
     def tools(self) -> google.protobuf.internal.containers.RepeatedCompositeFieldContainer[global___Tool]:
         """tools is the tool set the request carries."""
 
+    @property
+    def render_error(self) -> global___RenderError:
+        """render_error is set only by Inspect, when the surface cannot be expressed in the requested
+        wire format: body_json is then empty, messages still hold the derived request, and the
+        rest of the response is complete. Admit and Reconcile fail with UNSUPPORTED_WIRE_CONTENT
+        instead.
+        """
+
     def __init__(
         self,
         *,
@@ -865,10 +882,38 @@ class DerivedRequest(google.protobuf.message.Message):
         first_message_index: builtins.int = ...,
         total_messages: builtins.int = ...,
         digest: builtins.bytes = ...,
+        render_error: global___RenderError | None = ...,
     ) -> None: ...
-    def ClearField(self, field_name: typing.Literal["body_json", b"body_json", "digest", b"digest", "first_message_index", b"first_message_index", "messages", b"messages", "tools", b"tools", "total_messages", b"total_messages", "view", b"view", "wire_format", b"wire_format"]) -> None: ...
+    def HasField(self, field_name: typing.Literal["render_error", b"render_error"]) -> builtins.bool: ...
+    def ClearField(self, field_name: typing.Literal["body_json", b"body_json", "digest", b"digest", "first_message_index", b"first_message_index", "messages", b"messages", "render_error", b"render_error", "tools", b"tools", "total_messages", b"total_messages", "view", b"view", "wire_format", b"wire_format"]) -> None: ...
 
 global___DerivedRequest = DerivedRequest
+
+@typing.final
+class RenderError(google.protobuf.message.Message):
+    """RenderError is why a derived request could not be rendered in a wire format."""
+
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    REASON_FIELD_NUMBER: builtins.int
+    FIELD_FIELD_NUMBER: builtins.int
+    MESSAGE_FIELD_NUMBER: builtins.int
+    reason: builtins.str
+    """reason is the error reason Admit would fail with, `UNSUPPORTED_WIRE_CONTENT`."""
+    field: builtins.str
+    """field names what cannot be expressed, for example `messages[3].content[1]` or `tools[0].name`."""
+    message: builtins.str
+    """message says why, naming the field and the wire format."""
+    def __init__(
+        self,
+        *,
+        reason: builtins.str = ...,
+        field: builtins.str = ...,
+        message: builtins.str = ...,
+    ) -> None: ...
+    def ClearField(self, field_name: typing.Literal["field", b"field", "message", b"message", "reason", b"reason"]) -> None: ...
+
+global___RenderError = RenderError
 
 @typing.final
 class SystemCommit(google.protobuf.message.Message):
@@ -908,9 +953,26 @@ class RequestHeader(google.protobuf.message.Message):
 
     DESCRIPTOR: google.protobuf.descriptor.Descriptor
 
+    @typing.final
+    class ConfigEntry(google.protobuf.message.Message):
+        DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: builtins.int
+        VALUE_FIELD_NUMBER: builtins.int
+        key: builtins.str
+        value: builtins.str
+        def __init__(
+            self,
+            *,
+            key: builtins.str = ...,
+            value: builtins.str = ...,
+        ) -> None: ...
+        def ClearField(self, field_name: typing.Literal["key", b"key", "value", b"value"]) -> None: ...
+
     PROVIDER_FIELD_NUMBER: builtins.int
     MODEL_FIELD_NUMBER: builtins.int
     TOOLS_FIELD_NUMBER: builtins.int
+    CONFIG_FIELD_NUMBER: builtins.int
     provider: builtins.str
     """provider is the route's provider."""
     model: builtins.str
@@ -919,14 +981,21 @@ class RequestHeader(google.protobuf.message.Message):
     def tools(self) -> google.protobuf.internal.containers.RepeatedCompositeFieldContainer[global___Tool]:
         """tools is the visible tool set, in the order the harness sent it."""
 
+    @property
+    def config(self) -> google.protobuf.internal.containers.ScalarMap[builtins.str, builtins.str]:
+        """config is the harness's configuration for the request (AdmitRequest.config); empty when
+        none was sent.
+        """
+
     def __init__(
         self,
         *,
         provider: builtins.str = ...,
         model: builtins.str = ...,
         tools: collections.abc.Iterable[global___Tool] | None = ...,
+        config: collections.abc.Mapping[builtins.str, builtins.str] | None = ...,
     ) -> None: ...
-    def ClearField(self, field_name: typing.Literal["model", b"model", "provider", b"provider", "tools", b"tools"]) -> None: ...
+    def ClearField(self, field_name: typing.Literal["config", b"config", "model", b"model", "provider", b"provider", "tools", b"tools"]) -> None: ...
 
 global___RequestHeader = RequestHeader
 
@@ -1106,6 +1175,7 @@ class TokenBreakdown(google.protobuf.message.Message):
     TOOLS_TOKENS_FIELD_NUMBER: builtins.int
     MESSAGE_TOKENS_FIELD_NUMBER: builtins.int
     TOTAL_TOKENS_FIELD_NUMBER: builtins.int
+    TOKENIZER_FIELD_NUMBER: builtins.int
     system_tokens: builtins.int
     """system_tokens is the price of the last non-empty surviving system node."""
     tools_tokens: builtins.int
@@ -1116,6 +1186,10 @@ class TokenBreakdown(google.protobuf.message.Message):
     """
     total_tokens: builtins.int
     """total_tokens is the sum of system_tokens, tools_tokens and message_tokens."""
+    tokenizer: builtins.str
+    """tokenizer names how the figures were estimated: `heuristic` is the public heuristic of the
+    reference token meter (4 characters per token plus fixed overheads per block and message).
+    """
     def __init__(
         self,
         *,
@@ -1123,8 +1197,9 @@ class TokenBreakdown(google.protobuf.message.Message):
         tools_tokens: builtins.int = ...,
         message_tokens: builtins.int = ...,
         total_tokens: builtins.int = ...,
+        tokenizer: builtins.str = ...,
     ) -> None: ...
-    def ClearField(self, field_name: typing.Literal["message_tokens", b"message_tokens", "system_tokens", b"system_tokens", "tools_tokens", b"tools_tokens", "total_tokens", b"total_tokens"]) -> None: ...
+    def ClearField(self, field_name: typing.Literal["message_tokens", b"message_tokens", "system_tokens", b"system_tokens", "tokenizer", b"tokenizer", "tools_tokens", b"tools_tokens", "total_tokens", b"total_tokens"]) -> None: ...
 
 global___TokenBreakdown = TokenBreakdown
 

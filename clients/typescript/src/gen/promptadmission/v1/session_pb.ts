@@ -12,7 +12,7 @@ import type { Message as Message$1 } from "@bufbuild/protobuf";
  * Describes the file promptadmission/v1/session.proto.
  */
 export const file_promptadmission_v1_session: GenFile = /*@__PURE__*/
-  fileDesc("CiBwcm9tcHRhZG1pc3Npb24vdjEvc2Vzc2lvbi5wcm90bxIScHJvbXB0YWRtaXNzaW9uLnYxIqQCCgxDb250ZW50QmxvY2sSLQoEdGV4dBgBIAEoCzIdLnByb21wdGFkbWlzc2lvbi52MS5UZXh0QmxvY2tIABIvCgVpbWFnZRgCIAEoCzIeLnByb21wdGFkbWlzc2lvbi52MS5JbWFnZUJsb2NrSAASNwoJcmVhc29uaW5nGAMgASgLMiIucHJvbXB0YWRtaXNzaW9uLnYxLlJlYXNvbmluZ0Jsb2NrSAASNgoJdG9vbF9jYWxsGAQgASgLMiEucHJvbXB0YWRtaXNzaW9uLnYxLlRvb2xDYWxsQmxvY2tIABI6Cgt0b29sX3Jlc3VsdBgFIAEoCzIjLnByb21wdGFkbWlzc2lvbi52MS5Ub29sUmVzdWx0QmxvY2tIAEIHCgVibG9jayIZCglUZXh0QmxvY2sSDAoEdGV4dBgBIAEoCSItCgpJbWFnZUJsb2NrEgsKA3VyaRgBIAEoCRISCgptZWRpYV90eXBlGAIgASgJIh4KDlJlYXNvbmluZ0Jsb2NrEgwKBHRleHQYASABKAkiRgoNVG9vbENhbGxCbG9jaxIPCgdjYWxsX2lkGAEgASgJEgwKBG5hbWUYAiABKAkSFgoOYXJndW1lbnRzX2pzb24YAyABKAkiZwoPVG9vbFJlc3VsdEJsb2NrEg8KB2NhbGxfaWQYASABKAkSMQoHY29udGVudBgCIAMoCzIgLnByb21wdGFkbWlzc2lvbi52MS5Db250ZW50QmxvY2sSEAoIaXNfZXJyb3IYAyABKAgiawoHTWVzc2FnZRItCgRyb2xlGAEgASgOMh8ucHJvbXB0YWRtaXNzaW9uLnYxLk1lc3NhZ2VSb2xlEjEKB2NvbnRlbnQYAiADKAsyIC5wcm9tcHRhZG1pc3Npb24udjEuQ29udGVudEJsb2NrIkIKBFRvb2wSDAoEbmFtZRgBIAEoCRITCgtkZXNjcmlwdGlvbhgCIAEoCRIXCg9wYXJhbWV0ZXJzX2pzb24YAyABKAkiYgoKVG9vbFJlc3VsdBIPCgdjYWxsX2lkGAEgASgJEjEKB2NvbnRlbnQYAiADKAsyIC5wcm9tcHRhZG1pc3Npb24udjEuQ29udGVudEJsb2NrEhAKCGlzX2Vycm9yGAMgASgIIjYKCFNlcVJhbmdlEhUKCXN0YXJ0X3NlcRgBIAEoA0ICMAISEwoHZW5kX3NlcRgCIAEoA0ICMAIivwEKBVJvdXRlEhAKCHByb3ZpZGVyGAEgASgJEg0KBW1vZGVsGAIgASgJEhoKDmNvbnRleHRfd2luZG93GAMgASgDQgIwAhJEChRzeXN0ZW1fcHJvbXB0X3VwZGF0ZRgEIAEoDjImLnByb21wdGFkbWlzc2lvbi52MS5TeXN0ZW1Qcm9tcHRVcGRhdGUSMwoLdG9vbF91cGRhdGUYBSABKA4yHi5wcm9tcHRhZG1pc3Npb24udjEuVG9vbFVwZGF0ZSI3CgpIZWxkUHJlZml4EhkKDW1lc3NhZ2VfY291bnQYASABKANCAjACEg4KBmRpZ2VzdBgCIAEoDCKsAgoORGVyaXZlZFJlcXVlc3QSMwoLd2lyZV9mb3JtYXQYASABKA4yHi5wcm9tcHRhZG1pc3Npb24udjEuV2lyZUZvcm1hdBItCghtZXNzYWdlcxgCIAMoCzIbLnByb21wdGFkbWlzc2lvbi52MS5NZXNzYWdlEhEKCWJvZHlfanNvbhgDIAEoCRInCgV0b29scxgEIAMoCzIYLnByb21wdGFkbWlzc2lvbi52MS5Ub29sEi0KBHZpZXcYBSABKA4yHy5wcm9tcHRhZG1pc3Npb24udjEuUmVxdWVzdFZpZXcSHwoTZmlyc3RfbWVzc2FnZV9pbmRleBgGIAEoA0ICMAISGgoOdG90YWxfbWVzc2FnZXMYByABKANCAjACEg4KBmRpZ2VzdBgIIAEoDCJ/CgxTeXN0ZW1Db21taXQSNgoJb3BlcmF0aW9uGAEgASgOMiMucHJvbXB0YWRtaXNzaW9uLnYxLkNvbW1pdE9wZXJhdGlvbhIPCgNzZXEYAiABKANCAjACEgwKBHRleHQYAyABKAkSGAoMcmVwbGFjZWRfc2VxGAQgASgDQgIwAiJZCg1SZXF1ZXN0SGVhZGVyEhAKCHByb3ZpZGVyGAEgASgJEg0KBW1vZGVsGAIgASgJEicKBXRvb2xzGAMgAygLMhgucHJvbXB0YWRtaXNzaW9uLnYxLlRvb2wimAEKCUhlYWRlckxvZxIPCgNzZXEYASABKANCAjACEjAKBnJlYXNvbhgCIAEoDjIgLnByb21wdGFkbWlzc2lvbi52MS5IZWFkZXJSZWFzb24SFQoNc3RhcnRzX3NlcmllcxgDIAEoCBIxCgZoZWFkZXIYBCABKAsyIS5wcm9tcHRhZG1pc3Npb24udjEuUmVxdWVzdEhlYWRlciKTAQoOUmVxdWVzdENvbnRleHQSEAoIcHJvdmlkZXIYASABKAkSDQoFbW9kZWwYAiABKAkSGgoOY29udGV4dF93aW5kb3cYAyABKANCAjACEkQKFHN5c3RlbV9wcm9tcHRfdXBkYXRlGAQgASgOMiYucHJvbXB0YWRtaXNzaW9uLnYxLlN5c3RlbVByb21wdFVwZGF0ZSJSCgpDb250ZXh0TG9nEg8KA3NlcRgBIAEoA0ICMAISMwoHY29udGV4dBgCIAEoCzIiLnByb21wdGFkbWlzc2lvbi52MS5SZXF1ZXN0Q29udGV4dCJmCg9FZmZlY3RpdmVQcm9tcHQSDAoEdGV4dBgBIAEoCRIPCgNzZXEYAiABKANCAjACEjQKCGxvY2F0aW9uGAMgASgOMiIucHJvbXB0YWRtaXNzaW9uLnYxLlByb21wdExvY2F0aW9uItwBCg1DYWNoZUZvcmVjYXN0EhsKD3JldXNlZF9tZXNzYWdlcxgBIAEoA0ICMAISGQoNcmV1c2VkX3Rva2VucxgCIAEoA0ICMAISGgoOdG90YWxfbWVzc2FnZXMYAyABKANCAjACEhgKDHRvdGFsX3Rva2VucxgEIAEoA0ICMAISHAoQZGl2ZXJnZW5jZV9pbmRleBgFIAEoA0ICMAISPwoRZGl2ZXJnZW5jZV9yZWFzb24YBiABKA4yJC5wcm9tcHRhZG1pc3Npb24udjEuRGl2ZXJnZW5jZVJlYXNvbiJ7Cg5Ub2tlbkJyZWFrZG93bhIZCg1zeXN0ZW1fdG9rZW5zGAEgASgDQgIwAhIYCgx0b29sc190b2tlbnMYAiABKANCAjACEhoKDm1lc3NhZ2VfdG9rZW5zGAMgASgDQgIwAhIYCgx0b3RhbF90b2tlbnMYBCABKANCAjACIo8BChBTeXN0ZW1Qcm9tcHROb2RlEg8KA3NlcRgBIAEoA0ICMAISKAoEdGltZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEAoEdHVybhgDIAEoA0ICMAISEAoEc3RlcBgEIAEoA0ICMAISDAoEdGV4dBgFIAEoCRIOCgZ1cGRhdGUYBiABKAgiewoFVXNhZ2USGAoMaW5wdXRfdG9rZW5zGAEgASgDQgIwAhIZCg1vdXRwdXRfdG9rZW5zGAIgASgDQgIwAhIdChFjYWNoZV9yZWFkX3Rva2VucxgDIAEoA0ICMAISHgoSY2FjaGVfd3JpdGVfdG9rZW5zGAQgASgDQgIwAiLPAQoLTGVkZ2VyRW50cnkSGQoNcmVxdWVzdF9pbmRleBgBIAEoA0ICMAISFAoMYWRtaXNzaW9uX2lkGAIgASgJEhMKB2F0dGVtcHQYAyABKANCAjACEjMKCGZvcmVjYXN0GAQgASgLMiEucHJvbXB0YWRtaXNzaW9uLnYxLkNhY2hlRm9yZWNhc3QSKwoIb2JzZXJ2ZWQYBSABKAsyGS5wcm9tcHRhZG1pc3Npb24udjEuVXNhZ2USGAoMZHJpZnRfdG9rZW5zGAYgASgDQgIwAiLdAQoLU2VyaWVzU3RhdGUSHgoScmVwbGFjZV9nZW5lcmF0aW9uGAEgASgDQgIwAhIoChdsYXN0X3JlcXVlc3RfZ2VuZXJhdGlvbhgCIAEoA0ICMAJIAIgBARIyCgtsYXN0X2hlYWRlchgDIAEoCzIdLnByb21wdGFkbWlzc2lvbi52MS5IZWFkZXJMb2cSNAoMbGFzdF9jb250ZXh0GAQgASgLMh4ucHJvbXB0YWRtaXNzaW9uLnYxLkNvbnRleHRMb2dCGgoYX2xhc3RfcmVxdWVzdF9nZW5lcmF0aW9uIs4BCgdTZXNzaW9uEhIKCnNlc3Npb25faWQYASABKAkSLwoLY3JlYXRlX3RpbWUYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC3VwZGF0ZV90aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIUCghyZXZpc2lvbhgEIAEoA0ICMAISFwoLZXZlbnRfY291bnQYBSABKANCAjACEh4KEnJlcGxhY2VfZ2VuZXJhdGlvbhgGIAEoA0ICMAIixAEKCVN1cmZhY2VPcBI2CgZhcHBlbmQYASABKAsyJC5wcm9tcHRhZG1pc3Npb24udjEuU3VyZmFjZU9wLkFwcGVuZEgAEjgKB3JlcGxhY2UYAiABKAsyJS5wcm9tcHRhZG1pc3Npb24udjEuU3VyZmFjZU9wLlJlcGxhY2VIABoICgZBcHBlbmQaNQoHUmVwbGFjZRIVCglzdGFydF9zZXEYASABKANCAjACEhMKB2VuZF9zZXEYAiABKANCAjACQgQKAm9wIpwDCgVFdmVudBIPCgNzZXEYASABKANCAjACEi8KC2NvbW1pdF90aW1lGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIrCgRraW5kGAMgASgOMh0ucHJvbXB0YWRtaXNzaW9uLnYxLkV2ZW50S2luZBIQCgR0dXJuGAQgASgDQgIwAhIQCgRzdGVwGAUgASgDQgIwAhIxCgpzdXJmYWNlX29wGAYgASgLMh0ucHJvbXB0YWRtaXNzaW9uLnYxLlN1cmZhY2VPcBIXCgtzb3VyY2Vfc2VxcxgHIAMoA0ICMAISLgoHbWVzc2FnZRgIIAEoCzIbLnByb21wdGFkbWlzc2lvbi52MS5NZXNzYWdlSAASLwoGaGVhZGVyGAkgASgLMh0ucHJvbXB0YWRtaXNzaW9uLnYxLkhlYWRlckxvZ0gAEjUKB2NvbnRleHQYCiABKAsyIi5wcm9tcHRhZG1pc3Npb24udjEuUmVxdWVzdENvbnRleHRIABIUCgxhZG1pc3Npb25faWQYCyABKAlCBgoEYm9keSqOAQoLTWVzc2FnZVJvbGUSHAoYTUVTU0FHRV9ST0xFX1VOU1BFQ0lGSUVEEAASFwoTTUVTU0FHRV9ST0xFX1NZU1RFTRABEhUKEU1FU1NBR0VfUk9MRV9VU0VSEAISGgoWTUVTU0FHRV9ST0xFX0FTU0lTVEFOVBADEhUKEU1FU1NBR0VfUk9MRV9UT09MEAQqgQEKElN5c3RlbVByb21wdFVwZGF0ZRIkCiBTWVNURU1fUFJPTVBUX1VQREFURV9VTlNQRUNJRklFRBAAEiAKHFNZU1RFTV9QUk9NUFRfVVBEQVRFX1JFUExBQ0UQARIjCh9TWVNURU1fUFJPTVBUX1VQREFURV9JTl9ISVNUT1JZEAIqXgoKVG9vbFVwZGF0ZRIbChdUT09MX1VQREFURV9VTlNQRUNJRklFRBAAEhcKE1RPT0xfVVBEQVRFX1JFUExBQ0UQARIaChZUT09MX1VQREFURV9JTl9ISVNUT1JZEAIqkgEKEENhcGFiaWxpdHlTb3VyY2USIQodQ0FQQUJJTElUWV9TT1VSQ0VfVU5TUEVDSUZJRUQQABIdChlDQVBBQklMSVRZX1NPVVJDRV9SRVFVRVNUEAESHQoZQ0FQQUJJTElUWV9TT1VSQ0VfQ0FUQUxPRxACEh0KGUNBUEFCSUxJVFlfU09VUkNFX0RFRkFVTFQQAyqlAQoKV2lyZUZvcm1hdBIbChdXSVJFX0ZPUk1BVF9VTlNQRUNJRklFRBAAEhcKE1dJUkVfRk9STUFUX05FVVRSQUwQARIbChdXSVJFX0ZPUk1BVF9PUEVOQUlfQ0hBVBACEiAKHFdJUkVfRk9STUFUX09QRU5BSV9SRVNQT05TRVMQAxIiCh5XSVJFX0ZPUk1BVF9BTlRIUk9QSUNfTUVTU0FHRVMQBCpaCgtSZXF1ZXN0VmlldxIcChhSRVFVRVNUX1ZJRVdfVU5TUEVDSUZJRUQQABIVChFSRVFVRVNUX1ZJRVdfRlVMTBABEhYKElJFUVVFU1RfVklFV19ERUxUQRACKm4KD0NvbW1pdE9wZXJhdGlvbhIgChxDT01NSVRfT1BFUkFUSU9OX1VOU1BFQ0lGSUVEEAASGwoXQ09NTUlUX09QRVJBVElPTl9BUFBFTkQQARIcChhDT01NSVRfT1BFUkFUSU9OX1JFUExBQ0UQAiqWAQoMSGVhZGVyUmVhc29uEh0KGUhFQURFUl9SRUFTT05fVU5TUEVDSUZJRUQQABIZChVIRUFERVJfUkVBU09OX0lOSVRJQUwQARIYChRIRUFERVJfUkVBU09OX1JFU1VNRRACEhgKFEhFQURFUl9SRUFTT05fQ0hBTkdFEAMSGAoUSEVBREVSX1JFQVNPTl9TRVJJRVMQBCqFAQoOUHJvbXB0TG9jYXRpb24SHwobUFJPTVBUX0xPQ0FUSU9OX1VOU1BFQ0lGSUVEEAASGAoUUFJPTVBUX0xPQ0FUSU9OX05PTkUQARIYChRQUk9NUFRfTE9DQVRJT05fSEVBRBACEh4KGlBST01QVF9MT0NBVElPTl9JTl9ISVNUT1JZEAMqsgIKEERpdmVyZ2VuY2VSZWFzb24SIQodRElWRVJHRU5DRV9SRUFTT05fVU5TUEVDSUZJRUQQABIaChZESVZFUkdFTkNFX1JFQVNPTl9OT05FEAESIwofRElWRVJHRU5DRV9SRUFTT05fRklSU1RfUkVRVUVTVBACEiQKIERJVkVSR0VOQ0VfUkVBU09OX1NZU1RFTV9DSEFOR0VEEAMSIwofRElWRVJHRU5DRV9SRUFTT05fVE9PTFNfQ0hBTkdFRBAEEiYKIkRJVkVSR0VOQ0VfUkVBU09OX01FU1NBR0VTX0NIQU5HRUQQBRIjCh9ESVZFUkdFTkNFX1JFQVNPTl9NT0RFTF9DSEFOR0VEEAYSIgoeRElWRVJHRU5DRV9SRUFTT05fU0VSSUVTX1NUQVJUEAcqgwIKCUV2ZW50S2luZBIaChZFVkVOVF9LSU5EX1VOU1BFQ0lGSUVEEAASHQoZRVZFTlRfS0lORF9TWVNURU1fTUVTU0FHRRABEhsKF0VWRU5UX0tJTkRfVVNFUl9NRVNTQUdFEAISIAocRVZFTlRfS0lORF9BU1NJU1RBTlRfTUVTU0FHRRADEhoKFkVWRU5UX0tJTkRfVE9PTF9SRVNVTFQQBBIhCh1FVkVOVF9LSU5EX0NPTVBBQ1RJT05fU1VNTUFSWRAFEh0KGUVWRU5UX0tJTkRfUkVRVUVTVF9IRUFERVIQBhIeChpFVkVOVF9LSU5EX1JFUVVFU1RfQ09OVEVYVBAHYgZwcm90bzM", [file_google_protobuf_timestamp]);
+  fileDesc("CiBwcm9tcHRhZG1pc3Npb24vdjEvc2Vzc2lvbi5wcm90bxIScHJvbXB0YWRtaXNzaW9uLnYxIqQCCgxDb250ZW50QmxvY2sSLQoEdGV4dBgBIAEoCzIdLnByb21wdGFkbWlzc2lvbi52MS5UZXh0QmxvY2tIABIvCgVpbWFnZRgCIAEoCzIeLnByb21wdGFkbWlzc2lvbi52MS5JbWFnZUJsb2NrSAASNwoJcmVhc29uaW5nGAMgASgLMiIucHJvbXB0YWRtaXNzaW9uLnYxLlJlYXNvbmluZ0Jsb2NrSAASNgoJdG9vbF9jYWxsGAQgASgLMiEucHJvbXB0YWRtaXNzaW9uLnYxLlRvb2xDYWxsQmxvY2tIABI6Cgt0b29sX3Jlc3VsdBgFIAEoCzIjLnByb21wdGFkbWlzc2lvbi52MS5Ub29sUmVzdWx0QmxvY2tIAEIHCgVibG9jayIZCglUZXh0QmxvY2sSDAoEdGV4dBgBIAEoCSItCgpJbWFnZUJsb2NrEgsKA3VyaRgBIAEoCRISCgptZWRpYV90eXBlGAIgASgJIjEKDlJlYXNvbmluZ0Jsb2NrEgwKBHRleHQYASABKAkSEQoJc2lnbmF0dXJlGAIgASgJIkYKDVRvb2xDYWxsQmxvY2sSDwoHY2FsbF9pZBgBIAEoCRIMCgRuYW1lGAIgASgJEhYKDmFyZ3VtZW50c19qc29uGAMgASgJImcKD1Rvb2xSZXN1bHRCbG9jaxIPCgdjYWxsX2lkGAEgASgJEjEKB2NvbnRlbnQYAiADKAsyIC5wcm9tcHRhZG1pc3Npb24udjEuQ29udGVudEJsb2NrEhAKCGlzX2Vycm9yGAMgASgIImsKB01lc3NhZ2USLQoEcm9sZRgBIAEoDjIfLnByb21wdGFkbWlzc2lvbi52MS5NZXNzYWdlUm9sZRIxCgdjb250ZW50GAIgAygLMiAucHJvbXB0YWRtaXNzaW9uLnYxLkNvbnRlbnRCbG9jayJCCgRUb29sEgwKBG5hbWUYASABKAkSEwoLZGVzY3JpcHRpb24YAiABKAkSFwoPcGFyYW1ldGVyc19qc29uGAMgASgJImIKClRvb2xSZXN1bHQSDwoHY2FsbF9pZBgBIAEoCRIxCgdjb250ZW50GAIgAygLMiAucHJvbXB0YWRtaXNzaW9uLnYxLkNvbnRlbnRCbG9jaxIQCghpc19lcnJvchgDIAEoCCI2CghTZXFSYW5nZRIVCglzdGFydF9zZXEYASABKANCAjACEhMKB2VuZF9zZXEYAiABKANCAjACIr8BCgVSb3V0ZRIQCghwcm92aWRlchgBIAEoCRINCgVtb2RlbBgCIAEoCRIaCg5jb250ZXh0X3dpbmRvdxgDIAEoA0ICMAISRAoUc3lzdGVtX3Byb21wdF91cGRhdGUYBCABKA4yJi5wcm9tcHRhZG1pc3Npb24udjEuU3lzdGVtUHJvbXB0VXBkYXRlEjMKC3Rvb2xfdXBkYXRlGAUgASgOMh4ucHJvbXB0YWRtaXNzaW9uLnYxLlRvb2xVcGRhdGUiNwoKSGVsZFByZWZpeBIZCg1tZXNzYWdlX2NvdW50GAEgASgDQgIwAhIOCgZkaWdlc3QYAiABKAwi4wIKDkRlcml2ZWRSZXF1ZXN0EjMKC3dpcmVfZm9ybWF0GAEgASgOMh4ucHJvbXB0YWRtaXNzaW9uLnYxLldpcmVGb3JtYXQSLQoIbWVzc2FnZXMYAiADKAsyGy5wcm9tcHRhZG1pc3Npb24udjEuTWVzc2FnZRIRCglib2R5X2pzb24YAyABKAkSJwoFdG9vbHMYBCADKAsyGC5wcm9tcHRhZG1pc3Npb24udjEuVG9vbBItCgR2aWV3GAUgASgOMh8ucHJvbXB0YWRtaXNzaW9uLnYxLlJlcXVlc3RWaWV3Eh8KE2ZpcnN0X21lc3NhZ2VfaW5kZXgYBiABKANCAjACEhoKDnRvdGFsX21lc3NhZ2VzGAcgASgDQgIwAhIOCgZkaWdlc3QYCCABKAwSNQoMcmVuZGVyX2Vycm9yGAkgASgLMh8ucHJvbXB0YWRtaXNzaW9uLnYxLlJlbmRlckVycm9yIj0KC1JlbmRlckVycm9yEg4KBnJlYXNvbhgBIAEoCRINCgVmaWVsZBgCIAEoCRIPCgdtZXNzYWdlGAMgASgJIn8KDFN5c3RlbUNvbW1pdBI2CglvcGVyYXRpb24YASABKA4yIy5wcm9tcHRhZG1pc3Npb24udjEuQ29tbWl0T3BlcmF0aW9uEg8KA3NlcRgCIAEoA0ICMAISDAoEdGV4dBgDIAEoCRIYCgxyZXBsYWNlZF9zZXEYBCABKANCAjACIscBCg1SZXF1ZXN0SGVhZGVyEhAKCHByb3ZpZGVyGAEgASgJEg0KBW1vZGVsGAIgASgJEicKBXRvb2xzGAMgAygLMhgucHJvbXB0YWRtaXNzaW9uLnYxLlRvb2wSPQoGY29uZmlnGAggAygLMi0ucHJvbXB0YWRtaXNzaW9uLnYxLlJlcXVlc3RIZWFkZXIuQ29uZmlnRW50cnkaLQoLQ29uZmlnRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKYAQoJSGVhZGVyTG9nEg8KA3NlcRgBIAEoA0ICMAISMAoGcmVhc29uGAIgASgOMiAucHJvbXB0YWRtaXNzaW9uLnYxLkhlYWRlclJlYXNvbhIVCg1zdGFydHNfc2VyaWVzGAMgASgIEjEKBmhlYWRlchgEIAEoCzIhLnByb21wdGFkbWlzc2lvbi52MS5SZXF1ZXN0SGVhZGVyIpMBCg5SZXF1ZXN0Q29udGV4dBIQCghwcm92aWRlchgBIAEoCRINCgVtb2RlbBgCIAEoCRIaCg5jb250ZXh0X3dpbmRvdxgDIAEoA0ICMAISRAoUc3lzdGVtX3Byb21wdF91cGRhdGUYBCABKA4yJi5wcm9tcHRhZG1pc3Npb24udjEuU3lzdGVtUHJvbXB0VXBkYXRlIlIKCkNvbnRleHRMb2cSDwoDc2VxGAEgASgDQgIwAhIzCgdjb250ZXh0GAIgASgLMiIucHJvbXB0YWRtaXNzaW9uLnYxLlJlcXVlc3RDb250ZXh0ImYKD0VmZmVjdGl2ZVByb21wdBIMCgR0ZXh0GAEgASgJEg8KA3NlcRgCIAEoA0ICMAISNAoIbG9jYXRpb24YAyABKA4yIi5wcm9tcHRhZG1pc3Npb24udjEuUHJvbXB0TG9jYXRpb24i3AEKDUNhY2hlRm9yZWNhc3QSGwoPcmV1c2VkX21lc3NhZ2VzGAEgASgDQgIwAhIZCg1yZXVzZWRfdG9rZW5zGAIgASgDQgIwAhIaCg50b3RhbF9tZXNzYWdlcxgDIAEoA0ICMAISGAoMdG90YWxfdG9rZW5zGAQgASgDQgIwAhIcChBkaXZlcmdlbmNlX2luZGV4GAUgASgDQgIwAhI/ChFkaXZlcmdlbmNlX3JlYXNvbhgGIAEoDjIkLnByb21wdGFkbWlzc2lvbi52MS5EaXZlcmdlbmNlUmVhc29uIo4BCg5Ub2tlbkJyZWFrZG93bhIZCg1zeXN0ZW1fdG9rZW5zGAEgASgDQgIwAhIYCgx0b29sc190b2tlbnMYAiABKANCAjACEhoKDm1lc3NhZ2VfdG9rZW5zGAMgASgDQgIwAhIYCgx0b3RhbF90b2tlbnMYBCABKANCAjACEhEKCXRva2VuaXplchgFIAEoCSKPAQoQU3lzdGVtUHJvbXB0Tm9kZRIPCgNzZXEYASABKANCAjACEigKBHRpbWUYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhAKBHR1cm4YAyABKANCAjACEhAKBHN0ZXAYBCABKANCAjACEgwKBHRleHQYBSABKAkSDgoGdXBkYXRlGAYgASgIInsKBVVzYWdlEhgKDGlucHV0X3Rva2VucxgBIAEoA0ICMAISGQoNb3V0cHV0X3Rva2VucxgCIAEoA0ICMAISHQoRY2FjaGVfcmVhZF90b2tlbnMYAyABKANCAjACEh4KEmNhY2hlX3dyaXRlX3Rva2VucxgEIAEoA0ICMAIizwEKC0xlZGdlckVudHJ5EhkKDXJlcXVlc3RfaW5kZXgYASABKANCAjACEhQKDGFkbWlzc2lvbl9pZBgCIAEoCRITCgdhdHRlbXB0GAMgASgDQgIwAhIzCghmb3JlY2FzdBgEIAEoCzIhLnByb21wdGFkbWlzc2lvbi52MS5DYWNoZUZvcmVjYXN0EisKCG9ic2VydmVkGAUgASgLMhkucHJvbXB0YWRtaXNzaW9uLnYxLlVzYWdlEhgKDGRyaWZ0X3Rva2VucxgGIAEoA0ICMAIi3QEKC1Nlcmllc1N0YXRlEh4KEnJlcGxhY2VfZ2VuZXJhdGlvbhgBIAEoA0ICMAISKAoXbGFzdF9yZXF1ZXN0X2dlbmVyYXRpb24YAiABKANCAjACSACIAQESMgoLbGFzdF9oZWFkZXIYAyABKAsyHS5wcm9tcHRhZG1pc3Npb24udjEuSGVhZGVyTG9nEjQKDGxhc3RfY29udGV4dBgEIAEoCzIeLnByb21wdGFkbWlzc2lvbi52MS5Db250ZXh0TG9nQhoKGF9sYXN0X3JlcXVlc3RfZ2VuZXJhdGlvbiLOAQoHU2Vzc2lvbhISCgpzZXNzaW9uX2lkGAEgASgJEi8KC2NyZWF0ZV90aW1lGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgt1cGRhdGVfdGltZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFAoIcmV2aXNpb24YBCABKANCAjACEhcKC2V2ZW50X2NvdW50GAUgASgDQgIwAhIeChJyZXBsYWNlX2dlbmVyYXRpb24YBiABKANCAjACIsQBCglTdXJmYWNlT3ASNgoGYXBwZW5kGAEgASgLMiQucHJvbXB0YWRtaXNzaW9uLnYxLlN1cmZhY2VPcC5BcHBlbmRIABI4CgdyZXBsYWNlGAIgASgLMiUucHJvbXB0YWRtaXNzaW9uLnYxLlN1cmZhY2VPcC5SZXBsYWNlSAAaCAoGQXBwZW5kGjUKB1JlcGxhY2USFQoJc3RhcnRfc2VxGAEgASgDQgIwAhITCgdlbmRfc2VxGAIgASgDQgIwAkIECgJvcCKcAwoFRXZlbnQSDwoDc2VxGAEgASgDQgIwAhIvCgtjb21taXRfdGltZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKwoEa2luZBgDIAEoDjIdLnByb21wdGFkbWlzc2lvbi52MS5FdmVudEtpbmQSEAoEdHVybhgEIAEoA0ICMAISEAoEc3RlcBgFIAEoA0ICMAISMQoKc3VyZmFjZV9vcBgGIAEoCzIdLnByb21wdGFkbWlzc2lvbi52MS5TdXJmYWNlT3ASFwoLc291cmNlX3NlcXMYByADKANCAjACEi4KB21lc3NhZ2UYCCABKAsyGy5wcm9tcHRhZG1pc3Npb24udjEuTWVzc2FnZUgAEi8KBmhlYWRlchgJIAEoCzIdLnByb21wdGFkbWlzc2lvbi52MS5IZWFkZXJMb2dIABI1Cgdjb250ZXh0GAogASgLMiIucHJvbXB0YWRtaXNzaW9uLnYxLlJlcXVlc3RDb250ZXh0SAASFAoMYWRtaXNzaW9uX2lkGAsgASgJQgYKBGJvZHkqjgEKC01lc3NhZ2VSb2xlEhwKGE1FU1NBR0VfUk9MRV9VTlNQRUNJRklFRBAAEhcKE01FU1NBR0VfUk9MRV9TWVNURU0QARIVChFNRVNTQUdFX1JPTEVfVVNFUhACEhoKFk1FU1NBR0VfUk9MRV9BU1NJU1RBTlQQAxIVChFNRVNTQUdFX1JPTEVfVE9PTBAEKoEBChJTeXN0ZW1Qcm9tcHRVcGRhdGUSJAogU1lTVEVNX1BST01QVF9VUERBVEVfVU5TUEVDSUZJRUQQABIgChxTWVNURU1fUFJPTVBUX1VQREFURV9SRVBMQUNFEAESIwofU1lTVEVNX1BST01QVF9VUERBVEVfSU5fSElTVE9SWRACKl4KClRvb2xVcGRhdGUSGwoXVE9PTF9VUERBVEVfVU5TUEVDSUZJRUQQABIXChNUT09MX1VQREFURV9SRVBMQUNFEAESGgoWVE9PTF9VUERBVEVfSU5fSElTVE9SWRACKpIBChBDYXBhYmlsaXR5U291cmNlEiEKHUNBUEFCSUxJVFlfU09VUkNFX1VOU1BFQ0lGSUVEEAASHQoZQ0FQQUJJTElUWV9TT1VSQ0VfUkVRVUVTVBABEh0KGUNBUEFCSUxJVFlfU09VUkNFX0NBVEFMT0cQAhIdChlDQVBBQklMSVRZX1NPVVJDRV9ERUZBVUxUEAMqpQEKCldpcmVGb3JtYXQSGwoXV0lSRV9GT1JNQVRfVU5TUEVDSUZJRUQQABIXChNXSVJFX0ZPUk1BVF9ORVVUUkFMEAESGwoXV0lSRV9GT1JNQVRfT1BFTkFJX0NIQVQQAhIgChxXSVJFX0ZPUk1BVF9PUEVOQUlfUkVTUE9OU0VTEAMSIgoeV0lSRV9GT1JNQVRfQU5USFJPUElDX01FU1NBR0VTEAQqWgoLUmVxdWVzdFZpZXcSHAoYUkVRVUVTVF9WSUVXX1VOU1BFQ0lGSUVEEAASFQoRUkVRVUVTVF9WSUVXX0ZVTEwQARIWChJSRVFVRVNUX1ZJRVdfREVMVEEQAipuCg9Db21taXRPcGVyYXRpb24SIAocQ09NTUlUX09QRVJBVElPTl9VTlNQRUNJRklFRBAAEhsKF0NPTU1JVF9PUEVSQVRJT05fQVBQRU5EEAESHAoYQ09NTUlUX09QRVJBVElPTl9SRVBMQUNFEAIqlgEKDEhlYWRlclJlYXNvbhIdChlIRUFERVJfUkVBU09OX1VOU1BFQ0lGSUVEEAASGQoVSEVBREVSX1JFQVNPTl9JTklUSUFMEAESGAoUSEVBREVSX1JFQVNPTl9SRVNVTUUQAhIYChRIRUFERVJfUkVBU09OX0NIQU5HRRADEhgKFEhFQURFUl9SRUFTT05fU0VSSUVTEAQqhQEKDlByb21wdExvY2F0aW9uEh8KG1BST01QVF9MT0NBVElPTl9VTlNQRUNJRklFRBAAEhgKFFBST01QVF9MT0NBVElPTl9OT05FEAESGAoUUFJPTVBUX0xPQ0FUSU9OX0hFQUQQAhIeChpQUk9NUFRfTE9DQVRJT05fSU5fSElTVE9SWRADKrICChBEaXZlcmdlbmNlUmVhc29uEiEKHURJVkVSR0VOQ0VfUkVBU09OX1VOU1BFQ0lGSUVEEAASGgoWRElWRVJHRU5DRV9SRUFTT05fTk9ORRABEiMKH0RJVkVSR0VOQ0VfUkVBU09OX0ZJUlNUX1JFUVVFU1QQAhIkCiBESVZFUkdFTkNFX1JFQVNPTl9TWVNURU1fQ0hBTkdFRBADEiMKH0RJVkVSR0VOQ0VfUkVBU09OX1RPT0xTX0NIQU5HRUQQBBImCiJESVZFUkdFTkNFX1JFQVNPTl9NRVNTQUdFU19DSEFOR0VEEAUSIwofRElWRVJHRU5DRV9SRUFTT05fTU9ERUxfQ0hBTkdFRBAGEiIKHkRJVkVSR0VOQ0VfUkVBU09OX1NFUklFU19TVEFSVBAHKoMCCglFdmVudEtpbmQSGgoWRVZFTlRfS0lORF9VTlNQRUNJRklFRBAAEh0KGUVWRU5UX0tJTkRfU1lTVEVNX01FU1NBR0UQARIbChdFVkVOVF9LSU5EX1VTRVJfTUVTU0FHRRACEiAKHEVWRU5UX0tJTkRfQVNTSVNUQU5UX01FU1NBR0UQAxIaChZFVkVOVF9LSU5EX1RPT0xfUkVTVUxUEAQSIQodRVZFTlRfS0lORF9DT01QQUNUSU9OX1NVTU1BUlkQBRIdChlFVkVOVF9LSU5EX1JFUVVFU1RfSEVBREVSEAYSHgoaRVZFTlRfS0lORF9SRVFVRVNUX0NPTlRFWFQQB2IGcHJvdG8z", [file_google_protobuf_timestamp]);
 
 /**
  * ContentBlock is one piece of a message's content.
@@ -136,6 +136,16 @@ export type ReasoningBlock = Message$1<"promptadmission.v1.ReasoningBlock"> & {
    * @generated from field: string text = 1;
    */
   text: string;
+
+  /**
+   * signature is the provider's opaque signature of this reasoning (an Anthropic `thinking`
+   * block's `signature`), returned byte for byte. Optional. WIRE_FORMAT_ANTHROPIC_MESSAGES sends
+   * reasoning back as a `thinking` block only when it has one (the provider verifies it); the
+   * other formats never send it.
+   *
+   * @generated from field: string signature = 2;
+   */
+  signature: string;
 };
 
 /**
@@ -509,6 +519,16 @@ export type DerivedRequest = Message$1<"promptadmission.v1.DerivedRequest"> & {
    * @generated from field: bytes digest = 8;
    */
   digest: Uint8Array;
+
+  /**
+   * render_error is set only by Inspect, when the surface cannot be expressed in the requested
+   * wire format: body_json is then empty, messages still hold the derived request, and the
+   * rest of the response is complete. Admit and Reconcile fail with UNSUPPORTED_WIRE_CONTENT
+   * instead.
+   *
+   * @generated from field: promptadmission.v1.RenderError render_error = 9;
+   */
+  renderError?: RenderError | undefined;
 };
 
 /**
@@ -517,6 +537,41 @@ export type DerivedRequest = Message$1<"promptadmission.v1.DerivedRequest"> & {
  */
 export const DerivedRequestSchema: GenMessage<DerivedRequest> = /*@__PURE__*/
   messageDesc(file_promptadmission_v1_session, 12);
+
+/**
+ * RenderError is why a derived request could not be rendered in a wire format.
+ *
+ * @generated from message promptadmission.v1.RenderError
+ */
+export type RenderError = Message$1<"promptadmission.v1.RenderError"> & {
+  /**
+   * reason is the error reason Admit would fail with, `UNSUPPORTED_WIRE_CONTENT`.
+   *
+   * @generated from field: string reason = 1;
+   */
+  reason: string;
+
+  /**
+   * field names what cannot be expressed, for example `messages[3].content[1]` or `tools[0].name`.
+   *
+   * @generated from field: string field = 2;
+   */
+  field: string;
+
+  /**
+   * message says why, naming the field and the wire format.
+   *
+   * @generated from field: string message = 3;
+   */
+  message: string;
+};
+
+/**
+ * Describes the message promptadmission.v1.RenderError.
+ * Use `create(RenderErrorSchema)` to create a new message.
+ */
+export const RenderErrorSchema: GenMessage<RenderError> = /*@__PURE__*/
+  messageDesc(file_promptadmission_v1_session, 13);
 
 /**
  * SystemCommit is one system node committed by the projection rule.
@@ -559,7 +614,7 @@ export type SystemCommit = Message$1<"promptadmission.v1.SystemCommit"> & {
  * Use `create(SystemCommitSchema)` to create a new message.
  */
 export const SystemCommitSchema: GenMessage<SystemCommit> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 13);
+  messageDesc(file_promptadmission_v1_session, 14);
 
 /**
  * RequestHeader is the configuration part of a request that the provider cache depends on.
@@ -587,6 +642,14 @@ export type RequestHeader = Message$1<"promptadmission.v1.RequestHeader"> & {
    * @generated from field: repeated promptadmission.v1.Tool tools = 3;
    */
   tools: Tool[];
+
+  /**
+   * config is the harness's configuration for the request (AdmitRequest.config); empty when
+   * none was sent.
+   *
+   * @generated from field: map<string, string> config = 8;
+   */
+  config: { [key: string]: string };
 };
 
 /**
@@ -594,7 +657,7 @@ export type RequestHeader = Message$1<"promptadmission.v1.RequestHeader"> & {
  * Use `create(RequestHeaderSchema)` to create a new message.
  */
 export const RequestHeaderSchema: GenMessage<RequestHeader> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 14);
+  messageDesc(file_promptadmission_v1_session, 15);
 
 /**
  * HeaderLog is a logged request header event.
@@ -636,7 +699,7 @@ export type HeaderLog = Message$1<"promptadmission.v1.HeaderLog"> & {
  * Use `create(HeaderLogSchema)` to create a new message.
  */
 export const HeaderLogSchema: GenMessage<HeaderLog> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 15);
+  messageDesc(file_promptadmission_v1_session, 16);
 
 /**
  * RequestContext is the route and capability a request was prepared with.
@@ -679,7 +742,7 @@ export type RequestContext = Message$1<"promptadmission.v1.RequestContext"> & {
  * Use `create(RequestContextSchema)` to create a new message.
  */
 export const RequestContextSchema: GenMessage<RequestContext> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 16);
+  messageDesc(file_promptadmission_v1_session, 17);
 
 /**
  * ContextLog is a logged request context event. One is logged whenever provider, model,
@@ -708,7 +771,7 @@ export type ContextLog = Message$1<"promptadmission.v1.ContextLog"> & {
  * Use `create(ContextLogSchema)` to create a new message.
  */
 export const ContextLogSchema: GenMessage<ContextLog> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 17);
+  messageDesc(file_promptadmission_v1_session, 18);
 
 /**
  * EffectivePrompt is the system prompt in force: the text of the last non-empty surviving
@@ -745,7 +808,7 @@ export type EffectivePrompt = Message$1<"promptadmission.v1.EffectivePrompt"> & 
  * Use `create(EffectivePromptSchema)` to create a new message.
  */
 export const EffectivePromptSchema: GenMessage<EffectivePrompt> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 18);
+  messageDesc(file_promptadmission_v1_session, 19);
 
 /**
  * CacheForecast predicts how much of a derived request the provider's prefix cache can serve,
@@ -804,7 +867,7 @@ export type CacheForecast = Message$1<"promptadmission.v1.CacheForecast"> & {
  * Use `create(CacheForecastSchema)` to create a new message.
  */
 export const CacheForecastSchema: GenMessage<CacheForecast> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 19);
+  messageDesc(file_promptadmission_v1_session, 20);
 
 /**
  * TokenBreakdown is the estimated token cost of what the model sees, by part.
@@ -840,6 +903,14 @@ export type TokenBreakdown = Message$1<"promptadmission.v1.TokenBreakdown"> & {
    * @generated from field: int64 total_tokens = 4 [jstype = JS_NUMBER];
    */
   totalTokens: bigint;
+
+  /**
+   * tokenizer names how the figures were estimated: `heuristic` is the public heuristic of the
+   * reference token meter (4 characters per token plus fixed overheads per block and message).
+   *
+   * @generated from field: string tokenizer = 5;
+   */
+  tokenizer: string;
 };
 
 /**
@@ -847,7 +918,7 @@ export type TokenBreakdown = Message$1<"promptadmission.v1.TokenBreakdown"> & {
  * Use `create(TokenBreakdownSchema)` to create a new message.
  */
 export const TokenBreakdownSchema: GenMessage<TokenBreakdown> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 20);
+  messageDesc(file_promptadmission_v1_session, 21);
 
 /**
  * SystemPromptNode is a surviving system node, as shown by Inspect.
@@ -903,7 +974,7 @@ export type SystemPromptNode = Message$1<"promptadmission.v1.SystemPromptNode"> 
  * Use `create(SystemPromptNodeSchema)` to create a new message.
  */
 export const SystemPromptNodeSchema: GenMessage<SystemPromptNode> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 21);
+  messageDesc(file_promptadmission_v1_session, 22);
 
 /**
  * Usage is the token usage a provider reported for one model request.
@@ -947,7 +1018,7 @@ export type Usage = Message$1<"promptadmission.v1.Usage"> & {
  * Use `create(UsageSchema)` to create a new message.
  */
 export const UsageSchema: GenMessage<Usage> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 22);
+  messageDesc(file_promptadmission_v1_session, 23);
 
 /**
  * LedgerEntry sets the cache forecast of one derived request beside the usage the provider
@@ -1006,7 +1077,7 @@ export type LedgerEntry = Message$1<"promptadmission.v1.LedgerEntry"> & {
  * Use `create(LedgerEntrySchema)` to create a new message.
  */
 export const LedgerEntrySchema: GenMessage<LedgerEntry> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 23);
+  messageDesc(file_promptadmission_v1_session, 24);
 
 /**
  * SeriesState is the state the service uses to decide whether a request starts a new series.
@@ -1049,7 +1120,7 @@ export type SeriesState = Message$1<"promptadmission.v1.SeriesState"> & {
  * Use `create(SeriesStateSchema)` to create a new message.
  */
 export const SeriesStateSchema: GenMessage<SeriesState> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 24);
+  messageDesc(file_promptadmission_v1_session, 25);
 
 /**
  * Session is one conversation owned by one tenant, with its append-only event log.
@@ -1109,7 +1180,7 @@ export type Session = Message$1<"promptadmission.v1.Session"> & {
  * Use `create(SessionSchema)` to create a new message.
  */
 export const SessionSchema: GenMessage<Session> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 25);
+  messageDesc(file_promptadmission_v1_session, 26);
 
 /**
  * SurfaceOp is how a surface event entered the surface.
@@ -1146,7 +1217,7 @@ export type SurfaceOp = Message$1<"promptadmission.v1.SurfaceOp"> & {
  * Use `create(SurfaceOpSchema)` to create a new message.
  */
 export const SurfaceOpSchema: GenMessage<SurfaceOp> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 26);
+  messageDesc(file_promptadmission_v1_session, 27);
 
 /**
  * Append puts the node at the end of the surface.
@@ -1161,7 +1232,7 @@ export type SurfaceOp_Append = Message$1<"promptadmission.v1.SurfaceOp.Append"> 
  * Use `create(SurfaceOp_AppendSchema)` to create a new message.
  */
 export const SurfaceOp_AppendSchema: GenMessage<SurfaceOp_Append> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 26, 0);
+  messageDesc(file_promptadmission_v1_session, 27, 0);
 
 /**
  * Replace shadows a contiguous run of surviving nodes and puts the node in its place.
@@ -1189,7 +1260,7 @@ export type SurfaceOp_Replace = Message$1<"promptadmission.v1.SurfaceOp.Replace"
  * Use `create(SurfaceOp_ReplaceSchema)` to create a new message.
  */
 export const SurfaceOp_ReplaceSchema: GenMessage<SurfaceOp_Replace> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 26, 1);
+  messageDesc(file_promptadmission_v1_session, 27, 1);
 
 /**
  * Event is one entry of a session's append-only log.
@@ -1294,7 +1365,7 @@ export type Event = Message$1<"promptadmission.v1.Event"> & {
  * Use `create(EventSchema)` to create a new message.
  */
 export const EventSchema: GenMessage<Event> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 27);
+  messageDesc(file_promptadmission_v1_session, 28);
 
 /**
  * MessageRole is the author of a message in the model-visible history.
