@@ -32,10 +32,13 @@ $(TS_STAMP): $(TS_DIR)/package.json $(TS_DIR)/package-lock.json
 
 ts-install: $(TS_STAMP)
 
-# The API contract: buf lint (STANDARD + COMMENTS) and buf format, both on proto/.
+# The API contract: buf lint (STANDARD + COMMENTS) and buf format, both on proto/, and buf
+# breaking against the image of the last release (proto/releases/; offline, works on any clone).
+PROTO_RELEASE := releases/v0.1.0.binpb
 proto-lint: $(TOOLS_STAMP)
 	cd proto && $(BUF) lint
 	cd proto && $(BUF) format --diff --exit-code
+	cd proto && $(BUF) breaking --against $(PROTO_RELEASE)
 
 # Regenerate the checked-in client code from proto/: Python in
 # clients/python/src/promptadmission/v1, TypeScript in clients/typescript/src/gen.

@@ -42,6 +42,31 @@ mapfile -t protos < <(cd proto && find "$package_dir" -name '*.proto' | LC_ALL=C
 printf '"""Generated code for promptadmission.v1. Do not edit: run `make generate`."""\n' \
   >"$work/$package_dir/__init__.py"
 
+# promptadmission.v1.error_reasons.Reason: the ErrorInfo.reason strings as a typed StrEnum,
+# derived from the generated ErrorReason enum (no hand-written list can drift from the proto).
+"$PYTHON" - "$work/$package_dir" <<'PY'
+import importlib.util, pathlib, sys
+package = pathlib.Path(sys.argv[1])
+spec = importlib.util.spec_from_file_location("error_reason_pb2", package / "error_reason_pb2.py")
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+enum = module.ErrorReason.DESCRIPTOR
+lines = [
+    '"""The ErrorInfo.reason values, generated from promptadmission.v1.ErrorReason (see',
+    "error_reason.proto for each one's meaning and status code). Do not edit: run `make generate`.",
+    '"""',
+    "",
+    "from enum import StrEnum",
+    "",
+    "",
+    "class Reason(StrEnum):",
+    '    """An ErrorInfo.reason string; a newer server may send one that is not listed."""',
+    "",
+]
+lines += [f'    {v.name} = "{v.name}"' for v in enum.values if v.number != 0]
+(package / "error_reasons.py").write_text("\n".join(lines) + "\n")
+PY
+
 mkdir -p "$out_root/$package_dir"
 rm -rf "${out_root:?}/$package_dir"
 mkdir -p "$out_root/$package_dir"

@@ -9,6 +9,7 @@ dropped at the end.
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import shutil
@@ -17,6 +18,8 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from admission_service.api import errors as error_mapping
+from admission_service.api.errors import UNKNOWN_REASON
 from admission_service.storage.database import (
     create_engine,
     normalise_database_url,
@@ -27,6 +30,36 @@ from sqlalchemy import create_engine as create_sync_engine
 from sqlalchemy import pool, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+
+
+class _UnknownErrorReasons(logging.Handler):
+    """Collects the reasons the error interceptor sent that are not ErrorReason values."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.reasons: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        reason = getattr(record, UNKNOWN_REASON, None)
+        if reason is not None:
+            self.reasons.append(reason)
+
+
+@pytest.fixture(autouse=True)
+def unknown_error_reasons() -> Iterator[list[str]]:
+    """Fails any test during which the in-process server sent an error reason missing from
+    proto/promptadmission/v1/error_reason.proto (a test expecting one clears the list)."""
+    handler = _UnknownErrorReasons()
+    logger = logging.getLogger(error_mapping.__name__)
+    logger.addHandler(handler)
+    try:
+        yield handler.reasons
+    finally:
+        logger.removeHandler(handler)
+    assert handler.reasons == [], (
+        f"the server sent error reasons that are not ErrorReason values: {handler.reasons}; "
+        "add them to proto/promptadmission/v1/error_reason.proto and run `make generate`"
+    )
 
 
 class TestDatabases:

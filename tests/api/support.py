@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol, cast
 
 import grpc
+from admission_service.api.errors import KNOWN_REASONS
 from admission_service.api.server import RunningServer, start_server
 from admission_service.app.hooks import NO_HOOKS, PhaseHooks
 from admission_service.config import Settings
@@ -137,6 +138,9 @@ def rich_error(error: grpc.aio.AioRpcError) -> RichError:
             bad_request = error_details_pb2.BadRequest()
             detail.Unpack(bad_request)
             bad_requests.append(bad_request)
+    for info in infos:
+        assert info.reason in KNOWN_REASONS, f"{info.reason} is not an ErrorReason value"
+        assert status.message.startswith(f"{info.reason}: "), status.message
     return RichError(error.code(), error.details() or "", status, infos, bad_requests)
 
 

@@ -4,6 +4,7 @@ the real service (requests that provoke each kind of error)."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -13,7 +14,8 @@ import psycopg
 import psycopg.errors
 import pytest
 import sqlalchemy.exc
-from admission_service.api.errors import ErrorInterceptor
+from admission_service.api import tenancy
+from admission_service.api.errors import KNOWN_REASONS, ErrorInterceptor, map_exception
 from admission_service.domain import errors as domain
 from promptadmission.v1 import admission_service_pb2 as api
 from promptadmission.v1 import admission_service_pb2_grpc as api_grpc
@@ -118,6 +120,18 @@ MAPPINGS: list[tuple[Callable[[], BaseException], grpc.StatusCode, str]] = [
     ),
     (lambda: domain.NothingToCompact(), grpc.StatusCode.FAILED_PRECONDITION, "NOTHING_TO_COMPACT"),
     (lambda: domain.Unavailable("db down"), grpc.StatusCode.UNAVAILABLE, "DATABASE_UNAVAILABLE"),
+    (
+        lambda: psycopg.errors.DeadlockDetected("deadlock detected"),
+        grpc.StatusCode.ABORTED,
+        "CONCURRENT_MODIFICATION",
+    ),
+    (
+        lambda: sqlalchemy.exc.OperationalError(
+            "UPDATE sessions", {}, psycopg.errors.SerializationFailure("could not serialize")
+        ),
+        grpc.StatusCode.ABORTED,
+        "CONCURRENT_MODIFICATION",
+    ),
     (_sqlalchemy_operational, grpc.StatusCode.UNAVAILABLE, "DATABASE_UNAVAILABLE"),
     (_invalidated, grpc.StatusCode.UNAVAILABLE, "DATABASE_UNAVAILABLE"),
     (
@@ -177,7 +191,59 @@ async def test_invalid_argument_names_the_field(
     assert error.violated_fields == ["users[2].content[0]"]
     assert error.bad_requests[0].field_violations[0].description == "is empty"
     assert error.error_infos[0].metadata["field"] == "users[2].content[0]"
-    assert error.message == "users[2].content[0]: is empty"
+    assert error.message == "INVALID_FIELD: users[2].content[0]: is empty"
+
+
+# Raised only as their subclasses, whose reasons are specific.
+_ABSTRACT_ERRORS = {
+    domain.DomainError,
+    domain.FailedPrecondition,
+    domain.NotFound,
+    domain.AlreadyExists,
+    domain.Aborted,
+}
+
+
+def _all_subclasses(cls: type[domain.DomainError]) -> set[type[domain.DomainError]]:
+    direct = set(cls.__subclasses__())
+    return direct.union(*(_all_subclasses(sub) for sub in direct))
+
+
+def _takes_its_reason(cls: type[domain.DomainError]) -> bool:
+    """Errors told their reason when raised (the interceptor's runtime check covers those)."""
+    parameter = inspect.signature(cls.__init__).parameters.get("reason")
+    return parameter is not None and parameter.default is inspect.Parameter.empty
+
+
+def test_every_reason_the_server_raises_is_an_error_reason() -> None:
+    """Domain errors, authentication and the interceptor's own reasons all come from the
+    proto's ErrorReason: a new reason must be added there (one line) before the server uses it."""
+    service_errors = {
+        sub
+        for sub in _all_subclasses(domain.DomainError) - _ABSTRACT_ERRORS
+        if sub.__module__.startswith("admission_service.") and not _takes_its_reason(sub)
+    }
+    # A SurfaceViolation is a bug in the caller of the domain: it is sent as INTERNAL.
+    assert map_exception(domain.SurfaceViolation("x")).reason == "INTERNAL"
+    raised = {sub.reason for sub in service_errors - {domain.SurfaceViolation}}
+    raised |= {tenancy.MISSING_CREDENTIALS, tenancy.INVALID_TOKEN}
+    raised |= {reason for _, _, reason in MAPPINGS}
+    assert raised - KNOWN_REASONS == set()
+    # and the enum documents nothing the server never sends
+    assert KNOWN_REASONS - raised == set()
+
+
+class _MadeUp(domain.FailedPrecondition):
+    reason = "NOT_IN_THE_PROTO"
+
+
+async def test_an_unknown_reason_is_logged_as_a_bug(
+    errors_channel: grpc.aio.Channel, raiser: Raiser, unknown_error_reasons: list[str]
+) -> None:
+    error = await call_raising(errors_channel, raiser, lambda: _MadeUp("made up"))
+    assert error.code() is grpc.StatusCode.FAILED_PRECONDITION
+    assert unknown_error_reasons == ["NOT_IN_THE_PROTO"]  # every other test fails on this
+    unknown_error_reasons.clear()
 
 
 async def test_subclasses_keep_their_reason(

@@ -25,11 +25,13 @@ import { createGrpcTransport } from "@connectrpc/connect-node";
 import { BadRequestSchema, ErrorInfoSchema } from "./gen/google/rpc/error_details_pb.js";
 import type { BadRequest_FieldViolation, ErrorInfo } from "./gen/google/rpc/error_details_pb.js";
 import { AdmissionService } from "./gen/promptadmission/v1/admission_service_pb.js";
+import { ErrorReason, ErrorReasonSchema } from "./gen/promptadmission/v1/error_reason_pb.js";
 import { MessageRole, MessageSchema } from "./gen/promptadmission/v1/session_pb.js";
 import type { Message } from "./gen/promptadmission/v1/session_pb.js";
 
 export * from "./gen/promptadmission/v1/admission_service_pb.js";
 export * from "./gen/promptadmission/v1/session_pb.js";
+export * from "./gen/promptadmission/v1/error_reason_pb.js";
 export {
   BadRequestSchema,
   ErrorInfoSchema,
@@ -46,25 +48,21 @@ export const DEFAULT_TIMEOUT_MS = 10_000;
 /** How many times a retryable failure is retried by default (so up to 4 attempts). */
 export const DEFAULT_RETRIES = 3;
 
+/** The name of an `ErrorReason` value: what the service puts in `ErrorInfo.reason`. */
+export type ReasonName = Exclude<keyof typeof ErrorReason, "ERROR_REASON_UNSPECIFIED">;
+
 /**
- * The stable `ErrorInfo.reason` values the service documents (see the proto). A newer server
- * may add reasons, so `errorReason()` returns a plain string.
+ * The `ErrorInfo.reason` values (`Reason.SESSION_NOT_FOUND === "SESSION_NOT_FOUND"`), derived
+ * from the generated `ErrorReason` enum of the proto. A newer server may add reasons, so
+ * `errorReason()` returns a plain string.
  */
-export const Reason = {
-  INVALID_FIELD: "INVALID_FIELD",
-  INVALID_MODEL_INFO: "INVALID_MODEL_INFO",
-  SUMMARY_NOT_SMALLER: "SUMMARY_NOT_SMALLER",
-  UNKNOWN_TOOL_CALL: "UNKNOWN_TOOL_CALL",
-  UNSUPPORTED_WIRE_CONTENT: "UNSUPPORTED_WIRE_CONTENT",
-  SESSION_NOT_FOUND: "SESSION_NOT_FOUND",
-  ADMISSION_NOT_FOUND: "ADMISSION_NOT_FOUND",
-  SESSION_ALREADY_EXISTS: "SESSION_ALREADY_EXISTS",
-  REQUEST_ID_REUSED: "REQUEST_ID_REUSED",
-  REVISION_MISMATCH: "REVISION_MISMATCH",
-  STALE_COMPACTION_PLAN: "STALE_COMPACTION_PLAN",
-  DATABASE_UNAVAILABLE: "DATABASE_UNAVAILABLE",
-  INTERNAL: "INTERNAL",
-} as const;
+export const Reason = Object.freeze(
+  Object.fromEntries(
+    ErrorReasonSchema.values
+      .filter((value) => value.number !== ErrorReason.ERROR_REASON_UNSPECIFIED)
+      .map((value) => [value.name, value.name]),
+  ),
+) as { readonly [Name in ReasonName]: Name };
 
 /** A client of `promptadmission.v1.AdmissionService`: one async method per RPC. */
 export type AdmissionClient = Client<typeof AdmissionService>;

@@ -3,7 +3,8 @@
 Domain and use-case code raise typed errors that know nothing about gRPC. ``ErrorInterceptor``
 wraps every unary-unary handler and maps what escapes it to a canonical code and a
 ``google.rpc.Status`` carrying exactly one ``ErrorInfo`` (domain ``promptadmission.v1``, a stable
-UPPER_SNAKE reason, and every value of the message in its metadata), plus a ``BadRequest`` field
+reason that is the name of a ``promptadmission.v1.ErrorReason`` value, and every value of the
+message in its metadata), plus a ``BadRequest`` field
 violation for invalid input. Nothing escapes as UNKNOWN, and a client never sees a traceback, SQL
 or exception text it did not cause: unexpected failures are INTERNAL with a generic message and
 an ``error_id`` that finds the logged traceback.
@@ -22,11 +23,11 @@ from typing import Any
 
 import grpc
 import psycopg
-import psycopg.errors
 import sqlalchemy.exc
 from google.protobuf.any_pb2 import Any as AnyProto
 from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
 from grpc_status import rpc_status
+from promptadmission.v1.error_reasons import Reason
 
 from admission_service.api.malformed import MalformedRequest, tolerant
 from admission_service.api.tenancy import Unauthenticated
@@ -38,13 +39,18 @@ from admission_service.domain.errors import (
     FailedPrecondition,
     InvalidArgument,
     NotFound,
+    ResourceExhausted,
     Unavailable,
 )
 
 ERROR_DOMAIN = "promptadmission.v1"
-CONCURRENT_MODIFICATION = "CONCURRENT_MODIFICATION"
-DATABASE_UNAVAILABLE = "DATABASE_UNAVAILABLE"
-INTERNAL = "INTERNAL"
+# Every reason the service sends is a value of ErrorReason (proto/promptadmission/v1/
+# error_reason.proto), whose generated StrEnum is ``Reason``: adding a reason is one line in
+# that enum and `make generate`. A reason missing from it is a bug in the server: it is logged
+# at ERROR with ``UNKNOWN_REASON`` in the record (every test fails on such a record, see
+# tests/conftest.py) and still sent with its status code, which clients branch on first.
+KNOWN_REASONS: frozenset[str] = frozenset(Reason)
+UNKNOWN_REASON = "unknown_error_reason"
 
 _log = logging.getLogger(__name__)
 
@@ -61,6 +67,12 @@ class MappedError:
     field_description: str = ""
 
     def to_status(self) -> status_pb2.Status:
+        if self.reason not in KNOWN_REASONS:
+            _log.error(
+                "error reason %r is not an ErrorReason value; add it to error_reason.proto",
+                self.reason,
+                extra={UNKNOWN_REASON: self.reason},
+            )
         details = [
             error_details_pb2.ErrorInfo(
                 reason=self.reason, domain=ERROR_DOMAIN, metadata=self.metadata
@@ -76,7 +88,9 @@ class MappedError:
             any_detail = AnyProto()
             any_detail.Pack(detail)
             packed.append(any_detail)
-        return status_pb2.Status(code=self.code.value[0], message=self.message, details=packed)
+        # The reason leads the message: plain grpcurl output shows it without decoding details.
+        message = f"{self.reason}: {self.message}"
+        return status_pb2.Status(code=self.code.value[0], message=message, details=packed)
 
 
 _DOMAIN_CODES: tuple[tuple[type[DomainError], grpc.StatusCode], ...] = (
@@ -86,6 +100,7 @@ _DOMAIN_CODES: tuple[tuple[type[DomainError], grpc.StatusCode], ...] = (
     (Aborted, grpc.StatusCode.ABORTED),
     (FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION),  # e.g. WireFormatError
     (Unavailable, grpc.StatusCode.UNAVAILABLE),
+    (ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),  # session bounds, tenant quotas
     # SurfaceViolation and any other DomainError fall through to INTERNAL: they mean a bug.
 )
 
@@ -104,7 +119,9 @@ _DATABASE_ERRORS: tuple[type[BaseException], ...] = (
 def _is_transaction_conflict(exc: BaseException) -> bool:
     """The database rolled the transaction back to break a conflict; the caller may retry."""
     cause = exc.orig if isinstance(exc, sqlalchemy.exc.DBAPIError) else exc
-    return isinstance(cause, psycopg.errors.TransactionRollback)
+    # SQLSTATE class 40, "transaction rollback": psycopg's DeadlockDetected (40P01) and
+    # SerializationFailure (40001) are not subclasses of its TransactionRollback (40000).
+    return isinstance(cause, psycopg.Error) and (cause.sqlstate or "").startswith("40")
 
 
 def _is_database_unavailable(exc: BaseException) -> bool:
@@ -130,19 +147,19 @@ def map_exception(exc: Exception) -> MappedError:
     if _is_transaction_conflict(exc):
         return MappedError(
             grpc.StatusCode.ABORTED,
-            CONCURRENT_MODIFICATION,
+            Reason.CONCURRENT_MODIFICATION,
             "the transaction conflicted with another one and was rolled back; retry",
         )
     if _is_database_unavailable(exc):
         return MappedError(
             grpc.StatusCode.UNAVAILABLE,
-            DATABASE_UNAVAILABLE,
+            Reason.DATABASE_UNAVAILABLE,
             "the database is unavailable; retry with backoff",
         )
     error_id = uuid.uuid4().hex
     return MappedError(
         grpc.StatusCode.INTERNAL,
-        INTERNAL,
+        Reason.INTERNAL,
         f"internal error (error_id {error_id})",
         {"error_id": error_id},
     )
@@ -157,7 +174,7 @@ def _log_failure(method: str, exc: Exception, mapped: MappedError) -> None:
             mapped.metadata["error_id"],
             exc_info=exc,
         )
-    elif mapped.reason == DATABASE_UNAVAILABLE:
+    elif mapped.reason == Reason.DATABASE_UNAVAILABLE:
         # No traceback: SQLAlchemy's text carries the statement and its parameters (prompts).
         cause = exc.orig if isinstance(exc, sqlalchemy.exc.DBAPIError) else exc
         _log.warning("%s: database unavailable: %s: %s", method, type(cause).__name__, cause)

@@ -1,8 +1,9 @@
 """Typed errors of the Prompt Admission Service client.
 
 The service answers every failure with a `google.rpc.Status` in the `grpc-status-details-bin`
-trailer holding exactly one `google.rpc.ErrorInfo` (domain ``promptadmission.v1``) with a
-stable UPPER_SNAKE ``reason``, plus a `google.rpc.BadRequest` naming the field for bad input.
+trailer holding exactly one `google.rpc.ErrorInfo` (domain ``promptadmission.v1``) whose
+``reason`` names a value of the proto's ``ErrorReason`` (``Reason``), plus a
+`google.rpc.BadRequest` naming the field for bad input.
 ``AdmissionError.from_rpc_error`` turns a gRPC error (sync or asyncio) into one value that
 carries all of it, so callers branch on ``err.reason`` instead of parsing messages.
 """
@@ -11,37 +12,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 import grpc
 from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
 
+# The ErrorInfo.reason values, generated from the proto's ErrorReason enum. AdmissionError.reason
+# is a plain str (a newer server may add reasons); compare it with these members (strings too).
+from promptadmission.v1.error_reasons import Reason as Reason
+
 ERROR_DOMAIN = "promptadmission.v1"
 STATUS_DETAILS_KEY = "grpc-status-details-bin"
-
-
-class Reason(StrEnum):
-    """The stable ``ErrorInfo.reason`` values the service documents (see the proto).
-
-    ``AdmissionError.reason`` is a plain ``str`` (a newer server may add reasons); compare it
-    with these members, which are strings too.
-    """
-
-    INVALID_FIELD = "INVALID_FIELD"
-    INVALID_MODEL_INFO = "INVALID_MODEL_INFO"
-    SUMMARY_NOT_SMALLER = "SUMMARY_NOT_SMALLER"
-    UNKNOWN_TOOL_CALL = "UNKNOWN_TOOL_CALL"
-    UNSUPPORTED_WIRE_CONTENT = "UNSUPPORTED_WIRE_CONTENT"
-    SESSION_NOT_FOUND = "SESSION_NOT_FOUND"
-    ADMISSION_NOT_FOUND = "ADMISSION_NOT_FOUND"
-    SESSION_ALREADY_EXISTS = "SESSION_ALREADY_EXISTS"
-    REQUEST_ID_REUSED = "REQUEST_ID_REUSED"
-    REVISION_MISMATCH = "REVISION_MISMATCH"
-    STALE_COMPACTION_PLAN = "STALE_COMPACTION_PLAN"
-    DATABASE_UNAVAILABLE = "DATABASE_UNAVAILABLE"
-    INTERNAL = "INTERNAL"
-
 
 # ABORTED with one of these reasons fails the same way on every retry: the caller has to re-read
 # the session (REVISION_MISMATCH) or plan again (STALE_COMPACTION_PLAN) first.
@@ -83,7 +64,9 @@ class AdmissionError(Exception):
         self.field_violations: tuple[FieldViolation, ...] = tuple(field_violations)
 
     def __str__(self) -> str:
-        label = f"{self.code.name}/{self.reason}" if self.reason else self.code.name
+        # The service's messages already start with the reason ("SESSION_NOT_FOUND: ...").
+        said = not self.reason or self.message.startswith(f"{self.reason}: ")
+        label = self.code.name if said else f"{self.code.name}/{self.reason}"
         return f"{label}: {self.message}"
 
     def __repr__(self) -> str:
