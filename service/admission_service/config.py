@@ -38,7 +38,8 @@ request the ``PAS_LIMIT_*`` values allow in practice.
 
 Without tokens there is no authentication; to keep that from reaching a network by accident, the
 service then refuses to listen on anything but a loopback address unless
-``PAS_ALLOW_UNAUTHENTICATED=true``.
+``PAS_ALLOW_UNAUTHENTICATED=true`` (checked by ``serve`` only: the other commands listen on
+nothing).
 """
 
 from __future__ import annotations
@@ -145,17 +146,20 @@ class Settings:
             raise ConfigError("PAS_TLS_CERT_FILE and PAS_TLS_KEY_FILE must be set together")
         if settings.tls_client_ca_file is not None and settings.tls_cert_file is None:
             raise ConfigError("PAS_TLS_CLIENT_CA_FILE (mTLS) needs PAS_TLS_CERT_FILE and _KEY_FILE")
-        if (
-            not settings.token_tenants
-            and not settings.allow_unauthenticated
-            and not is_loopback(listen)
-        ):
-            raise ConfigError(
-                f"PAS_LISTEN={listen} is not a loopback address and no bearer tokens are "
-                "configured: set PAS_AUTH_TOKENS or PAS_AUTH_TOKENS_FILE, or "
-                "PAS_ALLOW_UNAUTHENTICATED=true to serve without authentication"
-            )
         return settings
+
+    def require_authenticated_listener(self) -> None:
+        """Refuse to serve without tokens on anything but loopback (unless explicitly allowed).
+
+        Checked when a server starts, not when settings are read: ``migrate`` and the other
+        commands serve nothing, so the image's network ``PAS_LISTEN`` must not stop them."""
+        if self.token_tenants or self.allow_unauthenticated or is_loopback(self.listen):
+            return
+        raise ConfigError(
+            f"PAS_LISTEN={self.listen} is not a loopback address and no bearer tokens are "
+            "configured: set PAS_AUTH_TOKENS or PAS_AUTH_TOKENS_FILE, or "
+            "PAS_ALLOW_UNAUTHENTICATED=true to serve without authentication"
+        )
 
     @property
     def tls(self) -> bool:

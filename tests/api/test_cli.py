@@ -132,6 +132,54 @@ def test_migrate_creates_the_schema(
         engine.dispose()
 
 
+# ---- the image's environment: a network PAS_LISTEN and no tokens ---------------------------
+# Only `serve` listens, so only `serve` requires tokens on a non-loopback address; the other
+# commands run with the environment of the image (PAS_LISTEN=0.0.0.0:…) as they are.
+
+NETWORK_LISTEN = "0.0.0.0:50051"
+
+
+def test_serve_refuses_a_network_listener_without_tokens(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PAS_LISTEN", NETWORK_LISTEN)
+    monkeypatch.delenv("PAS_AUTH_TOKENS", raising=False)
+    assert main(["serve"]) == 2
+    assert "PAS_ALLOW_UNAUTHENTICATED" in capsys.readouterr().err
+
+
+def test_migrate_runs_with_a_network_listener_and_no_tokens(
+    empty_database_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PAS_LISTEN", NETWORK_LISTEN)
+    monkeypatch.delenv("PAS_AUTH_TOKENS", raising=False)
+    monkeypatch.setenv("DATABASE_URL", empty_database_url)
+    assert main(["migrate"]) == 0
+    assert "latest migration" in capsys.readouterr().out
+
+
+async def test_health_and_inspect_run_with_a_network_listener_and_no_tokens(
+    api: ApiClient, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # As in the container: PAS_LISTEN names the wildcard address, the CLI dials loopback.
+    monkeypatch.setenv("PAS_LISTEN", f"0.0.0.0:{api.server.port}")
+    monkeypatch.delenv("PAS_AUTH_TOKENS", raising=False)
+    assert await run_cli("health") == 0
+    assert "SERVING" in capsys.readouterr().out
+    session_id = await small_session(api)
+    assert await run_cli("inspect", session_id) == 0
+    assert f"session {session_id}" in capsys.readouterr().out
+
+
+def test_token_runs_with_a_network_listener_and_no_tokens(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PAS_LISTEN", NETWORK_LISTEN)
+    monkeypatch.delenv("PAS_AUTH_TOKENS", raising=False)
+    assert main(["token", "acme"]) == 0
+    assert "PAS_AUTH_TOKENS entry: acme=sha256:" in capsys.readouterr().out
+
+
 def test_a_configuration_error_exits_2(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

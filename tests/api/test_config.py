@@ -167,14 +167,23 @@ def test_one_token_cannot_belong_to_two_tenants() -> None:
 @pytest.mark.parametrize("listen", ["0.0.0.0:50051", "[::]:50051", "10.1.2.3:50051"])
 def test_a_network_listener_needs_tokens_or_an_explicit_opt_out(listen: str) -> None:
     with pytest.raises(ConfigError, match="PAS_ALLOW_UNAUTHENTICATED"):
-        Settings.from_env({"PAS_LISTEN": listen})
-    assert Settings.from_env({"PAS_LISTEN": listen, "PAS_AUTH_TOKENS": f"t={hash_token('x')}"})
-    assert Settings.from_env({"PAS_LISTEN": listen, "PAS_ALLOW_UNAUTHENTICATED": "true"})
+        Settings.from_env({"PAS_LISTEN": listen}).require_authenticated_listener()
+    tokens = {"PAS_LISTEN": listen, "PAS_AUTH_TOKENS": f"t={hash_token('x')}"}
+    Settings.from_env(tokens).require_authenticated_listener()
+    opt_out = {"PAS_LISTEN": listen, "PAS_ALLOW_UNAUTHENTICATED": "true"}
+    Settings.from_env(opt_out).require_authenticated_listener()
 
 
 @pytest.mark.parametrize("listen", ["127.0.0.1:50051", "127.0.0.2:0", "localhost:1", "[::1]:1"])
 def test_loopback_listeners_may_run_without_tokens(listen: str) -> None:
-    assert Settings.from_env({"PAS_LISTEN": listen}).token_tenants == {}
+    settings = Settings.from_env({"PAS_LISTEN": listen})
+    settings.require_authenticated_listener()
+    assert settings.token_tenants == {}
+
+
+def test_reading_a_network_listener_without_tokens_is_not_an_error() -> None:
+    # The image sets PAS_LISTEN=0.0.0.0:…; `migrate` reads the same settings and serves nothing.
+    assert Settings.from_env({"PAS_LISTEN": "0.0.0.0:50051"}).listen == "0.0.0.0:50051"
 
 
 def test_tls_files_go_together(tmp_path: Path) -> None:

@@ -163,6 +163,7 @@ async def start_server(
     ``tracer_provider`` (else one built for ``settings.tracing_exporter``) turns tracing on;
     database statements are traced only on an engine the server creates itself.
     """
+    settings.require_authenticated_listener()
     catalog = catalog if catalog is not None else load_configured_catalog(settings)
     owns_engine = engine is None
     if engine is None:

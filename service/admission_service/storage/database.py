@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from importlib import resources
 from pathlib import Path
 
 from alembic import command
@@ -15,8 +16,10 @@ from admission_service.storage.embedded import start_embedded_postgres
 
 DRIVER = "postgresql+psycopg"
 DEFAULT_DATA_DIR = Path(".data/postgres")
-# Located relative to the source checkout (service/admission_service/storage/ -> repo root).
-MIGRATIONS_DIR = Path(__file__).resolve().parents[3] / "migrations"
+# The Alembic scripts ship inside the package (package data), so an installed wheel migrates
+# as a source checkout does; Alembic finds them through the package, not a path.
+MIGRATIONS_PACKAGE_LOCATION = "admission_service:migrations"
+MIGRATIONS_DIR = Path(str(resources.files("admission_service") / "migrations"))
 
 
 def normalise_database_url(url: str) -> str:
@@ -96,7 +99,7 @@ def alembic_config(url: str) -> Config:
     if not (MIGRATIONS_DIR / "env.py").is_file():
         raise RuntimeError(f"migrations not found at {MIGRATIONS_DIR}")
     config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.set_main_option("script_location", MIGRATIONS_PACKAGE_LOCATION)
     config.attributes["database_url"] = normalise_database_url(url)
     return config
 

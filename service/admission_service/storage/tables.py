@@ -11,11 +11,13 @@ Rules the schema keeps (``tests/integration/test_migrations.py`` checks the firs
 * ``idempotency_keys`` is deliberately *not* a child of ``sessions``: the stored response of a
   ``DeleteSession`` must outlive the session it deleted, or its retry could not be replayed
   (SPEC §4). ``DeleteSession`` deletes the session's other keys explicitly in the same
-  transaction, and keys expire by ``create_time``.
+  transaction, ``CreateSession`` deletes a previous lifetime's keys, and keys expire by
+  ``create_time`` (app/sweeper.py deletes them after the retention window).
 * User text may contain NUL, which ``text``/``jsonb`` reject: everything that can carry user
   text is ``bytea`` holding the application's JSON (UTF-8) encoding.
 
-The schema is created only by the Alembic migrations in ``migrations/``; never ``create_all``.
+The schema is created only by the Alembic migrations in ``admission_service/migrations/``; never
+``create_all``.
 """
 
 from __future__ import annotations
@@ -101,6 +103,11 @@ class SessionRow(Base):
     # The summed price of every surviving node, kept current by every write, so the token
     # breakdown never reads the whole surface.
     surface_tokens: Mapped[int] = mapped_column(server_default=_ZERO)
+    # Running sizes kept the same way (migration 0003): the surviving nodes' frame bytes and
+    # count (the session bounds) and the event log's payload bytes (the stored-bytes quota).
+    surface_bytes: Mapped[int] = mapped_column(server_default=_ZERO)
+    surface_nodes: Mapped[int] = mapped_column(server_default=_ZERO)
+    log_bytes: Mapped[int] = mapped_column(server_default=_ZERO)
     create_time: Mapped[datetime] = mapped_column(server_default=_NOW)
     update_time: Mapped[datetime] = mapped_column(server_default=_NOW, onupdate=_NOW)
 
@@ -256,5 +263,8 @@ class IdempotencyKeyRow(Base):
     method: Mapped[str]
     # SHA-256 of the canonical request: the same request_id with another request is refused.
     request_digest: Mapped[bytes]
+    # The response, without its derived request when ``derived_request`` says where that
+    # comes from (app/replay.py): the record does not grow with the session.
     response: Mapped[bytes]
+    derived_request: Mapped[bytes | None]
     create_time: Mapped[datetime] = mapped_column(server_default=_NOW)
