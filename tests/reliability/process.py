@@ -46,6 +46,12 @@ def rss_bytes(pid: int) -> int:
     raise RuntimeError(f"no VmRSS for pid {pid}")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time ``pid`` has used so far (Linux ``/proc``, clock-tick resolution)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 class ServiceProcess:
     """One ``admission-service serve`` child; ``kill()`` is kill -9, ``start()`` starts it
     again on the same port."""
@@ -96,6 +102,9 @@ class ServiceProcess:
 
     def rss(self) -> int:
         return rss_bytes(self.pid)
+
+    def cpu(self) -> float:
+        return cpu_seconds(self.pid)
 
     async def start(self, within: float = 60.0) -> None:
         """Start it (again, on the same port) and wait until health says SERVING."""
