@@ -81,6 +81,11 @@ class _ErrorReasonEnumTypeWrapper(google.protobuf.internal.enum_type_wrapper._En
     """INTERNAL (INTERNAL): an unexpected failure; the message is generic and
     `ErrorInfo.metadata["error_id"]` finds the logged traceback.
     """
+    UNANSWERED_TOOL_CALL: _ErrorReason.ValueType  # 18
+    """UNANSWERED_TOOL_CALL (FAILED_PRECONDITION): Admit or Reconcile while a tool call on the
+    surface has no result; record the results first (Record, or Admit's previous_output), so
+    every result directly follows its call. `ErrorInfo.metadata["call_id"]` names the first.
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """ErrorReason is every value the service puts in `google.rpc.ErrorInfo.reason`.
@@ -159,5 +164,10 @@ INVALID_TOKEN: ErrorReason.ValueType  # 16
 INTERNAL: ErrorReason.ValueType  # 17
 """INTERNAL (INTERNAL): an unexpected failure; the message is generic and
 `ErrorInfo.metadata["error_id"]` finds the logged traceback.
+"""
+UNANSWERED_TOOL_CALL: ErrorReason.ValueType  # 18
+"""UNANSWERED_TOOL_CALL (FAILED_PRECONDITION): Admit or Reconcile while a tool call on the
+surface has no result; record the results first (Record, or Admit's previous_output), so
+every result directly follows its call. `ErrorInfo.metadata["call_id"]` names the first.
 """
 global___ErrorReason = ErrorReason
