@@ -116,12 +116,18 @@ _DATABASE_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
+# A row the transaction wrote was committed first by a concurrent one (every write is under
+# the session's row lock, so only a writer outside it, or a race on a new key, gets here).
+UNIQUE_VIOLATION = "23505"
+
+
 def _is_transaction_conflict(exc: BaseException) -> bool:
     """The database rolled the transaction back to break a conflict; the caller may retry."""
     cause = exc.orig if isinstance(exc, sqlalchemy.exc.DBAPIError) else exc
     # SQLSTATE class 40, "transaction rollback": psycopg's DeadlockDetected (40P01) and
     # SerializationFailure (40001) are not subclasses of its TransactionRollback (40000).
-    return isinstance(cause, psycopg.Error) and (cause.sqlstate or "").startswith("40")
+    sqlstate = (cause.sqlstate or "") if isinstance(cause, psycopg.Error) else ""
+    return sqlstate.startswith("40") or sqlstate == UNIQUE_VIOLATION
 
 
 def _is_database_unavailable(exc: BaseException) -> bool:

@@ -14,7 +14,7 @@ many round trips as the irreducible lock, read, write and commit.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, cast
 
@@ -22,9 +22,11 @@ import psycopg
 from sqlalchemy import (
     Table,
     and_,
+    case,
     delete,
     func,
     literal,
+    or_,
     select,
     text,
     tuple_,
@@ -38,6 +40,7 @@ from admission_service.domain.events import Append, Event, Replace
 from admission_service.domain.messages import Tool
 from admission_service.domain.projection import SystemNode
 from admission_service.domain.series import SeriesState
+from admission_service.storage.raw_errors import raw_statement_error
 from admission_service.storage.tables import (
     AdmissionRow,
     EventRow,
@@ -83,14 +86,30 @@ _FRAMES = (
     " AND message_pb IS NOT NULL"
 )
 
-# The system nodes (partial index, surface order) beside the frames, for an admission.
+# The system nodes (partial index, surface order) beside the frames, for an admission, and the
+# tool calls on the surface still unanswered (the tool-call ordering rule, domain/admission.py).
 _SYSTEM_AND_FRAMES = (
     "SELECT f.*,"
     " (SELECT array_agg(seq ORDER BY position) FROM surface_nodes"
     "  WHERE tenant_id = %(t)s AND session_id = %(s)s AND is_system) AS system_seqs,"
     " (SELECT array_agg(system_text ORDER BY position) FROM surface_nodes"
-    "  WHERE tenant_id = %(t)s AND session_id = %(s)s AND is_system) AS system_texts"
+    "  WHERE tenant_id = %(t)s AND session_id = %(s)s AND is_system) AS system_texts,"
+    " (SELECT array_agg(c.call_id ORDER BY c.call_seq, c.call_id) FROM tool_calls AS c"
+    "  WHERE c.tenant_id = %(t)s AND c.session_id = %(s)s AND c.result_seq IS NULL"
+    "  AND EXISTS (SELECT 1 FROM surface_nodes AS n"
+    "  WHERE n.tenant_id = %(t)s AND n.session_id = %(s)s AND n.seq = c.call_seq)) AS open_calls"
     " FROM (" + _FRAMES + ") AS f"
+)
+
+
+# The frames of the surface as of an event seq, unless a replace since changed it (app/replay.py).
+_FRAMES_AS_OF = (
+    "SELECT EXISTS (SELECT 1 FROM events WHERE tenant_id = %(t)s AND session_id = %(s)s"
+    "  AND seq > %(through)s AND surface_op = 'replace') AS replaced,"
+    " (SELECT string_agg(message_pb, ''::bytea ORDER BY position) FROM ("
+    "  SELECT message_pb, position FROM surface_nodes"
+    "  WHERE tenant_id = %(t)s AND session_id = %(s)s AND seq <= %(through)s"
+    "  AND message_pb IS NOT NULL ORDER BY position OFFSET %(first)s) AS n) AS frames"
 )
 
 
@@ -110,6 +129,29 @@ class SessionRecord:
     surface_tokens: int
     create_time: datetime
     update_time: datetime
+    # Running sizes (migration 0003): the surviving nodes' frame bytes and count, and the
+    # event log's payload bytes. The session bounds and the stored-bytes quota read these.
+    surface_bytes: int = 0
+    surface_nodes: int = 0
+    log_bytes: int = 0
+
+
+@dataclass(slots=True)
+class Growth:
+    """What a transaction's writes added to a session's running sizes (negative: removed)."""
+
+    surface_bytes: int = 0
+    surface_nodes: int = 0
+    log_bytes: int = 0
+    events: int = 0
+
+    def minus(self, other: Growth) -> Growth:
+        return Growth(
+            self.surface_bytes - other.surface_bytes,
+            self.surface_nodes - other.surface_nodes,
+            self.log_bytes - other.log_bytes,
+            self.events - other.events,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,14 +189,6 @@ class _RawContext:
     (listeners may keep per-statement state on it)."""
 
 
-@dataclass(frozen=True, slots=True)
-class _RawError:
-    """What a ``handle_error`` listener reads of a failed raw statement."""
-
-    original_exception: BaseException
-    execution_context: _RawContext
-
-
 # A deferred write: adds its values to the batch's parameters and returns its SQL.
 _Write = Callable[[list[Any]], str]
 
@@ -183,6 +217,9 @@ class StoredResponse:
     method: str
     request_digest: bytes
     response: bytes
+    # Where the response's derived request comes from, when ``response`` leaves it out
+    # (app/replay.py); None: ``response`` is the whole response.
+    derived_request: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,6 +319,9 @@ def _record(row: Any) -> SessionRecord:
         surface_tokens=row.surface_tokens,
         create_time=row.create_time,
         update_time=row.update_time,
+        surface_bytes=row.surface_bytes,
+        surface_nodes=row.surface_nodes,
+        log_bytes=row.log_bytes,
     )
 
 
@@ -293,6 +333,10 @@ class SessionStore:
         self.tenant = tenant
         self.session_id = session_id
         self._deferred: list[_Write] = []
+        # Everything this transaction's writes added to the running sizes, and the part of it
+        # already sent by ``save``.
+        self.growth = Growth()
+        self._saved_growth = Growth()
 
     def _defer(self, write: _Write) -> None:
         self._deferred.append(write)
@@ -343,8 +387,14 @@ class SessionStore:
                 await cursor.execute(sql.encode(), params, binary=binary)
                 row = await cursor.fetchone() if cursor.description is not None else None
             except Exception as error:
-                dispatch.handle_error(_RawError(error, context))
-                raise
+                raised = raw_statement_error(
+                    sync, raw.dbapi_connection, error, sql, params, context
+                )
+                if raised is error:
+                    raise
+                if getattr(raised, "connection_invalidated", False):
+                    await self.connection.invalidate()
+                raise raised from error
             dispatch.after_cursor_execute(sync, cursor, sql, params, context, False)
         return row
 
@@ -385,7 +435,12 @@ class SessionStore:
             .returning(*sessions.c)
         )
         row = (await self.connection.execute(statement)).first()
-        return _record(row) if row is not None else None
+        if row is None:
+            return None
+        # A new lifetime of this session id: request ids of an earlier one (the DeleteSession
+        # key that outlived it) are new again for this one (issue 13, finding 6).
+        await self.connection.execute(delete(idempotency).where(self._mine(idempotency)))
+        return _record(row)
 
     async def read(self, *, lock: bool) -> SessionRecord | None:
         """The session row; ``lock`` takes the row lock that serialises writers of one session."""
@@ -435,8 +490,14 @@ class SessionStore:
         }
         del values["update_time"]
 
+        unsaved, self._saved_growth = self.growth.minus(self._saved_growth), replace(self.growth)
+
         def build(params: list[Any]) -> str:
             assignments = ", ".join(f"{name} = {_param(params, v)}" for name, v in values.items())
+            assignments += "".join(
+                f", {name} = {name} + {_param(params, getattr(unsaved, name))}"
+                for name in ("surface_bytes", "surface_nodes", "log_bytes")
+            )
             return (
                 f"UPDATE sessions SET {assignments}, update_time = now()"
                 f" WHERE {self._where_mine(params)}"
@@ -455,13 +516,23 @@ class SessionStore:
     async def stored_response(self, request_id: str) -> StoredResponse | None:
         await self.flush()
         statement = select(
-            idempotency.c.method, idempotency.c.request_digest, idempotency.c.response
+            idempotency.c.method,
+            idempotency.c.request_digest,
+            idempotency.c.response,
+            idempotency.c.derived_request,
         ).where(self._mine(idempotency), idempotency.c.request_id == request_id)
         row = (await self.connection.execute(statement)).first()
-        return StoredResponse(row.method, row.request_digest, row.response) if row else None
+        if row is None:
+            return None
+        return StoredResponse(row.method, row.request_digest, row.response, row.derived_request)
 
     async def store_response(
-        self, request_id: str, method: str, request_digest: bytes, response: bytes
+        self,
+        request_id: str,
+        method: str,
+        request_digest: bytes,
+        response: bytes,
+        derived_request: bytes | None = None,
     ) -> None:
         self._defer_insert(
             "idempotency_keys",
@@ -472,6 +543,7 @@ class SessionStore:
                     "method": method,
                     "request_digest": request_digest,
                     "response": response,
+                    "derived_request": derived_request,
                 }
             ],
         )
@@ -509,7 +581,10 @@ class SessionStore:
         tokens = 0
         if not new_events:
             return Written(next_position, shadowed, tokens)
-        self._defer_insert("events", [self._event_row(e) for e in new_events])
+        event_rows = [self._event_row(e) for e in new_events]
+        self._defer_insert("events", event_rows)
+        self.growth.events += len(event_rows)
+        self.growth.log_bytes += sum(len(row["payload"]) for row in event_rows)
         pending: list[dict[str, Any]] = []
         calls: list[dict[str, Any]] = []
         for event in new_events:
@@ -529,6 +604,8 @@ class SessionStore:
                 "step": event.step,
             }
             tokens += price
+            self.growth.surface_nodes += 1
+            self.growth.surface_bytes += len(node["message_pb"] or b"")
             if isinstance(event.op, Append):
                 node["position"] = next_position
                 next_position += 1
@@ -582,11 +659,15 @@ class SessionStore:
         )
         by_seq = {row.seq: Shadowed(row.position, row.is_system) for row in rows}
         start, end = by_seq[op.start_seq], by_seq[op.end_seq]
-        removed = await self.connection.execute(
-            delete(nodes)
-            .where(self._mine(nodes), nodes.c.position.between(start.position, end.position))
-            .returning(nodes.c.tokens)
-        )
+        removed = (
+            await self.connection.execute(
+                delete(nodes)
+                .where(self._mine(nodes), nodes.c.position.between(start.position, end.position))
+                .returning(nodes.c.tokens, func.coalesce(func.octet_length(nodes.c.message_pb), 0))
+            )
+        ).all()
+        self.growth.surface_nodes -= len(removed)
+        self.growth.surface_bytes -= sum(row[1] for row in removed)
         return start, sum(row.tokens for row in removed)
 
     def _frame_params(self, from_position: int, split_position: int | None) -> dict[str, Any]:
@@ -599,9 +680,10 @@ class SessionStore:
 
     async def system_nodes_and_frames(
         self, from_position: int, split_position: int | None
-    ) -> tuple[tuple[SystemNode, ...], Frames]:
+    ) -> tuple[tuple[SystemNode, ...], Frames, tuple[str, ...]]:
         """``system_nodes()`` and ``frames(from_position, split_position)`` in one statement
-        (one round trip), on the raw connection like ``frames``."""
+        (one round trip), on the raw connection like ``frames``, with the ids of the tool calls
+        on the surface no result answers yet, in call order."""
         await self.flush()
         row = await self._execute_raw(
             _SYSTEM_AND_FRAMES,
@@ -609,14 +691,13 @@ class SessionStore:
             binary=True,
         )
         assert row is not None
-        frames, messages, tokens, before_messages, before_tokens, seqs, texts = row
+        frames, messages, tokens, before_messages, before_tokens, seqs, texts, calls = row
         system = tuple(
             SystemNode(seq, bytes(text).decode())
             for seq, text in zip(seqs or (), texts or (), strict=True)
         )
-        return system, Frames(
-            bytes(frames or b""), messages, tokens, before_messages, before_tokens
-        )
+        read = Frames(bytes(frames or b""), messages, tokens, before_messages, before_tokens)
+        return system, read, tuple(calls or ())
 
     async def frames(self, from_position: int, split_position: int | None) -> Frames:
         """The derived messages of the nodes at ``from_position`` and after, in surface order,
@@ -635,6 +716,26 @@ class SessionStore:
         assert row is not None
         frames, messages, tokens, before_messages, before_tokens = row
         return Frames(bytes(frames or b""), messages, tokens, before_messages, before_tokens)
+
+    async def frames_as_of(self, through_seq: int, first_message: int) -> bytes | None:
+        """The derived messages from index ``first_message`` on of the surface as it was after
+        event ``through_seq``, as concatenated frames; None when a node was shadowed since
+        (then the stored nodes no longer hold that surface). With no ``replace`` event after
+        ``through_seq`` that surface is exactly the stored nodes at or before it."""
+        await self.flush()
+        row = await self._execute_raw(
+            _FRAMES_AS_OF,
+            {
+                "t": self.tenant,
+                "s": self.session_id,
+                "through": through_seq,
+                "first": first_message,
+            },
+            binary=True,
+        )
+        assert row is not None
+        replaced, frames = row
+        return None if replaced else bytes(frames or b"")
 
     def _event_row(self, event: Event) -> dict[str, Any]:
         surface_op = None
@@ -811,6 +912,65 @@ class SessionStore:
             )
             .where(self._mine(nodes), nodes.c.is_system)
             .order_by(nodes.c.position)
+        )
+        return list((await self.connection.execute(statement)).all())
+
+    async def events_page(self, after_seq: int, limit: int, budget: int) -> tuple[list[Any], bool]:
+        """Events after ``after_seq`` in order: at most ``limit``, and only while the payloads
+        before each stay under ``budget`` bytes (the first always comes, however large); and
+        whether more follow. Sizes are read from the rows' headers (``octet_length`` does not
+        detoast), so events past the budget are never loaded."""
+        await self.flush()
+        size = func.octet_length(events.c.payload)
+        window = (
+            select(
+                *(column for column in events.c if column.name != "payload"),
+                events.c.payload.label("stored_payload"),
+                (func.sum(size).over(order_by=events.c.seq) - size).label("before"),
+            )
+            .where(self._mine(events), events.c.seq > after_seq)
+            .order_by(events.c.seq)
+            .limit(limit + 1)
+            .subquery()
+        )
+        fits = window.c.before < budget
+        statement = select(
+            *(column for column in window.c if column.name not in ("stored_payload", "before")),
+            fits.label("fits"),
+            case((fits, window.c.stored_payload)).label("payload"),
+        ).order_by(window.c.seq)
+        rows = list((await self.connection.execute(statement)).all())
+        page: list[Any] = []
+        for row in rows[:limit]:
+            if not row.fits and page:
+                break
+            page.append(row)
+        return page, len(rows) > len(page)
+
+    async def requests_from(self, first_index: int, limit: int) -> list[Any]:
+        """Ledger rows from ``first_index`` on, in request order (ListTrajectory)."""
+        await self.flush()
+        statement = (
+            select(requests)
+            .where(self._mine(requests), requests.c.request_index >= first_index)
+            .order_by(requests.c.request_index)
+            .limit(limit)
+        )
+        return list((await self.connection.execute(statement)).all())
+
+    async def prompt_events(self, before_seq: int) -> list[Any]:
+        """The events below ``before_seq`` that can change the prompt in force, the header or
+        the context: system messages, replacements, request headers and contexts."""
+        await self.flush()
+        kinds = ("system/message", "request/header", "request/context")
+        statement = (
+            select(events)
+            .where(
+                self._mine(events),
+                events.c.seq < before_seq,
+                or_(events.c.kind.in_(kinds), events.c.surface_op == "replace"),
+            )
+            .order_by(events.c.seq)
         )
         return list((await self.connection.execute(statement)).all())
 
