@@ -29,6 +29,10 @@
 | ``PAS_LOG_PAYLOADS`` | ``false`` | also log request and response payloads — prompt and message
   text — at DEBUG (with ``PAS_LOG_LEVEL=DEBUG``); for debugging only |
 | ``PAS_TRACING_EXPORTER`` | ``none`` | ``none``, ``console`` or ``otlp`` (``OTEL_*`` apply) |
+| ``PAS_PAGE_TOKEN_KEYS`` | derived | secrets of at least 32 characters (comma or space
+  separated) keying page and plan tokens: the first signs, all verify (rotate by putting the new
+  key first). Unset: a key derived from the database URL's user, password and database name, the
+  same on every replica (``app.page_tokens``); set it when the database has no password |
 | ``PAS_REFLECTION`` | ``true`` | serve gRPC server reflection (``false`` on a public listener) |
 | ``PAS_LIMIT_<NAME>`` | ``app.limits.Limits`` | a limit (``PAS_LIMIT_MAX_PROMPT_BYTES``, …) |
 
@@ -53,6 +57,7 @@ from pathlib import Path
 
 from admission_service.api.tenancy import is_token_hash
 from admission_service.app.limits import MIB, Limits
+from admission_service.app.page_tokens import MIN_KEY_CHARS as PAGE_TOKEN_KEY_CHARS
 from admission_service.telemetry.logs import LOG_FORMATS
 from admission_service.telemetry.tracing import TRACING_EXPORTERS
 
@@ -102,6 +107,7 @@ class Settings:
     log_payloads: bool = False
     tracing_exporter: str = "none"
     reflection: bool = True
+    page_token_keys: tuple[str, ...] = ()
     limits: Limits = field(default_factory=Limits)
 
     @classmethod
@@ -140,6 +146,7 @@ class Settings:
             log_payloads=reader.boolean("PAS_LOG_PAYLOADS", False),
             tracing_exporter=reader.choice("PAS_TRACING_EXPORTER", "none", TRACING_EXPORTERS),
             reflection=reader.boolean("PAS_REFLECTION", True),
+            page_token_keys=reader.secrets("PAS_PAGE_TOKEN_KEYS", PAGE_TOKEN_KEY_CHARS),
             limits=reader.limits(),
         )
         if (settings.tls_cert_file is None) != (settings.tls_key_file is None):
@@ -270,6 +277,14 @@ class _Reader:
         if path is not None and not path.is_file():
             raise self._fail(name, "a readable file")
         return path
+
+    def secrets(self, name: str, minimum_chars: int) -> tuple[str, ...]:
+        """Comma or space separated secrets, each at least ``minimum_chars`` long."""
+        values = tuple(self.text(name).replace(",", " ").split())
+        if any(len(value) < minimum_chars for value in values):
+            # Never echo the value: it is a secret.
+            raise ConfigError(f"{name}: every key must be at least {minimum_chars} characters")
+        return values
 
     def tenant(self, name: str) -> str:
         raw = self.text(name)

@@ -36,6 +36,7 @@ from admission_service.api.telemetry import TelemetryInterceptor
 from admission_service.api.tenancy import BearerTokens, DefaultTenant, TenantResolver
 from admission_service.api.token_reload import TokenReloader
 from admission_service.app.hooks import NO_HOOKS, PhaseHooks
+from admission_service.app.page_tokens import PageTokens
 from admission_service.app.service import AdmissionApp
 from admission_service.catalog.loader import load_catalog
 from admission_service.config import ConfigError, Settings, split_listen
@@ -193,7 +194,8 @@ async def start_server(
         else None
     )
     try:
-        app = AdmissionApp(engine, catalog, settings.limits, hooks)
+        page_tokens = PageTokens.configured(settings.page_token_keys, engine.url)
+        app = AdmissionApp(engine, catalog, settings.limits, hooks, page_tokens=page_tokens)
         telemetry = TelemetryInterceptor(metrics, tracer, log_payloads=settings.log_payloads)
         authenticate = AuthenticateFirst(
             api.DESCRIPTOR.services_by_name["AdmissionService"], tenants

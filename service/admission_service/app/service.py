@@ -47,7 +47,7 @@ from admission_service.app.commands import (
 from admission_service.app.gate import SessionGate
 from admission_service.app.hooks import NO_HOOKS, Phase, PhaseHooks
 from admission_service.app.limits import Limits
-from admission_service.app.tokens import decode_token, encode_token
+from admission_service.app.page_tokens import PageTokens
 from admission_service.domain import admission as rules
 from admission_service.domain import codec
 from admission_service.domain.accounting import (
@@ -186,8 +186,10 @@ class AdmissionApp:
         catalog: Catalog,
         limits: Limits | None = None,
         hooks: PhaseHooks = NO_HOOKS,
+        page_tokens: PageTokens | None = None,
     ) -> None:
         self.engine = engine
+        self.page_tokens = page_tokens or PageTokens.configured((), engine.url)
         self.catalog = catalog
         self.limits = limits or Limits()
         self.hooks = hooks
@@ -325,7 +327,7 @@ class AdmissionApp:
         limit = validation.check_page_size(page_size, self.limits)
         after = None
         if page_token:
-            cursor = decode_token(f"sessions/{tenant}", page_token, "page_token")
+            cursor = self.page_tokens.decode(f"sessions/{tenant}", page_token, "page_token")
             after = (datetime.fromisoformat(cursor["t"]), str(cursor["i"]))
 
         async def page(connection: AsyncConnection) -> Page[SessionInfo]:
@@ -335,7 +337,7 @@ class AdmissionApp:
             if len(records) > limit:
                 last = records[limit - 1]
                 cursor = {"t": last.create_time.isoformat(), "i": last.session_id}
-                token = encode_token(f"sessions/{tenant}", cursor)
+                token = self.page_tokens.encode(f"sessions/{tenant}", cursor)
             return Page(items, token)
 
         return await self._read(page)
@@ -778,7 +780,7 @@ class AdmissionApp:
                 if found is None:
                     raise NothingToCompact()
                 selected = found
-            token = encode_token(
+            token = self.page_tokens.encode(
                 scope,
                 {
                     "start": selected.start_seq,
@@ -807,7 +809,7 @@ class AdmissionApp:
     ) -> bytes:
         validation.check_compact(command, self.limits)
         scope = f"compaction/{tenant}/{command.session_id}"
-        token = decode_token(scope, command.plan_token, "plan_token")
+        token = self.page_tokens.decode(scope, command.plan_token, "plan_token")
 
         async def work(tx: Transaction) -> CompactResult:
             record = tx.record
@@ -936,7 +938,7 @@ class AdmissionApp:
         scope = f"events/{tenant}/{session_id}"
         after = -1
         if page_token:
-            after = int(decode_token(scope, page_token, "page_token")["after"])
+            after = int(self.page_tokens.decode(scope, page_token, "page_token")["after"])
 
         async def page(store: SessionStore, record: SessionRecord) -> Page[EventView]:
             rows = await store.events_after(after, limit + 1)
@@ -960,7 +962,7 @@ class AdmissionApp:
             )
             token = ""
             if len(rows) > limit:
-                token = encode_token(scope, {"after": rows[limit - 1].seq})
+                token = self.page_tokens.encode(scope, {"after": rows[limit - 1].seq})
             return Page(items, token)
 
         return await self._read_session(tenant, session_id, page)
