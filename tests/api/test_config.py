@@ -62,8 +62,10 @@ def test_every_setting_is_read(tmp_path: Path) -> None:
             "PAS_TRACING_EXPORTER": "console",
             "PAS_LIMIT_MAX_PROMPT_BYTES": "2048",
             "PAS_LIMIT_MAX_USERS": "3",
+            "PAS_PAGE_TOKEN_KEYS": f"{'n' * 32}, {'o' * 40}",
         }
     )
+    assert settings.page_token_keys == ("n" * 32, "o" * 40)
     assert settings.listen == "[::]:6000"
     assert settings.database_url == "postgresql+psycopg://u:p@db:5432/pas"
     assert settings.data_dir == Path("/var/lib/pas")
@@ -91,6 +93,13 @@ def test_every_setting_is_read(tmp_path: Path) -> None:
     assert settings.limits.max_prompt_bytes == 2048
     assert settings.limits.max_users == 3
     assert settings.limits.max_tools == Limits().max_tools
+
+
+def test_a_short_page_token_key_is_refused_without_echoing_it() -> None:
+    with pytest.raises(ConfigError) as caught:
+        Settings.from_env({"PAS_PAGE_TOKEN_KEYS": f"{'n' * 32} short-secret"})
+    assert "PAS_PAGE_TOKEN_KEYS" in str(caught.value)
+    assert "short-secret" not in str(caught.value)
 
 
 def test_every_limit_has_a_variable() -> None:
