@@ -1,4 +1,11 @@
-"""Input limits (SPEC §8), configurable, with documented defaults."""
+"""Input limits (SPEC §8) and session bounds (issue 13), configurable, with documented defaults.
+
+The session bounds keep a session, and every response that grows with it, finite. Their defaults
+are far above what a real agent session reaches: a 1M-token context window holds about 4 MiB of
+text, so a surface of 256 MiB or a million nodes is only reached by runaway or hostile use. A
+write that would take a session past a bound is refused with RESOURCE_EXHAUSTED (compact the
+session to continue); a write that shrinks it (a compaction) is always allowed.
+"""
 
 from __future__ import annotations
 
@@ -22,5 +29,37 @@ class Limits:
     max_tool_results: int = 128
     max_route_name_length: int = 128
     max_summary_bytes: int = MIB
+    # Nesting of a JSON value a client sends (Tool.parameters_json, ToolCallBlock.arguments_json):
+    # real schemas and arguments stay far below; deeper is refused before anything recurses.
+    max_json_depth: int = 64
+    # AdmitRequest.config: pairs, key length (characters) and value size (UTF-8 bytes).
+    max_config_entries: int = 64
+    max_config_key_length: int = 128
+    max_config_value_bytes: int = 4096
     default_page_size: int = 50
     max_page_size: int = 1000
+    # Session bounds (app/bounds.py): the surviving surface's frame bytes and node count.
+    max_session_surface_bytes: int = 256 * MIB
+    max_session_surface_nodes: int = 1_000_000
+    # Largest derived request (its message frames and rendered body) a response carries; gRPC
+    # clients receive 4 MiB by default. Larger FULL requests are refused, pointing at DELTA.
+    max_response_bytes: int = 4 * MIB
+    # ListEvents pages stop at this many bytes of events (and at page_size events); an event
+    # larger than the budget still comes out, alone on its page.
+    max_events_page_bytes: int = MIB
+
+
+@dataclass(frozen=True, slots=True)
+class Quotas:
+    """Per-tenant quotas (app/quotas.py); 0 turns one off, the default: a deployment sets
+    what it sells."""
+
+    sessions: int = 0
+    stored_bytes: int = 0
+    concurrent_calls: int = 0
+    usage_refresh_seconds: float = 5.0
+
+
+# Idempotency keys (app/sweeper.py): a retry within the retention window replays (AIP-155).
+IDEMPOTENCY_RETENTION_SECONDS = 24 * 3600.0
+IDEMPOTENCY_SWEEP_SECONDS = 60.0

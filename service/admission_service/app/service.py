@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from admission_service.app import validation
+from admission_service.app import bounds, replay, validation
 from admission_service.app.commands import (
     FULL_VIEW,
     AdmitCommand,
@@ -46,8 +46,14 @@ from admission_service.app.commands import (
 )
 from admission_service.app.gate import SessionGate
 from admission_service.app.hooks import NO_HOOKS, Phase, PhaseHooks
-from admission_service.app.limits import Limits
+from admission_service.app.limits import Limits, Quotas
 from admission_service.app.page_tokens import PageTokens
+from admission_service.app.quotas import TenantQuotas
+from admission_service.app.trajectory import (
+    TrajectoryEntry,
+    request_log_seq,
+    trajectory_entries,
+)
 from admission_service.domain import admission as rules
 from admission_service.domain import codec
 from admission_service.domain.accounting import (
@@ -80,6 +86,7 @@ from admission_service.domain.errors import (
     SessionNotFound,
     StaleCompactionPlan,
     UnknownToolCall,
+    WireFormatError,
     fields_under,
 )
 from admission_service.domain.events import Append, Event, EventKind, Replace
@@ -126,6 +133,17 @@ class _ValidateOnly(Exception):
 
     def __init__(self, payload: bytes) -> None:
         self.payload = payload
+
+
+_PLAN_FIELDS = ("generation", "next_seq", "start", "end")
+
+
+def _plan_cursor(cursor: dict[str, Any]) -> dict[str, int]:
+    """A plan token's cursor, checked: a token of another shape (an older version's, or
+    another kind of token) is INVALID_ARGUMENT, never a KeyError."""
+    if set(cursor) != set(_PLAN_FIELDS) or not all(type(cursor[f]) is int for f in _PLAN_FIELDS):
+        raise InvalidArgument("plan_token", "is not a token this service issued for this call")
+    return cursor
 
 
 def _forecast_json(value: CacheForecast) -> dict[str, Any]:
@@ -186,6 +204,7 @@ class AdmissionApp:
         catalog: Catalog,
         limits: Limits | None = None,
         hooks: PhaseHooks = NO_HOOKS,
+        quotas: Quotas | None = None,
         page_tokens: PageTokens | None = None,
     ) -> None:
         self.engine = engine
@@ -193,6 +212,7 @@ class AdmissionApp:
         self.catalog = catalog
         self.limits = limits or Limits()
         self.hooks = hooks
+        self.quotas = TenantQuotas(quotas or Quotas())
         self.gate = SessionGate()  # a hot session's queued writers hold no pool connection
 
     # ---- the transaction shapes ---------------------------------------------------------
@@ -213,6 +233,7 @@ class AdmissionApp:
             validation.check_request_id(idempotency.request_id, self.limits)
         try:
             async with (
+                self.quotas.call(tenant),  # waiting at the gate counts: bounds the queue
                 self.gate.hold(tenant, session_id),
                 self.engine.connect() as connection,
                 connection.begin(),
@@ -221,20 +242,27 @@ class AdmissionApp:
                 record = await store.read(lock=True)
                 await self.hooks.reached(method, Phase.LOAD)
                 if idempotency is not None and not validate_only:
-                    replay = await self._replay(store, method, idempotency)
-                    if replay is not None:
-                        return replay
+                    replayed = await self._replay(store, method, idempotency, encode)
+                    if replayed is not None:
+                        return replayed
                 if record is None:
                     raise SessionNotFound(session_id)
                 if expected_revision is not None and expected_revision != record.revision:
                     raise RevisionMismatch(expected_revision, record.revision)
                 transaction = Transaction(store, record, method, self.hooks, validate_only)
-                payload = encode(await work(transaction))
+                result = await work(transaction)
+                payload = encode(result)
+                bounds.check_session_growth(record, store.growth, self.limits)
+                await self.quotas.check_stored_bytes(connection, tenant, store.growth.log_bytes)
                 if validate_only:
                     raise _ValidateOnly(payload)
                 if idempotency is not None:
+                    through_seq = record.next_seq + store.growth.events - 1
                     await store.store_response(
-                        idempotency.request_id, method, idempotency.request_digest, payload
+                        idempotency.request_id,
+                        method,
+                        idempotency.request_digest,
+                        *replay.stored_form(result, payload, encode, through_seq),
                     )
                 await store.flush()
                 await self.hooks.reached(method, Phase.COMMIT)
@@ -244,14 +272,14 @@ class AdmissionApp:
         return payload
 
     async def _replay(
-        self, store: SessionStore, method: str, idempotency: Idempotency
+        self, store: SessionStore, method: str, idempotency: Idempotency, encode: object
     ) -> bytes | None:
         stored = await store.stored_response(idempotency.request_id)
         if stored is None:
             return None
         if stored.method != method or stored.request_digest != idempotency.request_digest:
             raise RequestIdReused(idempotency.request_id)
-        return stored.response
+        return await replay.replayed(store, stored, encode, event_of)
 
     async def _read(self, work: Callable[[AsyncConnection], Awaitable[R]]) -> R:
         """A read-only snapshot: every statement sees the same committed state."""
@@ -275,7 +303,8 @@ class AdmissionApp:
                 raise SessionNotFound(session_id)
             return await work(store, record)
 
-        return await self._read(read)
+        async with self.quotas.call(tenant):
+            return await self._read(read)
 
     # ---- session lifecycle --------------------------------------------------------------
 
@@ -297,15 +326,20 @@ class AdmissionApp:
                 else str(uuid.uuid4())
             )
         validation.check_session_id(session_id, self.limits)
-        async with self.engine.connect() as connection, connection.begin():
+        async with (
+            self.quotas.call(tenant),
+            self.engine.connect() as connection,
+            connection.begin(),
+        ):
             store = SessionStore(connection, tenant, session_id)
             record = await store.create()
             if record is None:
                 if idempotency is not None:
-                    replay = await self._replay(store, "CreateSession", idempotency)
-                    if replay is not None:
-                        return replay
+                    replayed = await self._replay(store, "CreateSession", idempotency, encode)
+                    if replayed is not None:
+                        return replayed
                 raise SessionAlreadyExists(session_id)
+            await self.quotas.check_new_session(connection, tenant)
             payload = encode(_session_info(record))
             if idempotency is not None:
                 await store.store_response(
@@ -340,7 +374,8 @@ class AdmissionApp:
                 token = self.page_tokens.encode(f"sessions/{tenant}", cursor)
             return Page(items, token)
 
-        return await self._read(page)
+        async with self.quotas.call(tenant):
+            return await self._read(page)
 
     async def delete_session(
         self,
@@ -409,6 +444,7 @@ class AdmissionApp:
                 starts_request_series=command.starts_request_series,
                 users=command.users,
                 resume=command.resume,
+                config=command.config,
             )
             await tx.reached(Phase.VALIDATE)
             result = await self._attempt(
@@ -423,7 +459,7 @@ class AdmissionApp:
                     command.tools,
                     result.user_seqs,
                 )
-                await self._add_request(tx, admission_id, 0, result.forecast)
+                await self._add_request(tx, admission_id, 0, result)
             return result
 
         return await self._mutate(
@@ -458,6 +494,8 @@ class AdmissionApp:
                 rendered_prompt=admitted.rendered_prompt,
                 tools=admitted.tools,
                 route=route,
+                # A retry keeps the configuration in force (that of the session's last header).
+                config=last.header.config if (last := tx.record.series.last_header) else (),
             )
             await tx.reached(Phase.VALIDATE)
             number = admitted.attempts
@@ -465,7 +503,7 @@ class AdmissionApp:
                 tx, attempt, number, command.wire_format, command.selection, first=False
             )
             await tx.store.count_attempt(admitted.admission_id)
-            await self._add_request(tx, admitted.admission_id, number, result.forecast)
+            await self._add_request(tx, admitted.admission_id, number, result)
             return result
 
         return await self._mutate(
@@ -493,10 +531,10 @@ class AdmissionApp:
         # One statement reads the system nodes and the frames the request needs if this attempt
         # shadows nothing (the usual case); a replacement reads the frames again below.
         planned = _FramesQuery.plan(record, record.shadowed, selection, wire)
-        system_nodes, early = await tx.store.system_nodes_and_frames(
+        system_nodes, early, open_calls = await tx.store.system_nodes_and_frames(
             planned.from_position, planned.split_position
         )
-        state = rules.AdmissionState(record.next_seq, system_nodes, record.series)
+        state = rules.AdmissionState(record.next_seq, system_nodes, record.series, open_calls)
         outcome = rules.admit(state, attempt) if first else rules.reconcile(state, attempt)
         await tx.reached(Phase.PROJECT)
         written = await tx.store.write_events(outcome.events, record.next_position)
@@ -544,13 +582,17 @@ class AdmissionApp:
             effective_prompt=prompt,
             forecast=predicted,
             route=attempt.route,
+            log_seq=record.next_seq + len(outcome.events),
         )
 
     async def _add_request(
-        self, tx: Transaction, admission_id: str, attempt: int, predicted: CacheForecast
+        self, tx: Transaction, admission_id: str, attempt: int, result: AttemptResult
     ) -> None:
+        # The ledger row keeps the request's log position beside its forecast (ListTrajectory
+        # folds the log up to it); rows written before it existed have none.
+        stored = {**_forecast_json(result.forecast), "log_seq": result.log_seq}
         await tx.store.add_request(
-            tx.record.request_count, admission_id, attempt, codec.dumps(_forecast_json(predicted))
+            tx.record.request_count, admission_id, attempt, codec.dumps(stored)
         )
 
     async def _derive(
@@ -566,6 +608,7 @@ class AdmissionApp:
         end_position: int,
         tail: Frames = NO_FRAMES,
         read: Frames | None = None,
+        degrade: bool = False,
     ) -> _Derived:
         """The derived request (every message node in surface order), the totals its cache
         forecast needs, and the prefix the next request extends.
@@ -578,7 +621,8 @@ class AdmissionApp:
         render a provider body (non-NEUTRAL wire formats), which reads the returned messages.
         ``tail`` holds this transaction's appended nodes, whose rows are not written yet: they
         end the surface, after everything the database returns. ``read`` is the frames already
-        read for exactly this query (``_FramesQuery.plan``), if any.
+        read for exactly this query (``_FramesQuery.plan``), if any. With ``degrade`` (Inspect)
+        a body the wire format cannot express is reported in the view instead of raised.
         """
         prefix = record.prefix
         query = _FramesQuery.plan(record, shadowed, selection, wire)
@@ -613,8 +657,21 @@ class AdmissionApp:
                 totals = RequestTotals(messages, tokens, messages, tokens, False)
         encoded = EncodedMessages(body)
         rendered = ""
-        if wire is not WireFormat.NEUTRAL:
-            rendered = render(encoded, wire, in_history=route.in_history, offset=first_index)
+        render_error = None
+        try:
+            rendered = render(
+                encoded,
+                wire,
+                in_history=route.in_history,
+                provider=route.provider,
+                tools=tools,
+                offset=first_index,
+            )
+        except WireFormatError as error:
+            if not degrade:
+                raise
+            render_error = error
+        bounds.check_derived_request_size(len(body) + len(rendered), self.limits)
         view = DerivedRequestView(
             wire,
             encoded,
@@ -624,6 +681,7 @@ class AdmissionApp:
             first_message_index=first_index,
             total_messages=messages,
             digest=digest,
+            render_error=render_error,
         )
         prefix_now = RequestPrefix(messages, tokens, size, digest, end_position)
         return _Derived(view, totals, prefix_now)
@@ -809,7 +867,7 @@ class AdmissionApp:
     ) -> bytes:
         validation.check_compact(command, self.limits)
         scope = f"compaction/{tenant}/{command.session_id}"
-        token = self.page_tokens.decode(scope, command.plan_token, "plan_token")
+        token = _plan_cursor(self.page_tokens.decode(scope, command.plan_token, "plan_token"))
 
         async def work(tx: Transaction) -> CompactResult:
             record = tx.record
@@ -903,18 +961,10 @@ class AdmissionApp:
                 record.shadowed,
                 selection,
                 end_position=record.next_position,
+                degrade=True,
             )
             system_tokens = next((row.tokens for row in reversed(details) if row.tokens > 0), 0)
-            ledger = tuple(
-                LedgerEntry(
-                    row.request_index,
-                    row.admission_id,
-                    row.attempt,
-                    _forecast_from_json(codec.loads(row.forecast)),
-                    Usage(**codec.loads(row.observed)) if row.observed is not None else None,
-                )
-                for row in await store.ledger(LEDGER_ROWS)
-            )
+            ledger = tuple(ledger_entry_of(row) for row in await store.ledger(LEDGER_ROWS))
             return InspectResult(
                 session=_session_info(record),
                 effective_prompt=effective_prompt(
@@ -941,31 +991,72 @@ class AdmissionApp:
             after = int(self.page_tokens.decode(scope, page_token, "page_token")["after"])
 
         async def page(store: SessionStore, record: SessionRecord) -> Page[EventView]:
-            rows = await store.events_after(after, limit + 1)
-            items = tuple(
-                EventView(
-                    codec.event_from_json(
-                        {
-                            "seq": row.seq,
-                            "kind": row.kind,
-                            "turn": row.turn,
-                            "step": row.step,
-                            "surface_op": _surface_op(row),
-                            "source_seqs": list(row.source_seqs),
-                            "admission_id": row.admission_id or "",
-                            "payload": codec.loads(row.payload),
-                        }
-                    ),
-                    row.commit_time,
-                )
-                for row in rows[:limit]
-            )
-            token = ""
-            if len(rows) > limit:
-                token = self.page_tokens.encode(scope, {"after": rows[limit - 1].seq})
+            budget = self.limits.max_events_page_bytes
+            rows, more = await store.events_page(after, limit, budget)
+            items = tuple(EventView(event_of(row), row.commit_time) for row in rows)
+            token = self.page_tokens.encode(scope, {"after": rows[-1].seq}) if more else ""
             return Page(items, token)
 
         return await self._read_session(tenant, session_id, page)
+
+    async def list_trajectory(
+        self, tenant: str, session_id: str, page_size: int, page_token: str
+    ) -> Page[TrajectoryEntry]:
+        """One page of the session's derived requests with the prompt each saw (a read)."""
+        limit = validation.check_page_size(page_size, self.limits)
+        scope = f"trajectory/{tenant}/{session_id}"
+        after = -1
+        if page_token:
+            after = int(self.page_tokens.decode(scope, page_token, "page_token")["after"])
+
+        async def page(store: SessionStore, record: SessionRecord) -> Page[TrajectoryEntry]:
+            # The request before the page (if any) bounds what its first entry introduced.
+            rows = await store.requests_from(max(after, 0), limit + 2)
+            before = rows.pop(0) if after >= 0 and rows and rows[0].request_index == after else None
+            more, rows = len(rows) > limit, rows[:limit]
+            if not rows:
+                return Page((), "")
+            requests = [(ledger_entry_of(row), request_log_seq(row.forecast)) for row in rows]
+            ends = [seq for _, seq in requests if seq is not None]
+            complete = len(ends) == len(requests)
+            events = await store.prompt_events(max(ends) if complete else record.next_seq)
+            since = request_log_seq(before.forecast) if before is not None else 0
+            entries = trajectory_entries(
+                requests, [(event_of(row), row.commit_time) for row in events], since=since or 0
+            )
+            token = (
+                self.page_tokens.encode(scope, {"after": entries[-1].request_index}) if more else ""
+            )
+            return Page(entries, token)
+
+        return await self._read_session(tenant, session_id, page)
+
+
+def ledger_entry_of(row: Any) -> LedgerEntry:
+    """A ``requests`` row as a ledger entry."""
+    return LedgerEntry(
+        row.request_index,
+        row.admission_id,
+        row.attempt,
+        _forecast_from_json(codec.loads(row.forecast)),
+        Usage(**codec.loads(row.observed)) if row.observed is not None else None,
+    )
+
+
+def event_of(row: Any) -> Event:
+    """An ``events`` row as a domain event."""
+    return codec.event_from_json(
+        {
+            "seq": row.seq,
+            "kind": row.kind,
+            "turn": row.turn,
+            "step": row.step,
+            "surface_op": _surface_op(row),
+            "source_seqs": list(row.source_seqs),
+            "admission_id": row.admission_id or "",
+            "payload": codec.loads(row.payload),
+        }
+    )
 
 
 def _surface_op(row: Any) -> dict[str, Any] | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
+from typing import Any
 
 from admission_service.app.commands import (
     AdmitCommand,
@@ -31,6 +32,7 @@ from admission_service.domain.messages import (
     Tool,
     ToolCall,
 )
+from admission_service.domain.wire_common import inline_image, is_data_uri
 
 SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 INT64_MAX = 2**63 - 1
@@ -76,13 +78,33 @@ def _check_count(value: int, field: str, *, maximum: int = INT64_MAX) -> None:
         raise InvalidArgument(field, f"must be at most {maximum}")
 
 
-def _check_json_object(text: str, field: str) -> None:
+def _check_json_object(text: str, field: str, max_depth: int) -> None:
+    too_deep = InvalidArgument(
+        field, f"is nested deeper than {max_depth} levels (max_json_depth, a JSON depth limit)"
+    )
     try:
         value = json.loads(text)
     except ValueError:
         raise InvalidArgument(field, "is not valid JSON") from None
+    except RecursionError:  # deeper than the parser recurses: far past any limit
+        raise too_deep from None
     if not isinstance(value, dict):
         raise InvalidArgument(field, "must be a JSON object")
+    # Fewer brackets than the limit cannot nest deeper than it (the usual case: no walk).
+    if text.count("{") + text.count("[") > max_depth and _json_depth(value) > max_depth:
+        raise too_deep
+
+
+def _json_depth(value: Any) -> int:
+    """How deeply ``value``'s arrays and objects nest (iterative: any depth is safe)."""
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return deepest
 
 
 def check_route(route: RouteRequest, limits: Limits) -> None:
@@ -116,17 +138,38 @@ def check_tools(tools: Sequence[Tool], limits: Limits) -> None:
         ):
             raise InvalidArgument(field, f"is larger than {limits.max_tool_schema_bytes} bytes")
         if tool.parameters_json:  # empty means "no parameters"
-            _check_json_object(tool.parameters_json, f"{field}.parameters_json")
+            _check_json_object(
+                tool.parameters_json, f"{field}.parameters_json", limits.max_json_depth
+            )
 
 
 def _block_size(block: Block) -> int:
-    if isinstance(block, Text | Reasoning):
+    if isinstance(block, Text):
         return _utf8_size(block.text)
+    if isinstance(block, Reasoning):
+        return _utf8_size(block.text) + _utf8_size(block.signature)
     if isinstance(block, Image):
         return _utf8_size(block.uri) + _utf8_size(block.media_type)
     if isinstance(block, ToolCall):
         return sum(map(_utf8_size, (block.call_id, block.name, block.arguments_json)))
     return _utf8_size(block.call_id) + sum(_block_size(inner) for inner in block.content)
+
+
+def _check_image(image: Image, field: str) -> None:
+    """An image is a URL or a base64 ``data:`` URI, the two forms every provider format can
+    carry (an inline image goes to Anthropic as a base64 source with the URI's media type)."""
+    if not image.uri:
+        raise InvalidArgument(f"{field}.uri", "is required")
+    if not is_data_uri(image.uri):
+        return
+    inline = inline_image(image)
+    if inline is None:
+        raise InvalidArgument(f"{field}.uri", "a data: URI must be data:<media type>;base64,<data>")
+    if image.media_type and image.media_type.lower() != inline.media_type:
+        raise InvalidArgument(
+            f"{field}.media_type",
+            f"{image.media_type!r} differs from the data: URI's {inline.media_type!r}",
+        )
 
 
 def check_message(message: Message, field: str, limits: Limits, allowed: tuple[type, ...]) -> None:
@@ -142,15 +185,36 @@ def check_message(message: Message, field: str, limits: Limits, allowed: tuple[t
         where = f"{field}.content[{index}]"
         if not isinstance(block, allowed):
             raise InvalidArgument(where, f"a {type(block).__name__} block is not allowed here")
-        if isinstance(block, Image) and not block.uri:
-            raise InvalidArgument(f"{where}.image.uri", "is required")
+        if isinstance(block, Image):
+            _check_image(block, f"{where}.image")
         if isinstance(block, ToolCall):
             if not block.call_id:
                 raise InvalidArgument(f"{where}.tool_call.call_id", "is required")
             _check_no_nul(block.call_id, f"{where}.tool_call.call_id")
             if not block.name:
                 raise InvalidArgument(f"{where}.tool_call.name", "is required")
-            _check_json_object(block.arguments_json or "{}", f"{where}.tool_call.arguments_json")
+            _check_json_object(
+                block.arguments_json or "{}",
+                f"{where}.tool_call.arguments_json",
+                limits.max_json_depth,
+            )
+
+
+def check_config(config: Sequence[tuple[str, str]], limits: Limits) -> None:
+    if len(config) > limits.max_config_entries:
+        raise InvalidArgument("config", f"holds more than {limits.max_config_entries} entries")
+    for key, value in config:
+        if not key:
+            raise InvalidArgument("config", "has an empty key")
+        if len(key) > limits.max_config_key_length:
+            raise InvalidArgument(
+                "config", f"has a key longer than {limits.max_config_key_length} characters"
+            )
+        _check_no_nul(key, "config")
+        if _utf8_size(value) > limits.max_config_value_bytes:
+            raise InvalidArgument(
+                f"config[{key}]", f"is larger than {limits.max_config_value_bytes} bytes"
+            )
 
 
 def check_admit(command: AdmitCommand, limits: Limits) -> None:
@@ -161,6 +225,7 @@ def check_admit(command: AdmitCommand, limits: Limits) -> None:
     if _utf8_size(command.rendered_prompt) > limits.max_prompt_bytes:
         raise InvalidArgument("rendered_prompt", f"is larger than {limits.max_prompt_bytes} bytes")
     check_tools(command.tools, limits)
+    check_config(command.config, limits)
     check_route(command.route, limits)
     if len(command.users) > limits.max_users:
         raise InvalidArgument("users", f"holds more than {limits.max_users} messages")
@@ -220,6 +285,11 @@ def check_record(command: RecordCommand, limits: Limits) -> None:
         answered.add(result.call_id)
         wrapped = Message(Role.TOOL, result.content)
         check_message(wrapped, field, limits, (Text, Image))
+        if result.is_error and not any(
+            isinstance(block, Text) and block.text for block in result.content
+        ):
+            # The OpenAI formats have no error flag: the text is how the model learns it failed.
+            raise InvalidArgument(f"{field}.content", "an error result must describe the failure")
     if command.usage is not None:
         check_usage(command.usage)
 
