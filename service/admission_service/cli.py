@@ -1,7 +1,7 @@
 """``admission-service``: run the service, migrate its database, inspect a session, probe it.
 
     admission-service serve                       # configuration from PAS_* / DATABASE_URL
-    admission-service migrate                     # alembic upgrade head, then exit
+    admission-service migrate                     # alembic upgrade head (and grants), then exit
     admission-service inspect SESSION_ID [--target HOST:PORT] [--wire FORMAT] [--token T]
     admission-service health [--target HOST:PORT] # exit 0 when grpc.health.v1 says SERVING
     admission-service token TENANT [--stdin]      # a bearer token and its PAS_AUTH_TOKENS entry
@@ -15,7 +15,6 @@ Exit status: 0 on success, 1 when the work failed, 2 for bad usage or configurat
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import secrets
@@ -59,7 +58,8 @@ def _parser() -> argparse.ArgumentParser:
         "migrate",
         help="upgrade the database schema to the latest migration, then exit",
         description="Run the Alembic migrations (upgrade head) on DATABASE_URL, or on the "
-        "embedded PostgreSQL in PAS_DATA_DIR when DATABASE_URL is unset.",
+        "embedded PostgreSQL in PAS_DATA_DIR when DATABASE_URL is unset; then, with "
+        "PAS_DB_APP_ROLE, grant that role the data privileges the service needs.",
     )
     inspect = commands.add_parser(
         "inspect",
@@ -164,17 +164,25 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _serve(settings: Settings) -> int:
-    from admission_service.api.server import serve
+    from admission_service.api.workers import serve_workers
 
-    asyncio.run(serve(settings))
-    return 0
+    return serve_workers(settings)
 
 
 def _migrate(settings: Settings) -> int:
     from admission_service.storage.database import run_migrations
 
-    run_migrations(settings.resolve_database_url())
+    url = settings.resolve_database_url()
+    run_migrations(url)
     print("database schema is at the latest migration")
+    if settings.db_app_role is not None:
+        from admission_service.storage.privileges import UnknownRole, grant_data_privileges
+
+        try:
+            tables = grant_data_privileges(url, settings.db_app_role)
+        except UnknownRole as exc:
+            raise ConfigError(str(exc)) from None
+        print(f"role {settings.db_app_role} may read and write the rows of {len(tables)} tables")
     return 0
 
 
@@ -416,4 +424,7 @@ def format_inspect(response: api.InspectResponse, *, ledger_rows: int = 10) -> s
         add(f"{wire} body:")
         body = json.dumps(json.loads(request.body_json), indent=2, ensure_ascii=False)
         lines.extend(f"  {line}" for line in body.splitlines())
+    if request.HasField("render_error"):
+        add("")
+        add(f"{wire} body: cannot be rendered: {request.render_error.message}")
     return "\n".join(lines) + "\n"

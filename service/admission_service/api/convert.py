@@ -9,14 +9,16 @@ the use cases' business. Errors name the offending field by its proto path
 Outbound, responses of mutating RPCs are encoded with ``SerializeToString(deterministic=True)``:
 the use cases store those bytes with the effect and replay them for a repeated ``request_id``.
 A derived request's messages arrive already encoded (the stored frames, ``app.EncodedMessages``)
-and are spliced after the rest of the response as a second occurrence of its ``request``
-field, which protobuf parsers merge (repeated fields concatenate): no message is re-encoded.
+and are spliced, with the rendered body, after the rest of the response as a second occurrence
+of its ``request`` field, which protobuf parsers merge (repeated fields concatenate): no message
+is re-encoded, and the idempotency record stores only the rest (``SplitAttemptEncoder``).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TypeVar
 
@@ -24,11 +26,14 @@ from google.protobuf.message import Message as ProtoMessage
 from google.protobuf.timestamp_pb2 import Timestamp
 from promptadmission.v1 import admission_service_pb2 as api
 from promptadmission.v1 import session_pb2 as pb
+from promptadmission.v1 import trajectory_pb2 as tpb
 
 from admission_service.app import commands as app
+from admission_service.app.trajectory import TrajectoryEntry
 from admission_service.domain.accounting import CacheForecast, DivergenceReason, TokenBreakdown
 from admission_service.domain.admission import AppliedCommit
 from admission_service.domain.catalog import Capability
+from admission_service.domain.codec import canonical_config
 from admission_service.domain.errors import InvalidArgument, InvalidModelInfo, fields_under
 from admission_service.domain.events import Append, Event, EventKind, Replace
 from admission_service.domain.messages import (
@@ -43,6 +48,12 @@ from admission_service.domain.messages import (
     ToolResult,
 )
 from admission_service.domain.projection import CommitOp
+from admission_service.domain.prompt_fold import (
+    ChangeKind,
+    PromptChange,
+    PromptNode,
+    PromptSnapshot,
+)
 from admission_service.domain.series import (
     CapabilitySource,
     ContextLog,
@@ -53,6 +64,7 @@ from admission_service.domain.series import (
     SeriesState,
 )
 from admission_service.domain.surface import EffectivePrompt
+from admission_service.domain.trajectory import HeaderFact
 from admission_service.domain.wire import WireFormat
 
 V = TypeVar("V")
@@ -217,7 +229,7 @@ def _block_from_proto(block: pb.ContentBlock, field: str, allowed: frozenset[str
     if which == "image":
         return Image(block.image.uri, block.image.media_type)
     if which == "reasoning":
-        return Reasoning(block.reasoning.text)
+        return Reasoning(block.reasoning.text, block.reasoning.signature)
     if which == "tool_call":
         call = block.tool_call
         return ToolCall(call.call_id, call.name, call.arguments_json)
@@ -323,6 +335,7 @@ def admit_command(request: api.AdmitRequest) -> app.AdmitCommand:
         expected_revision=_expected_revision(request),
         selection=selection_from_proto(request),
         previous_output=_previous_output(request),
+        config=canonical_config(request.config),
     )
 
 
@@ -473,7 +486,10 @@ def commit_to_proto(applied: AppliedCommit) -> pb.SystemCommit:
 
 def _header_to_proto(header: RequestHeader) -> pb.RequestHeader:
     return pb.RequestHeader(
-        provider=header.provider, model=header.model, tools=_tools(header.tools)
+        provider=header.provider,
+        model=header.model,
+        tools=_tools(header.tools),
+        config=dict(header.config),
     )
 
 
@@ -526,6 +542,7 @@ def breakdown_to_proto(breakdown: TokenBreakdown) -> pb.TokenBreakdown:
         tools_tokens=breakdown.tools_tokens,
         message_tokens=breakdown.message_tokens,
         total_tokens=breakdown.total_tokens,
+        tokenizer=breakdown.tokenizer,
     )
 
 
@@ -543,7 +560,8 @@ def series_to_proto(series: SeriesState) -> pb.SeriesState:
 def derived_request_to_proto(
     view: app.DerivedRequestView, *, with_messages: bool = True
 ) -> pb.DerivedRequest:
-    """The derived request; ``with_messages=False`` leaves out stored frames for ``_spliced``."""
+    """The derived request; ``with_messages=False`` leaves out stored frames for
+    ``SplitAttemptEncoder``."""
     proto = pb.DerivedRequest(
         wire_format=wire_format_to_proto(view.wire_format),
         body_json=view.body_json,
@@ -553,6 +571,13 @@ def derived_request_to_proto(
         total_messages=view.total_messages,
         digest=view.digest,
     )
+    if view.render_error is not None:
+        error = view.render_error
+        proto.render_error.CopyFrom(
+            pb.RenderError(
+                reason=error.reason, field=error.metadata.get("field", ""), message=error.message
+            )
+        )
     if isinstance(view.messages, app.EncodedMessages):
         if with_messages:
             proto.MergeFromString(view.messages.frames)
@@ -570,14 +595,41 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
-def _spliced(response: ProtoMessage, field_number: int, view: app.DerivedRequestView) -> bytes:
-    """``response`` serialized, followed by the stored frames as a second occurrence of its
-    ``request`` field (a DerivedRequest holding only messages): one copy of the frames."""
-    encoded = _encode(response)
-    if not isinstance(view.messages, app.EncodedMessages) or not view.messages.frames:
-        return encoded
-    frames = view.messages.frames
-    return b"".join((encoded, _varint(field_number << 3 | 2), _varint(len(frames)), frames))
+_BODY_JSON_FIELD = pb.DerivedRequest.DESCRIPTOR.fields_by_name["body_json"].number
+
+
+@dataclass(frozen=True, slots=True)
+class SplitAttemptEncoder:
+    """Encodes an Admit or Reconcile response as its head — every field but the derived
+    request's rendered body and messages — followed by those as a second occurrence of the
+    ``request`` field (protobuf parsers merge the two): the stored frames are copied once,
+    never re-encoded. The idempotency record keeps only the head (app/replay.py)."""
+
+    build: Callable[..., api.AdmitResponse | api.ReconcileResponse]
+    request_field: int
+
+    def head(self, result: app.AttemptResult) -> bytes:
+        response = self.build(result, with_messages=False)
+        if isinstance(result.request.messages, app.EncodedMessages):
+            response.request.ClearField("body_json")  # in the body, after the head
+        return _encode(response)
+
+    def body(self, body_json: str, frames: bytes) -> bytes:
+        inner = frames
+        if body_json:
+            encoded = body_json.encode()
+            inner = b"".join(
+                (_varint(_BODY_JSON_FIELD << 3 | 2), _varint(len(encoded)), encoded, frames)
+            )
+        if not inner:
+            return b""
+        return b"".join((_varint(self.request_field << 3 | 2), _varint(len(inner)), inner))
+
+    def __call__(self, result: app.AttemptResult) -> bytes:
+        messages = result.request.messages
+        if not isinstance(messages, app.EncodedMessages):
+            return self.head(result)
+        return self.head(result) + self.body(result.request.body_json, messages.frames)
 
 
 def usage_to_proto(usage: app.Usage) -> pb.Usage:
@@ -705,9 +757,7 @@ def admit_response(result: app.AttemptResult, *, with_messages: bool = True) -> 
     return response
 
 
-def encode_admit(result: app.AttemptResult) -> bytes:
-    response = admit_response(result, with_messages=False)
-    return _spliced(response, _REQUEST_FIELD_ADMIT, result.request)
+encode_admit = SplitAttemptEncoder(admit_response, _REQUEST_FIELD_ADMIT)
 
 
 def reconcile_response(
@@ -718,9 +768,7 @@ def reconcile_response(
     return response
 
 
-def encode_reconcile(result: app.AttemptResult) -> bytes:
-    response = reconcile_response(result, with_messages=False)
-    return _spliced(response, _REQUEST_FIELD_RECONCILE, result.request)
+encode_reconcile = SplitAttemptEncoder(reconcile_response, _REQUEST_FIELD_RECONCILE)
 
 
 def record_response(result: app.RecordResult) -> api.RecordResponse:
@@ -780,5 +828,96 @@ def inspect_response(result: app.InspectResult) -> api.InspectResponse:
 def list_events_response(page: app.Page[app.EventView]) -> api.ListEventsResponse:
     return api.ListEventsResponse(
         events=[event_to_proto(view) for view in page.items],
+        next_page_token=page.next_page_token,
+    )
+
+
+# ---- ListTrajectory -------------------------------------------------------------------------
+
+_CHANGE_KINDS: Mapping[ChangeKind, tpb.PromptChangeKind.ValueType] = {
+    ChangeKind.INITIAL: tpb.PROMPT_CHANGE_KIND_INITIAL,
+    ChangeKind.SYSTEM: tpb.PROMPT_CHANGE_KIND_SYSTEM,
+    ChangeKind.TOOLS: tpb.PROMPT_CHANGE_KIND_TOOLS,
+    ChangeKind.SYSTEM_AND_TOOLS: tpb.PROMPT_CHANGE_KIND_SYSTEM_AND_TOOLS,
+}
+
+
+def _optional_time(value: datetime | None) -> Timestamp | None:
+    return timestamp(value) if value is not None else None
+
+
+def prompt_snapshot_to_proto(prompt: PromptSnapshot) -> tpb.PromptSnapshot:
+    return tpb.PromptSnapshot(
+        provider=prompt.provider,
+        model=prompt.model,
+        config=dict(prompt.config),
+        system_prompt=prompt.system,
+        tools=_tools(prompt.tools),
+    )
+
+
+def prompt_change_to_proto(change: PromptChange) -> tpb.PromptChange:
+    proto = tpb.PromptChange(
+        seq=change.seq, time=_optional_time(change.time), kind=_CHANGE_KINDS[change.kind]
+    )
+    if change.previous is not None:
+        proto.previous.CopyFrom(prompt_snapshot_to_proto(change.previous))
+    return proto
+
+
+def header_fact_to_proto(fact: HeaderFact) -> tpb.HeaderFact:
+    proto = tpb.HeaderFact(
+        seq=fact.seq,
+        time=_optional_time(fact.time),
+        synthetic=fact.synthetic,
+        reason=_HEADER_REASONS[fact.reason]
+        if fact.reason is not None
+        else pb.HEADER_REASON_UNSPECIFIED,
+        starts_series=fact.starts_series,
+        prompt=prompt_snapshot_to_proto(fact.prompt),
+    )
+    if fact.change is not None:
+        proto.change.CopyFrom(prompt_change_to_proto(fact.change))
+    return proto
+
+
+def prompt_node_to_proto(node: PromptNode) -> pb.SystemPromptNode:
+    return pb.SystemPromptNode(
+        seq=node.seq,
+        time=_optional_time(node.time),
+        turn=node.turn,
+        step=node.step,
+        text=node.text,
+        update=node.update,
+    )
+
+
+def trajectory_entry_to_proto(entry: TrajectoryEntry) -> tpb.TrajectoryEntry:
+    ledger, point = entry.ledger, entry.point
+    proto = tpb.TrajectoryEntry(
+        request_index=ledger.request_index,
+        admission_id=ledger.admission_id,
+        attempt=ledger.attempt,
+        log_seq=entry.log_seq,
+        headers=[header_fact_to_proto(fact) for fact in point.headers],
+        starts_series=point.starts_series,
+        forecast=forecast_to_proto(ledger.forecast),
+    )
+    if point.header is not None:
+        proto.header.CopyFrom(header_fact_to_proto(point.header))
+    if point.change is not None:
+        proto.change.CopyFrom(prompt_change_to_proto(point.change))
+    if point.effective is not None:
+        proto.effective_prompt.CopyFrom(prompt_node_to_proto(point.effective))
+    if point.context is not None:
+        proto.context.CopyFrom(request_context_to_proto(point.context))
+    if ledger.observed is not None:
+        proto.observed.CopyFrom(usage_to_proto(ledger.observed))
+    return proto
+
+
+def list_trajectory_response(page: app.Page[TrajectoryEntry]) -> api.ListTrajectoryResponse:
+    return api.ListTrajectoryResponse(
+        entries=[trajectory_entry_to_proto(entry) for entry in page.items],
         next_page_token=page.next_page_token,
     )

@@ -13,6 +13,7 @@ from admission_service.domain.accounting import CacheForecast, TokenBreakdown
 from admission_service.domain.admission import AppliedCommit
 from admission_service.domain.catalog import Capability
 from admission_service.domain.compaction import CompactionPlan
+from admission_service.domain.errors import WireFormatError
 from admission_service.domain.events import Event
 from admission_service.domain.messages import Message, Tool, ToolResult
 from admission_service.domain.series import ContextLog, HeaderLog, Route, SeriesState
@@ -83,6 +84,8 @@ class AdmitCommand:
     validate_only: bool = False
     expected_revision: int | None = None
     selection: RequestSelection = FULL_VIEW
+    # The harness's request configuration, canonical: (key, value) pairs sorted by key.
+    config: tuple[tuple[str, str], ...] = ()
     # The previous step's output, recorded in the same transaction before this admission (its
     # expected_revision is None: the Admit's applies to the whole call).
     previous_output: RecordCommand | None = None
@@ -208,6 +211,8 @@ class DerivedRequestView:
     first_message_index: int = 0
     total_messages: int = 0
     digest: bytes = b""
+    # Inspect only: why the wire format could not express the request (body_json is empty).
+    render_error: WireFormatError | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,6 +232,8 @@ class AttemptResult:
     forecast: CacheForecast
     route: Route
     recorded: RecordResult | None = None  # what an Admit's previous_output committed
+    # The session's event count after the attempt: the request saw the events below it.
+    log_seq: int = 0
 
 
 @dataclass(frozen=True, slots=True)

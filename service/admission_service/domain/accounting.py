@@ -96,11 +96,16 @@ class PricedNode:
     is_system: bool
 
 
+# The name of the estimate every price here uses (TokenBreakdown.tokenizer on the API).
+HEURISTIC = "heuristic"
+
+
 @dataclass(frozen=True, slots=True)
 class TokenBreakdown:
     system_tokens: int
     tools_tokens: int
     message_tokens: int
+    tokenizer: str = HEURISTIC
 
     @property
     def total_tokens(self) -> int:

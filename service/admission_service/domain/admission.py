@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from admission_service.domain.errors import UnansweredToolCall
 from admission_service.domain.events import Append, Event, EventKind, Replace, system_event
 from admission_service.domain.messages import Message, Tool
 from admission_service.domain.projection import CommitOp, SystemCommit, SystemNode, project
@@ -32,6 +33,8 @@ class AdmissionState:
     next_seq: int
     system_nodes: tuple[SystemNode, ...]
     series: SeriesState
+    # The ids of the tool calls on the surface that no result answers yet, in call order.
+    open_tool_calls: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +50,8 @@ class Attempt:
     starts_request_series: bool = False
     users: tuple[Message, ...] = ()
     resume: bool = False
+    # The harness's sampling configuration, canonical (sorted by key); part of the header.
+    config: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +107,22 @@ def reconcile(state: AdmissionState, attempt: Attempt) -> AttemptOutcome:
     return _run(state, retry, first_attempt=False)
 
 
+def check_tool_calls_answered(state: AdmissionState) -> None:
+    """The tool-call ordering rule: no attempt while a tool call on the surface is unanswered.
+
+    Every provider format needs each tool call's result right after it (Chat's ``tool``
+    messages after the ``tool_calls`` message, Responses' ``function_call_output`` items, one
+    user message of ``tool_result`` blocks after the ``tool_use`` blocks). A request derived now
+    would end with a call and no result, and anything the attempt appended (a system update, a
+    user) would sit between the call and the result recorded later. So the results are recorded
+    first (Record, or AdmitRequest.previous_output), then the next step is admitted.
+    """
+    if state.open_tool_calls:
+        raise UnansweredToolCall(state.open_tool_calls)
+
+
 def _run(state: AdmissionState, attempt: Attempt, *, first_attempt: bool) -> AttemptOutcome:
+    check_tool_calls_answered(state)
     series = state.series
     # The baseline for "generation moved" is the last request; before any request it is the
     # generation the session had when this attempt began (so creating a session is no start).
@@ -138,7 +158,9 @@ def _run(state: AdmissionState, attempt: Attempt, *, first_attempt: bool) -> Att
     header_starts = series_starts(
         series, declared=attempt.starts_request_series, tools=attempt.tools, route=attempt.route
     )
-    header = RequestHeader(attempt.route.provider, attempt.route.model, attempt.tools)
+    header = RequestHeader(
+        attempt.route.provider, attempt.route.model, attempt.tools, attempt.config
+    )
     reason = header_reason(series, header, resume=attempt.resume, starts_series=header_starts)
     header_log = None
     if reason is not None:

@@ -8,6 +8,7 @@ other control character, so any valid string round-trips exactly.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from admission_service.domain.events import Append, Event, EventKind, Replace
@@ -47,6 +48,10 @@ def block_to_json(block: Block) -> JsonObject:
     if isinstance(block, Image):
         return {"type": "image", "uri": block.uri, "media_type": block.media_type}
     if isinstance(block, Reasoning):
+        # The signature is omitted when empty, so reasoning stored before it existed reads
+        # (and digests) the same.
+        if block.signature:
+            return {"type": "reasoning", "text": block.text, "signature": block.signature}
         return {"type": "reasoning", "text": block.text}
     if isinstance(block, ToolCall):
         return {
@@ -70,7 +75,7 @@ def block_from_json(data: JsonObject) -> Block:
     if kind == "image":
         return Image(data["uri"], data["media_type"])
     if kind == "reasoning":
-        return Reasoning(data["text"])
+        return Reasoning(data["text"], data.get("signature", ""))
     if kind == "tool_call":
         return ToolCall(data["call_id"], data["name"], data["arguments_json"])
     content = tuple(block_from_json(inner) for inner in data["content"])
@@ -110,6 +115,12 @@ def decode_tools(data: bytes) -> tuple[Tool, ...]:
     return tuple(tool_from_json(item) for item in loads(data))
 
 
+def canonical_config(config: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """A header's configuration in canonical form: its pairs sorted by key (code point order,
+    which is also UTF-8 byte order). Values are opaque and compared byte for byte."""
+    return tuple(sorted(config.items()))
+
+
 def header_to_json(log: HeaderLog) -> JsonObject:
     return {
         "seq": log.seq,
@@ -118,12 +129,17 @@ def header_to_json(log: HeaderLog) -> JsonObject:
         "provider": log.header.provider,
         "model": log.header.model,
         "tools": [tool_to_json(tool) for tool in log.header.tools],
+        # Omitted when empty, so headers logged before configuration existed read the same.
+        **({"config": dict(log.header.config)} if log.header.config else {}),
     }
 
 
 def header_from_json(data: JsonObject) -> HeaderLog:
     header = RequestHeader(
-        data["provider"], data["model"], tuple(tool_from_json(t) for t in data["tools"])
+        data["provider"],
+        data["model"],
+        tuple(tool_from_json(t) for t in data["tools"]),
+        canonical_config(data.get("config", {})),
     )
     return HeaderLog(data["seq"], HeaderReason(data["reason"]), data["starts_series"], header)
 

@@ -83,6 +83,20 @@ class NothingToCompact(FailedPrecondition):
         super().__init__("no surface range can be compacted with this selection")
 
 
+class UnansweredToolCall(FailedPrecondition):
+    """An attempt while a tool call on the surface has no result (domain/admission.py)."""
+
+    reason = "UNANSWERED_TOOL_CALL"
+
+    def __init__(self, call_ids: tuple[str, ...]) -> None:
+        super().__init__(
+            f"tool call {call_ids[0]!r} has no result yet ({len(call_ids)} unanswered): record "
+            "the results of every tool call before the next step",
+            call_id=call_ids[0],
+            unanswered=str(len(call_ids)),
+        )
+
+
 class WireFormatError(FailedPrecondition):
     """The surface cannot be expressed in the requested provider wire format."""
 
@@ -174,3 +188,14 @@ def fields_under(parent: str) -> Iterator[None]:
     except InvalidArgument as error:
         error.nest(parent)
         raise
+
+
+class ResourceExhausted(DomainError):
+    """A bound or quota would be exceeded (issue 13); nothing was committed. ``reason`` names
+    the bound, ``metadata`` carries its limit and the value it would reach."""
+
+    reason = "RESOURCE_EXHAUSTED"
+
+    def __init__(self, reason: str, message: str, **metadata: str) -> None:
+        super().__init__(message, **metadata)
+        self.reason = reason

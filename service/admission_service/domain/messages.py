@@ -26,7 +26,11 @@ class Image:
 
 @dataclass(frozen=True, slots=True)
 class Reasoning:
+    """Reasoning a model produced. ``signature`` is the provider's opaque proof of it (an
+    Anthropic thinking block's ``signature``), passed back unchanged; empty when there is none."""
+
     text: str
+    signature: str = ""
 
 
 @dataclass(frozen=True, slots=True)

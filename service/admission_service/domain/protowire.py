@@ -59,7 +59,7 @@ def _block(block: Block) -> bytes:
     if isinstance(block, Image):
         return _bytes_field(2, _string(1, block.uri) + _string(2, block.media_type))
     if isinstance(block, Reasoning):
-        return _bytes_field(3, _string(1, block.text))
+        return _bytes_field(3, _string(1, block.text) + _string(2, block.signature))
     if isinstance(block, ToolCall):
         body = _string(1, block.call_id) + _string(2, block.name) + _string(3, block.arguments_json)
         return _bytes_field(4, body)
@@ -130,7 +130,8 @@ def _decode_block(data: bytes) -> Block:
         fields = _strings(value)
         return Image(fields.get(1, ""), fields.get(2, ""))
     if number == 3:
-        return Reasoning(_strings(value).get(1, ""))
+        fields = _strings(value)
+        return Reasoning(fields.get(1, ""), fields.get(2, ""))
     if number == 4:
         fields = _strings(value)
         return ToolCall(fields.get(1, ""), fields.get(2, ""), fields.get(3, ""))

@@ -45,7 +45,20 @@ class Sim:
 
     def state(self) -> AdmissionState:
         series = replace(self.series, replace_generation=self.log.replace_generation)
-        return AdmissionState(self.log.next_seq, self.log.system_nodes(), series)
+        return AdmissionState(
+            self.log.next_seq, self.log.system_nodes(), series, self.open_tool_calls()
+        )
+
+    def open_tool_calls(self) -> tuple[str, ...]:
+        """The tool calls on the surface no result on the surface answers, in call order."""
+        messages = [event.message for event in self.log.node_events() if event.message]
+        answered = {call_id for message in messages for call_id in message.tool_result_ids()}
+        return tuple(
+            call_id
+            for message in messages
+            for call_id in message.tool_call_ids()
+            if call_id not in answered
+        )
 
     def _apply(self, outcome: AttemptOutcome) -> AttemptOutcome:
         self.log.extend(outcome.events)

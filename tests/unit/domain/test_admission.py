@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+from admission_service.domain.errors import UnansweredToolCall
 from admission_service.domain.events import EventKind
 from admission_service.domain.messages import Tool
 from admission_service.domain.series import HeaderReason
@@ -242,3 +244,24 @@ def test_context_logged_when_any_field_changes() -> None:
     sim.admit("A")
     assert sim.admit("A", replace(CAPABLE, context_window=64_000)).context is not None
     assert sim.admit("A", replace(CAPABLE, context_window=64_000)).context is None
+
+
+def test_no_attempt_while_a_tool_call_is_unanswered() -> None:
+    """The tool-call ordering rule: a step is admitted only once every call has its result, so
+    nothing the attempt appends (a system update, a user) separates a call from its result."""
+    sim = Sim()
+    sim.admit("A", users=(user("go"),))
+    sim.assistant("calling", "c1", "c2")
+    sim.tool_result("c1")
+    mark = sim.log.next_seq
+    with pytest.raises(UnansweredToolCall) as caught:
+        sim.admit("B", users=(user("next"),))
+    assert caught.value.metadata == {"call_id": "c2", "unanswered": "1"}
+    with pytest.raises(UnansweredToolCall):
+        sim.admit("A")  # not even an unchanged prompt: the request would end with a bare call
+    with pytest.raises(UnansweredToolCall):
+        sim.reconcile()
+    assert sim.log.next_seq == mark
+    sim.tool_result("c2")
+    sim.admit("B", users=(user("next"),))
+    assert [role for role, _ in sim.texts()][-4:] == ["tool", "tool", "system", "user"]

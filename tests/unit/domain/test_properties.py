@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import pytest
 from admission_service.domain.accounting import (
     Divergence,
     PreviousRequest,
@@ -13,6 +14,7 @@ from admission_service.domain.accounting import (
 )
 from admission_service.domain.admission import admit
 from admission_service.domain.codec import encode_message
+from admission_service.domain.errors import UnansweredToolCall
 from admission_service.domain.events import Replace
 from admission_service.domain.messages import Message, Role, Tool
 from admission_service.domain.series import Route
@@ -106,7 +108,9 @@ class Checker:
         self.calls = 0
 
     def run(self, op: object) -> None:
-        if isinstance(op, AdmitOp):
+        if isinstance(op, AdmitOp | ReconcileOp) and self.sim.open_tool_calls():
+            self.refused_while_a_call_is_open(op)
+        elif isinstance(op, AdmitOp):
             self.admit(op)
         elif isinstance(op, ReconcileOp) and self.sim.attempts:
             self.reconcile(op)
@@ -120,6 +124,17 @@ class Checker:
         elif isinstance(op, CompactOp):
             self.compact(op)
         self.check_log()
+
+    def refused_while_a_call_is_open(self, op: AdmitOp | ReconcileOp) -> None:
+        """The tool-call ordering rule: no attempt commits anything while a call is open."""
+        before = self.sim.log.next_seq
+        if isinstance(op, AdmitOp):
+            with pytest.raises(UnansweredToolCall):
+                self.admit(op)
+        elif self.sim.attempts:
+            with pytest.raises(UnansweredToolCall):
+                self.reconcile(op)
+        assert self.sim.log.next_seq == before
 
     def admit(self, op: AdmitOp) -> None:
         r = route(op.in_history, op.tool_update, op.model)

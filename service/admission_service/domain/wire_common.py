@@ -1,0 +1,77 @@
+"""What the provider wire formats share: the format names, refusals, images and tool schemas."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, NoReturn
+
+from admission_service.domain.errors import WireFormatError
+from admission_service.domain.messages import Image, Text, Tool, ToolResult
+
+Json = dict[str, Any]
+
+# A data URI as the providers take it inline: ``data:<media type>;base64,<payload>``.
+_DATA_URI = re.compile(r"data:(?P<media_type>[^;,]+);base64,(?P<data>.*)", re.DOTALL)
+
+
+class WireFormat(StrEnum):
+    NEUTRAL = "neutral"
+    OPENAI_CHAT = "openai_chat"
+    OPENAI_RESPONSES = "openai_responses"
+    ANTHROPIC_MESSAGES = "anthropic_messages"
+
+
+def refuse(wire: WireFormat, field: str, why: str) -> NoReturn:
+    """Refuse content ``wire`` cannot express: the error names the field and the format."""
+    raise WireFormatError(
+        f"{field}: {why} (WIRE_FORMAT_{wire.name})",
+        field=field,
+        wire_format=f"WIRE_FORMAT_{wire.name}",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class InlineImage:
+    media_type: str
+    data: str
+
+
+def inline_image(image: Image) -> InlineImage | None:
+    """The media type and base64 payload of a ``data:`` image; None for a URL."""
+    match = _DATA_URI.fullmatch(image.uri)
+    if match is None:
+        return None
+    return InlineImage(match["media_type"].lower(), match["data"])
+
+
+def is_data_uri(uri: str) -> bool:
+    return uri[:5].lower() == "data:"
+
+
+def result_text(block: ToolResult) -> str:
+    return "".join(inner.text for inner in block.content if isinstance(inner, Text))
+
+
+def result_images(block: ToolResult) -> list[Image]:
+    return [inner for inner in block.content if isinstance(inner, Image)]
+
+
+def tool_schema(tool: Tool) -> Json:
+    """The tool's parameter schema as an object; no parameters is the empty object schema."""
+    if not tool.parameters_json:
+        return {"type": "object", "properties": {}}
+    schema = json.loads(tool.parameters_json)
+    assert isinstance(schema, dict)  # validated at Admit
+    return schema
+
+
+# Function names both OpenAI APIs and the Messages API accept (their documented pattern).
+TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+
+
+def check_tool_name(wire: WireFormat, index: int, tool: Tool) -> None:
+    if not TOOL_NAME.fullmatch(tool.name):
+        refuse(wire, f"tools[{index}].name", "a tool name must match ^[a-zA-Z0-9_-]{1,64}$")
