@@ -2,7 +2,10 @@
 
 The database fixtures are lazy: only tests that ask for them start or touch PostgreSQL.
 ``DATABASE_URL`` (any database on a server where the user may CREATE DATABASE) selects the
-server; without it one embedded server is started for the run in a temporary directory. Each
+server; without it one embedded server is started for the run in a temporary directory. With
+``PAS_TEST_CITUS=1`` (``make citus-test``) the server is the coordinator of a local Citus
+cluster started for the run (``tests/citus/cluster.py``), and every test database is a
+distributed one: created on every node, the schema sharded by session by the migrations. Each
 run works in its own ``pas_test_<random>`` databases, built by the real Alembic migrations and
 dropped at the end.
 """
@@ -30,6 +33,10 @@ from sqlalchemy import create_engine as create_sync_engine
 from sqlalchemy import pool, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+
+from tests.citus.cluster import CitusCluster
+
+CITUS_VARIABLE = "PAS_TEST_CITUS"
 
 
 class _UnknownErrorReasons(logging.Handler):
@@ -67,14 +74,18 @@ class TestDatabases:
 
     __test__ = False  # not a test class
 
-    def __init__(self, server_url: str) -> None:
+    def __init__(self, server_url: str, cluster: CitusCluster | None = None) -> None:
         self.server_url = server_url
+        self.cluster = cluster
         self._created: list[str] = []
 
     def create(self, *, migrate: bool = True) -> str:
         """A new empty database (migrated to head unless ``migrate=False``); its async URL."""
         name = f"pas_test_{secrets.token_hex(6)}"
-        self._execute(f'CREATE DATABASE "{name}"')
+        if self.cluster is not None:
+            self.cluster.create_database(name)
+        else:
+            self._execute(f'CREATE DATABASE "{name}"')
         self._created.append(name)
         url = make_url(self.server_url).set(database=name).render_as_string(hide_password=False)
         if migrate:
@@ -84,13 +95,19 @@ class TestDatabases:
     def drop(self, url: str) -> None:
         name = make_url(url).database
         assert name in self._created, f"{name} was not created by this fixture"
-        self._execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        self._drop(name)
         self._created.remove(name)
 
     def drop_all(self) -> None:
         for name in list(self._created):
-            self._execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            self._drop(name)
         self._created.clear()
+
+    def _drop(self, name: str) -> None:
+        if self.cluster is not None:
+            self.cluster.drop_database(name)
+        else:
+            self._execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
     def _execute(self, statement: str) -> None:
         engine = create_sync_engine(
@@ -104,9 +121,24 @@ class TestDatabases:
 
 
 @pytest.fixture(scope="session")
-def postgres_server_url() -> Iterator[str]:
+def citus_cluster() -> Iterator[CitusCluster | None]:
+    """With ``PAS_TEST_CITUS=1``: a local Citus cluster for this run, torn down at its end
+    (also when tests fail); otherwise None."""
+    if os.environ.get(CITUS_VARIABLE, "").strip() != "1":
+        yield None
+        return
+    with CitusCluster.start() as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def postgres_server_url(citus_cluster: CitusCluster | None) -> Iterator[str]:
     """The server the test databases live on (``postgresql+psycopg://`` URL of its maintenance
-    database): ``DATABASE_URL`` when set, else an embedded server started for this run."""
+    database): the Citus coordinator with ``PAS_TEST_CITUS=1``, else ``DATABASE_URL`` when
+    set, else an embedded server started for this run."""
+    if citus_cluster is not None:
+        yield normalise_database_url(citus_cluster.url())
+        return
     configured = os.environ.get("DATABASE_URL", "").strip()
     if configured:
         yield normalise_database_url(configured)
@@ -123,8 +155,10 @@ def postgres_server_url() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def test_databases(postgres_server_url: str) -> Iterator[TestDatabases]:
-    databases = TestDatabases(postgres_server_url)
+def test_databases(
+    postgres_server_url: str, citus_cluster: CitusCluster | None
+) -> Iterator[TestDatabases]:
+    databases = TestDatabases(postgres_server_url, citus_cluster)
     try:
         yield databases
     finally:

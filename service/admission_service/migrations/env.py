@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from logging.config import fileConfig
 
+from admission_service.storage import distribution
 from admission_service.storage.database import normalise_database_url
 from admission_service.storage.tables import Base
 from alembic import context
@@ -59,6 +60,8 @@ def run_migrations_online() -> None:
                     text("SELECT pg_advisory_xact_lock(:id)"), {"id": MIGRATION_LOCK_ID}
                 )
                 context.run_migrations()
+                # On a Citus coordinator: shard the tables this run created by session.
+                distribution.distribute(connection)
     finally:
         engine.dispose()
 
