@@ -11,6 +11,9 @@
 | ``PAS_DB_POOL_SIZE`` | ``10`` | database connections kept open |
 | ``PAS_DB_MAX_OVERFLOW`` | ``10`` | extra connections allowed under load |
 | ``PAS_SHUTDOWN_GRACE_SECONDS`` | ``10`` | how long in-flight RPCs may run after SIGTERM |
+| ``PAS_WORKERS`` | usable cores | ``serve`` worker processes sharing the port (``SO_REUSEPORT``),
+  each with its own event loop and its own pool of ``PAS_DB_POOL_SIZE`` (+ overflow)
+  connections; metrics on ``PAS_METRICS_LISTEN``'s port + worker index (docs/SCALING.md) |
 | ``PAS_AUTH_TOKENS`` | unset | ``tenant=sha256:<hex>`` entries (comma or space separated): the
   hashed bearer tokens and their tenants (``admission-service token TENANT`` makes one) |
 | ``PAS_AUTH_TOKENS_FILE`` | unset | a file of such entries, one per line, ``#`` comments; read
@@ -106,6 +109,8 @@ class Settings:
     log_format: str = "json"
     log_payloads: bool = False
     tracing_exporter: str = "none"
+    workers: int = 1  # serve's worker processes (api/workers.py); from_env: the usable cores
+    share_port: bool = False  # set by serve for its workers: bind the port with SO_REUSEPORT
     reflection: bool = True
     page_token_keys: tuple[str, ...] = ()
     limits: Limits = field(default_factory=Limits)
@@ -145,6 +150,7 @@ class Settings:
             log_format=reader.choice("PAS_LOG_FORMAT", "json", LOG_FORMATS),
             log_payloads=reader.boolean("PAS_LOG_PAYLOADS", False),
             tracing_exporter=reader.choice("PAS_TRACING_EXPORTER", "none", TRACING_EXPORTERS),
+            workers=reader.integer("PAS_WORKERS", len(os.sched_getaffinity(0)), minimum=1),
             reflection=reader.boolean("PAS_REFLECTION", True),
             page_token_keys=reader.secrets("PAS_PAGE_TOKEN_KEYS", PAGE_TOKEN_KEY_CHARS),
             limits=reader.limits(),

@@ -142,8 +142,9 @@ def server_credentials(settings: Settings) -> grpc.ServerCredentials | None:
 def server_options(settings: Settings) -> list[tuple[str, int]]:
     return [
         ("grpc.max_receive_message_length", settings.max_receive_message_bytes),
-        # Fail to start when the port is taken, instead of silently sharing it (Linux default).
-        ("grpc.so_reuseport", 0),
+        # Fail to start when the port is taken, instead of silently sharing it (Linux default);
+        # serve's workers share theirs on purpose (api/workers.py).
+        ("grpc.so_reuseport", 1 if settings.share_port else 0),
     ]
 
 

@@ -1,0 +1,164 @@
+"""``serve`` on every core: N worker processes sharing one port (issue 14, docs/SCALING.md).
+
+One Python process runs one event loop on one core, and the service is CPU-bound per call, so
+the port is shared by ``PAS_WORKERS`` processes (default: the cores this process may run on,
+``os.sched_getaffinity``). Each worker is a whole server (``server.serve``): its own event
+loop, its own database pool of ``PAS_DB_POOL_SIZE`` (+ ``PAS_DB_MAX_OVERFLOW``) connections,
+its own health service (it goes NOT_SERVING when it drains) and its own metrics endpoint on
+``PAS_METRICS_LISTEN``'s port + its index (0, 1, …). The kernel spreads new connections over
+the workers (``SO_REUSEPORT``); a connection stays with the worker that accepted it.
+
+The parent does what must happen once: it starts the embedded PostgreSQL (when no
+``DATABASE_URL`` is set) and runs the migrations, then spawns the workers with the resolved URL
+and supervises them. SIGTERM or SIGINT (and SIGHUP, the token reload) are forwarded to every
+worker; each drains as a single server does (refuses new calls, lets in-flight calls finish for
+``PAS_SHUTDOWN_GRACE_SECONDS``) and the parent exits when all have. A worker that exits on its
+own is a failure: the parent stops the others and exits non-zero, for the supervisor above it
+(systemd, Kubernetes) to restart the whole server. With one worker there is no parent: the
+process serves itself, as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import multiprocessing
+import os
+import signal
+import socket
+from dataclasses import replace
+from multiprocessing.connection import wait
+from multiprocessing.process import BaseProcess
+from types import FrameType
+
+from admission_service.config import Settings, split_listen
+from admission_service.telemetry.logs import configure_logging
+
+_log = logging.getLogger(__name__)
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def serve_workers(settings: Settings) -> int:
+    """Serve with ``settings.workers`` processes until SIGTERM/SIGINT; the exit status."""
+    from admission_service.api.server import serve
+
+    if settings.workers <= 1:
+        asyncio.run(serve(settings))
+        return 0
+    return _Supervisor(_shared(settings)).run()
+
+
+def _shared(settings: Settings) -> Settings:
+    """What every worker inherits: the database resolved once (the embedded server started
+    here, in the parent) and migrated once, and a fixed port to share."""
+    from admission_service.storage.database import run_migrations
+
+    url = settings.resolve_database_url()
+    if settings.migrate_on_start:
+        _log.info("running database migrations")
+        run_migrations(url)
+    return replace(
+        settings,
+        database_url=url,
+        migrate_on_start=False,
+        listen=_fixed_port(settings.listen),
+        share_port=True,
+    )
+
+
+def _fixed_port(listen: str) -> str:
+    """``listen`` with port 0 replaced by a free port, which every worker then binds."""
+    host, port = split_listen(listen)
+    if port != 0:
+        return listen
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as probe:
+        probe.bind((host, 0))
+        port = probe.getsockname()[1]
+    return f"{listen.rpartition(':')[0]}:{port}"
+
+
+def worker_settings(settings: Settings, index: int) -> Settings:
+    """Worker ``index``'s settings: its own metrics port (the configured one + ``index``)."""
+    metrics = settings.metrics_listen
+    if metrics is not None:
+        port = split_listen(metrics)[1]
+        metrics = f"{metrics.rpartition(':')[0]}:{port + index if port else 0}"
+    return replace(settings, workers=1, metrics_listen=metrics)
+
+
+def _worker_main(settings: Settings, index: int, count: int) -> None:
+    """A worker process: one server on the shared port, until SIGTERM/SIGINT."""
+    from admission_service.api.server import serve
+
+    # Until the server installs its own handlers: a terminal's Ctrl-C reaches the whole
+    # process group, and the parent forwards it as SIGTERM anyway.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    configure_logging(settings.log_level, settings.log_format)
+    _log.info("worker %d of %d (pid %d) starting on %s", index, count, os.getpid(), settings.listen)
+    asyncio.run(serve(settings))
+    _log.info("worker %d of %d (pid %d) stopped", index, count, os.getpid())
+
+
+class _Supervisor:
+    def __init__(self, settings: Settings) -> None:
+        context = multiprocessing.get_context("spawn")  # no state forked from the parent
+        self.settings = settings
+        self.workers: list[BaseProcess] = [
+            context.Process(
+                target=_worker_main,
+                args=(worker_settings(settings, index), index, settings.workers),
+                name=f"admission-service-worker-{index}",
+            )
+            for index in range(settings.workers)
+        ]
+        self.stopping = False
+
+    def _forward(self, signum: int, frame: FrameType | None = None) -> None:
+        if signum != signal.SIGHUP:
+            self.stopping = True
+            signum = signal.SIGTERM
+        for worker in self.workers:
+            if worker.pid is not None and worker.exitcode is None:
+                with contextlib.suppress(ProcessLookupError):  # exited meanwhile
+                    os.kill(worker.pid, signum)
+
+    def run(self) -> int:
+        previous = {sig: signal.signal(sig, self._forward) for sig in FORWARDED}
+        try:
+            for worker in self.workers:
+                worker.start()
+            _log.info(
+                "serving with %d workers (pids %s) on %s",
+                len(self.workers),
+                ", ".join(str(worker.pid) for worker in self.workers),
+                self.settings.listen,
+            )
+            return self._supervise()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _supervise(self) -> int:
+        status = 0
+        running = list(self.workers)
+        while running:
+            for ended in wait([worker.sentinel for worker in running]):
+                worker = next(w for w in running if w.sentinel == ended)
+                worker.join()
+                running.remove(worker)
+                if not self.stopping:
+                    _log.error(
+                        "%s (pid %s) exited with status %s: stopping the server",
+                        worker.name,
+                        worker.pid,
+                        worker.exitcode,
+                    )
+                    status = 1
+                    self._forward(signal.SIGTERM)
+                elif worker.exitcode not in (0, -signal.SIGTERM):
+                    # -SIGTERM: stopped while still starting, before it served any call.
+                    status = 1
+        _log.info("stopped")
+        return status

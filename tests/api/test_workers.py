@@ -1,0 +1,118 @@
+"""``serve`` with several worker processes sharing the port (issue 14): a real process tree."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import grpc
+import pytest
+from admission_service.api.workers import worker_settings
+from admission_service.config import Settings
+from promptadmission.v1 import admission_service_pb2 as api
+from promptadmission.v1 import admission_service_pb2_grpc as api_grpc
+
+from tests.api.test_shutdown import free_port, serve_command, wait_until_serving
+
+GRACE_SECONDS = 5
+WORKER_LINE = re.compile(r"worker (\d) of 2 \(pid (\d+)\) starting")
+
+
+def test_each_worker_has_its_own_metrics_port() -> None:
+    shared = Settings(workers=3, metrics_listen="0.0.0.0:9100", share_port=True)
+    ports = [worker_settings(shared, index).metrics_listen for index in range(3)]
+    assert ports == ["0.0.0.0:9100", "0.0.0.0:9101", "0.0.0.0:9102"]
+    assert worker_settings(shared, 1).workers == 1
+    assert worker_settings(Settings(metrics_listen="[::1]:0"), 1).metrics_listen == "[::1]:0"
+
+
+def free_port_pair() -> int:
+    """A port p with p + 1 also free (the two workers' metrics ports)."""
+    for _ in range(50):
+        port = free_port()
+        try:
+            with socket.create_server(("127.0.0.1", port + 1)):
+                return port
+        except OSError:
+            continue
+    raise AssertionError("no two consecutive free ports")
+
+
+def calls_counted(metrics_port: int) -> float:
+    """CreateSession calls the worker behind ``metrics_port`` has started."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as reply:
+        text = reply.read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("grpc_server_started_total") and 'grpc_method="CreateSession"' in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.slow
+def test_two_workers_share_the_port_and_drain_on_sigterm(database_url: str, tmp_path: Path) -> None:
+    port, metrics = free_port(), free_port_pair()
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "PAS_LISTEN": f"127.0.0.1:{port}",
+        "PAS_METRICS_LISTEN": f"127.0.0.1:{metrics}",
+        "PAS_WORKERS": "2",
+        "PAS_SHUTDOWN_GRACE_SECONDS": str(GRACE_SECONDS),
+        "PAS_LOG_LEVEL": "INFO",
+        "PAS_LOG_FORMAT": "text",
+    }
+    log = tmp_path / "service.log"
+    with log.open("wb") as output:
+        process = subprocess.Popen(
+            serve_command(), env=env, stdout=output, stderr=subprocess.STDOUT, cwd=tmp_path
+        )
+        try:
+            target = f"127.0.0.1:{port}"
+            wait_until_serving(target, process, timeout=60)
+            deadline = time.monotonic() + 60
+            while len(WORKER_LINE.findall(log.read_text())) < 2:
+                assert time.monotonic() < deadline, log.read_text()
+                time.sleep(0.1)
+            # Every new connection is handed to one of the listening workers by the kernel;
+            # a private subchannel pool makes each channel its own connection.
+            served = [0.0, 0.0]
+            while min(served) == 0 and time.monotonic() < deadline:
+                for _ in range(8):
+                    options = [("grpc.use_local_subchannel_pool", 1)]
+                    with grpc.insecure_channel(target, options=options) as channel:
+                        grpc.channel_ready_future(channel).result(timeout=10)
+                        api_grpc.AdmissionServiceStub(channel).CreateSession(
+                            api.CreateSessionRequest(session_id=f"w-{uuid.uuid4().hex}"),
+                            timeout=10,
+                        )
+                served = [calls_counted(metrics), calls_counted(metrics + 1)]
+            assert min(served) > 0, f"calls per worker: {served}"
+            pids = {int(pid) for _, pid in WORKER_LINE.findall(log.read_text())}
+            assert len(pids) == 2 and process.pid not in pids
+            process.send_signal(signal.SIGTERM)
+            code = process.wait(timeout=GRACE_SECONDS + 15)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    text = log.read_text()
+    assert code == 0, text
+    assert text.count("shutting down") == 2, text  # each worker drained
+    assert "Traceback" not in text
+    assert not any(alive(pid) for pid in pids)
