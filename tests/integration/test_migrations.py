@@ -3,6 +3,9 @@ the rules the scale-out story depends on (SPEC §10)."""
 
 from __future__ import annotations
 
+import ast
+import json
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,6 +17,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from promptadmission.v1 import session_pb2 as pb
 from sqlalchemy import Connection, pool, text
 from sqlalchemy import create_engine as create_sync_engine
 
@@ -259,3 +263,121 @@ def test_user_text_is_never_stored_as_text_or_json(database_url: str) -> None:
     )
     assert {column for _, column, _ in columns} <= TEXT_COLUMNS, columns
     assert not [c for c in columns if c[2] in ("json", "jsonb")]
+
+
+def test_migrations_import_no_application_code() -> None:
+    """A migration is a fixed point in history: application code keeps changing under it."""
+    for path in sorted((MIGRATIONS_DIR / "versions").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        imported = {
+            name.split(".")[0]
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Import | ast.ImportFrom)
+            for name in (
+                [alias.name for alias in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+            )
+        }
+        assert imported <= {"alembic", "sqlalchemy", *sys.stdlib_module_names}, path.name
+
+
+# Every block kind, with empty and non-ASCII strings and a tool result's nested content.
+STORED_MESSAGES: list[tuple[dict[str, Any], pb.Message]] = [
+    (
+        {"role": "user", "content": [{"type": "text", "text": "héllo 🙂"}]},
+        pb.Message(
+            role=pb.MESSAGE_ROLE_USER, content=[pb.ContentBlock(text=pb.TextBlock(text="héllo 🙂"))]
+        ),
+    ),
+    (
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "reasoning", "text": "think"},
+                {"type": "text", "text": ""},
+                {"type": "tool_call", "call_id": "c1", "name": "read", "arguments_json": "{}"},
+            ],
+        },
+        pb.Message(
+            role=pb.MESSAGE_ROLE_ASSISTANT,
+            content=[
+                pb.ContentBlock(reasoning=pb.ReasoningBlock(text="think")),
+                pb.ContentBlock(text=pb.TextBlock(text="")),
+                pb.ContentBlock(
+                    tool_call=pb.ToolCallBlock(call_id="c1", name="read", arguments_json="{}")
+                ),
+            ],
+        ),
+    ),
+    (
+        {
+            "role": "tool",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "call_id": "c1",
+                    "is_error": True,
+                    "content": [
+                        {"type": "text", "text": "x" * 300},
+                        {"type": "image", "uri": "data:,", "media_type": "image/png"},
+                    ],
+                }
+            ],
+        },
+        pb.Message(
+            role=pb.MESSAGE_ROLE_TOOL,
+            content=[
+                pb.ContentBlock(
+                    tool_result=pb.ToolResultBlock(
+                        call_id="c1",
+                        is_error=True,
+                        content=[
+                            pb.ContentBlock(text=pb.TextBlock(text="x" * 300)),
+                            pb.ContentBlock(
+                                image=pb.ImageBlock(uri="data:,", media_type="image/png")
+                            ),
+                        ],
+                    )
+                )
+            ],
+        ),
+    ),
+    (
+        {"role": "system", "content": []},
+        pb.Message(role=pb.MESSAGE_ROLE_SYSTEM),
+    ),
+]
+
+
+def test_0002_backfills_frames_the_generated_code_reads(empty_database_url: str) -> None:
+    """Rows stored before 0002 get the frame the API's generated protobuf code would encode."""
+    config = alembic_config(empty_database_url)
+    command.upgrade(config, "0001")
+    with connect(empty_database_url) as connection, connection.begin():
+        connection.execute(text("INSERT INTO sessions (tenant_id, session_id) VALUES ('t', 's')"))
+        for seq, (stored, _) in enumerate(STORED_MESSAGES):
+            connection.execute(
+                text(
+                    "INSERT INTO events (tenant_id, session_id, seq, kind, turn, step,"
+                    " surface_op, payload) VALUES ('t', 's', :seq, 'user_message', 0, 0,"
+                    " 'append', '\\x7b7d')"
+                ),
+                {"seq": seq},
+            )
+            connection.execute(
+                text(
+                    "INSERT INTO surface_nodes (tenant_id, session_id, seq, position, is_system,"
+                    " message, tokens, turn, step) VALUES ('t', 's', :seq, :seq, false, :message,"
+                    " 3, 0, 0)"
+                ),
+                {"seq": seq, "message": json.dumps(stored).encode()},
+            )
+    command.upgrade(config, "0002")
+
+    frames = rows(empty_database_url, "SELECT message_pb FROM surface_nodes ORDER BY seq")
+    expected = [pb.DerivedRequest(messages=[message]) for _, message in STORED_MESSAGES]
+    assert [bytes(frame) for (frame,) in frames] == [m.SerializeToString() for m in expected]
+    assert rows(empty_database_url, "SELECT surface_tokens FROM sessions") == [
+        (3 * len(STORED_MESSAGES),)
+    ]
