@@ -134,12 +134,42 @@ class Session:
         started = time.perf_counter()
         response: api.AdmitResponse = await self.stub.Admit(request)
         elapsed = time.perf_counter() - started
+        self._admitted(response)
+        return response, elapsed
+
+    async def one_call(
+        self,
+        prompt: str,
+        users: list[pb.Message],
+        assistant_message: pb.Message,
+        results: list[pb.ToolResult],
+        **usage: int,
+    ) -> tuple[api.AdmitResponse, float]:
+        """One call per step: the previous admission's output (``assistant_message``, its
+        tool ``results`` and ``usage``) recorded and the next step admitted, DELTA view."""
+        request = self.admit_request(prompt, users, delta=True)
+        output = request.previous_output
+        output.admission_id = self.last_admission
+        output.assistant.CopyFrom(assistant_message)
+        output.tool_results.extend(results)
+        if usage:
+            output.usage.CopyFrom(pb.Usage(**usage))
+        started = time.perf_counter()
+        response: api.AdmitResponse = await self.stub.Admit(request)
+        elapsed = time.perf_counter() - started
+        recorded = response.recorded
+        self.seqs += [recorded.assistant_seq, *recorded.tool_result_seqs]
+        self.nodes += 1 + len(recorded.tool_result_seqs)
+        self.group_ends.append(self.nodes - 1)
+        self._admitted(response)
+        return response, elapsed
+
+    def _admitted(self, response: api.AdmitResponse) -> None:
         self.last_admission = response.admission_id
         new = [c.seq for c in response.commits if c.operation == pb.COMMIT_OPERATION_APPEND]
         self.seqs += new + list(response.user_seqs)
         self.nodes += len(new) + len(response.user_seqs)
         self.held.update(response.request)
-        return response, elapsed
 
     async def record(
         self, assistant_message: pb.Message, results: list[pb.ToolResult], **usage: int

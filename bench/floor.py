@@ -1,10 +1,12 @@
-"""The floor: the irreducible cost of one admission-shaped call.
+"""The same-stack floor: the cost of one admission-shaped call on the service's own stack.
 
 A minimal ``grpc.aio`` server on the service's stack and process model (one Python process, one
 event loop, the same gRPC, SQLAlchemy async + psycopg 3 engine built by
 ``storage.database.create_engine`` with the same pool settings). Its one unary handler does the
 durable work every mutating RPC must do: lock one session row, update it, insert one event row,
-commit. Everything the service does beyond that is overhead the benchmark reports as a ratio.
+commit. Everything the service does beyond that is overhead of the service itself; what the
+stack costs beyond the machine's limit is measured by the physical floor
+(``bench/physical_floor.py``: one statement per call, no ORM), the reference of every target.
 
     python -m bench.floor --listen 127.0.0.1:PORT --database-url URL
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -67,6 +70,16 @@ async def serve(listen: str, database_url: str, pool_size: int, max_overflow: in
             await connection.execute(UPDATE, {**keys, "r": row.revision + 1, "n": row.next_seq + 1})
         return api.RecordResponse(revision=row.revision + 1)
 
+    await serve_step(listen, step)
+    await engine.dispose()
+
+
+Step = Callable[[api.RecordRequest, Any], Awaitable[api.RecordResponse]]
+
+
+async def serve_step(listen: str, step: Step) -> None:
+    """Serve ``step`` as ``/bench.Floor/Step`` until SIGTERM or SIGINT; print ``ready`` once
+    listening (the benchmark waits for that line). Shared by both floors."""
     handler = grpc.unary_unary_rpc_method_handler(
         step,
         request_deserializer=api.RecordRequest.FromString,
@@ -85,7 +98,6 @@ async def serve(listen: str, database_url: str, pool_size: int, max_overflow: in
     print("ready", flush=True)  # noqa: T201 (the parent process waits for this line)
     await stop.wait()
     await server.stop(1)
-    await engine.dispose()
 
 
 def main() -> None:

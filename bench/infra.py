@@ -96,17 +96,25 @@ class ServerProcess:
     def pid(self) -> int:
         return self.process.pid
 
+    def workers(self) -> list[int]:
+        """The processes serving calls: the worker children of a multi-worker ``serve``
+        (``PAS_WORKERS`` > 1), else the process itself."""
+        children = Path(f"/proc/{self.pid}/task/{self.pid}/children")
+        with contextlib.suppress(OSError):
+            pids = [int(pid) for pid in children.read_text().split()]
+            if pids:
+                return pids
+        return [self.pid]
+
     def rss_mib(self) -> float:
-        """VmRSS of the server process (``/proc/<pid>/status``), in MiB."""
-        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-        raise RuntimeError(f"no VmRSS for {self.pid}")
+        """VmRSS of the largest worker process (``/proc/<pid>/status``), in MiB."""
+        return max(_rss_mib(pid) for pid in self.workers())
 
     def cpu_seconds(self) -> float:
-        """User + system CPU time the server process has used (``/proc/<pid>/stat``)."""
-        fields = Path(f"/proc/{self.pid}/stat").read_text().rpartition(")")[2].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        """User + system CPU time the server's processes have used (``/proc/<pid>/stat``),
+        the workers' and a supervising parent's."""
+        pids = {self.pid, *self.workers()}
+        return sum(_cpu_seconds(pid) for pid in pids)
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -116,6 +124,21 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+
+
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for {pid}")
+
+
+def _cpu_seconds(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return 0.0  # a worker that has exited
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _wait_healthy(server: ServerProcess, timeout: float) -> None:
@@ -173,15 +196,18 @@ def start_service(database_url: str, log_dir: Path, pool_size: int = 10) -> Serv
     return server
 
 
-def start_floor(database_url: str, log_dir: Path, pool_size: int = 10) -> ServerProcess:
+def start_floor(
+    database_url: str, log_dir: Path, pool_size: int = 10, module: str = "bench.floor"
+) -> ServerProcess:
+    """A floor server (``bench.floor``, the service's stack, or ``bench.physical_floor``)."""
     port = free_port()
-    log = log_dir / "floor.log"
+    log = log_dir / f"{module.rpartition('.')[2]}.log"
     with log.open("wb") as err:
         process = subprocess.Popen(
             [
                 sys.executable,
                 "-m",
-                "bench.floor",
+                module,
                 "--listen",
                 f"127.0.0.1:{port}",
                 "--database-url",
@@ -193,7 +219,7 @@ def start_floor(database_url: str, log_dir: Path, pool_size: int = 10) -> Server
             stderr=err,
             cwd=REPO,
         )
-    server = ServerProcess("floor", process, f"127.0.0.1:{port}", log)
+    server = ServerProcess(module, process, f"127.0.0.1:{port}", log)
     try:
         _wait_line(server, 60)
     except BaseException:

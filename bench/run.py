@@ -21,6 +21,11 @@ from bench import scenarios, trace
 from bench.infra import REPO, bench_database, postgres_version, start_floor, start_service
 
 TARGETS = {
+    # Issue 14: one call per step against the physical floor.
+    "s1_step_p50_ratio_physical": ("<=", 2.0),
+    "s1_step_p99_ratio_physical": ("<=", 2.0),
+    "s2_steps_ratio_physical": (">=", 0.5),
+    # Issue 7: against the same-stack floor.
     "s1_p50_ratio": ("<=", 1.5),
     "s1_p99_ratio": ("<=", 1.5),
     "s2_throughput_ratio": (">=", 0.6),
@@ -83,6 +88,7 @@ def start_profiler(pid: int, out: Path) -> subprocess.Popen[bytes]:
             "--output",
             str(out),
             "--nonblocking",
+            "--subprocesses",  # a multi-worker `serve`: the workers are its children
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -98,14 +104,16 @@ async def run(
         results["machine"]["postgres"] = f"{postgres_version(url)} ({where})"
         service = start_service(url, log_dir)
         floor = start_floor(url, log_dir)
+        physical = start_floor(url, log_dir, module="bench.physical_floor")
+        results["machine"]["service_workers"] = len(service.workers())
         profiler = start_profiler(service.pid, profile) if profile else None
         try:
             results["machine"]["service_rss_idle_mib"] = round(service.rss_mib(), 1)
             if "S1" in only:
-                results["s1"] = await scenarios.s1_sequential(service, floor, plan)
+                results["s1"] = await scenarios.s1_sequential(service, floor, physical, plan)
             if "S2" in only:
                 results["s2"], results["s6"] = await scenarios.s2_throughput_and_s6_memory(
-                    service, floor, plan
+                    service, floor, physical, plan
                 )
             if "S3" in only:
                 results["s3"] = await scenarios.s3_length_and_s4_inspect(service, plan, url)
@@ -126,15 +134,24 @@ async def run(
                 profiler.wait(60)
             service.stop()
             floor.stop()
+            physical.stop()
     return results
 
 
 def headline(results: dict[str, Any]) -> dict[str, Any]:
-    """The flat keys of latest.json (issue 7), including the raw floor figures."""
+    """The flat keys of latest.json (issues 7 and 14), including the raw floor figures."""
     out: dict[str, Any] = {}
     if "s1" in results:
         s1 = results["s1"]
         out |= {
+            "physical_floor_p50_ms": s1["physical_floor_p50_ms"],
+            "physical_floor_p99_ms": s1["physical_floor_p99_ms"],
+            "s1_step_p50_ms": s1["step_p50_ms"],
+            "s1_step_p99_ms": s1["step_p99_ms"],
+            "s1_step_p50_ratio_physical": s1["step_p50_ratio_physical"],
+            "s1_step_p99_ratio_physical": s1["step_p99_ratio_physical"],
+            "physical_floor_cpu_ms_per_call": s1["physical_floor_cpu_ms_per_call"],
+            "s1_step_cpu_ms_per_call": s1["step_cpu_ms_per_call"],
             "s1_p50_ratio": s1["p50_ratio"],
             "s1_p99_ratio": s1["p99_ratio"],
             "floor_p50_ms": s1["floor_p50_ms"],
@@ -146,6 +163,9 @@ def headline(results: dict[str, Any]) -> dict[str, Any]:
         }
     if "s2" in results:
         out |= {
+            "physical_floor_calls_per_s_16": results["s2"]["physical_floor_calls_per_s"],
+            "s2_steps_ratio_physical": results["s2"]["steps_ratio_physical"],
+            "s2_two_call_steps_per_s_16": results["s2"]["two_call_steps_per_s"],
             "s2_throughput_ratio": results["s2"]["throughput_ratio"],
             "floor_calls_per_s_16": results["s2"]["floor_calls_per_s"],
             "s2_steps_per_s_16": results["s2"]["steps_per_s"],

@@ -84,51 +84,82 @@ class Floor:
 
 
 async def _timed_blocks(
-    blocks: int,
-    floor_block: Callable[[], Awaitable[list[float]]],
-    service_block: Callable[[], Awaitable[list[float]]],
-) -> tuple[list[float], list[float]]:
-    """Alternate floor and service blocks so drift on a noisy machine hits both alike."""
-    floor: list[float] = []
-    service: list[float] = []
+    blocks: int, *kinds: Callable[[], Awaitable[list[float]]]
+) -> list[list[float]]:
+    """Alternate one block of each kind of call, ``blocks`` times, so drift on a noisy machine
+    hits every kind alike; the latencies of each kind."""
+    samples: list[list[float]] = [[] for _ in kinds]
     for _ in range(blocks):
-        floor += await floor_block()
-        service += await service_block()
-    return floor, service
+        for kind, out in zip(kinds, samples, strict=True):
+            out += await kind()
+    return samples
+
+
+async def _step_sessions(admission: Any, count: int, nodes: int) -> list[Session]:
+    """Sessions grown to ``nodes`` nodes whose latest admission awaits its output (and whose
+    caller holds the derived request's prefix): ready for one-call steps."""
+    sessions = []
+    for _ in range(count):
+        session = await Session.create(admission)
+        await session.grow_to(nodes)
+        await session.admit(PROMPT, [user(text(USER_CHARS, "start"))], delta=True)
+        sessions.append(session)
+    return sessions
+
+
+REPLY = assistant(text(USER_CHARS, "reply"))
+USAGE = {"input_tokens": 1000, "output_tokens": 50, "cache_read_tokens": 900}
+
+
+async def one_call_step(session: Session, label: str) -> float:
+    """One agent step in one call: the previous admission's output (a 200-character assistant
+    message and the provider's usage) and the next step's 200-character user message, DELTA."""
+    _, elapsed = await session.one_call(PROMPT, [user(text(USER_CHARS, label))], REPLY, [], **USAGE)
+    return elapsed
 
 
 async def s1_sequential(
-    service: ServerProcess, floor_server: ServerProcess, plan: Plan
+    service: ServerProcess,
+    floor_server: ServerProcess,
+    physical_server: ServerProcess,
+    plan: Plan,
 ) -> dict[str, Any]:
-    """One caller, steady state: continuing in-history series, unchanged prompt, one
-    200-character user message, FULL derived request of a ~50-node surface."""
+    """One caller, steady state, four kinds of call in alternating blocks: the physical floor's
+    call, the same-stack floor's call, an Admit (continuing in-history series, unchanged prompt,
+    one 200-character user message, FULL derived request of a ~50-node surface) and a one-call
+    step (the previous output + the next admission, DELTA)."""
     async with channel(service.target) as ch:
         admission = stub(ch)
         floor = Floor(floor_server.target)
+        physical = Floor(physical_server.target)
         sessions_needed = -(-plan.s1_samples // plan.s1_per_session)
         sessions = []
         for _ in range(sessions_needed):
             session = await Session.create(admission)
             await session.grow_to(50 - plan.s1_per_session // 2)
             sessions.append(session)
+        steppers = await _step_sessions(admission, sessions_needed, 50 - plan.s1_per_session)
         warm = await Session.create(admission)
         await warm.grow_to(10)
+        warm_steps = await _step_sessions(admission, 1, 10)
         for i in range(30):
             await warm.admit(PROMPT, [user(text(USER_CHARS, f"w{i}"))])
+            await one_call_step(warm_steps[0], f"w{i}")
             await floor.call("s1-warm")
+            await physical.call("s1-warm")
         floor_id = f"s1-{uuid.uuid4().hex}"
         blocks = 10
         per_block = plan.s1_samples // blocks or 1
-        cursor = iter(range(plan.s1_samples * 2))
         nodes: list[int] = []
+        cpu = {"service": 0.0, "step": 0.0, "floor": 0.0, "physical": 0.0}
+        admits = iter(range(plan.s1_samples * 2))
+        steps = iter(range(plan.s1_samples * 2))
 
-        cpu = {"service": 0.0, "floor": 0.0}
-
-        async def service_block() -> list[float]:
+        async def admit_block() -> list[float]:
             started = service.cpu_seconds()
             out = []
             for _ in range(per_block):
-                i = next(cursor)
+                i = next(admits)
                 session = sessions[min(i // plan.s1_per_session, len(sessions) - 1)]
                 nodes.append(session.nodes)
                 _, elapsed = await session.admit(PROMPT, [user(text(USER_CHARS, f"s{i}"))])
@@ -136,29 +167,65 @@ async def s1_sequential(
             cpu["service"] += service.cpu_seconds() - started
             return out
 
-        async def floor_block() -> list[float]:
-            started = floor_server.cpu_seconds()
-            out = [await floor.call(floor_id) for _ in range(per_block)]
-            cpu["floor"] += floor_server.cpu_seconds() - started
+        async def step_block() -> list[float]:
+            started = service.cpu_seconds()
+            out = []
+            for _ in range(per_block):
+                i = next(steps)
+                session = steppers[min(i // plan.s1_per_session, len(steppers) - 1)]
+                out.append(await one_call_step(session, f"t{i}"))
+            cpu["step"] += service.cpu_seconds() - started
             return out
 
-        floor_lat, service_lat = await _timed_blocks(blocks, floor_block, service_block)
+        def floor_block(client: Floor, server: ServerProcess, key: str) -> Callable[[], Any]:
+            async def block() -> list[float]:
+                started = server.cpu_seconds()
+                out = [await client.call(floor_id) for _ in range(per_block)]
+                cpu[key] += server.cpu_seconds() - started
+                return out
+
+            return block
+
+        physical_lat, floor_lat, service_lat, step_lat = await _timed_blocks(
+            blocks,
+            floor_block(physical, physical_server, "physical"),
+            floor_block(floor, floor_server, "floor"),
+            admit_block,
+            step_block,
+        )
         await floor.close()
+        await physical.close()
+    p50, p99 = percentile(physical_lat, 50), percentile(physical_lat, 99)
     f50, f99 = percentile(floor_lat, 50), percentile(floor_lat, 99)
     s50, s99 = percentile(service_lat, 50), percentile(service_lat, 99)
+    t50, t99 = percentile(step_lat, 50), percentile(step_lat, 99)
+
+    def per_call(key: str, samples: list[float]) -> float:
+        # Server CPU per call (user + system time of the server's processes): steadier than
+        # latency on a shared machine, and what throughput is made of.
+        return round(cpu[key] * 1000 / len(samples), 3)
+
     return {
         "samples": len(service_lat),
         "surface_nodes_mean": round(statistics.mean(nodes), 1),
+        "physical_floor_p50_ms": ms(p50),
+        "physical_floor_p99_ms": ms(p99),
         "floor_p50_ms": ms(f50),
         "floor_p99_ms": ms(f99),
         "admit_p50_ms": ms(s50),
         "admit_p99_ms": ms(s99),
+        "step_p50_ms": ms(t50),
+        "step_p99_ms": ms(t99),
         "p50_ratio": round(s50 / f50, 3),
         "p99_ratio": round(s99 / f99, 3),
-        # Server CPU per call (the process's user + system time): steadier than latency on a
-        # shared machine, and what throughput is made of.
-        "floor_cpu_ms_per_call": round(cpu["floor"] * 1000 / len(floor_lat), 3),
-        "admit_cpu_ms_per_call": round(cpu["service"] * 1000 / len(service_lat), 3),
+        "step_p50_ratio_physical": round(t50 / p50, 3),
+        "step_p99_ratio_physical": round(t99 / p99, 3),
+        "admit_p50_ratio_physical": round(s50 / p50, 3),
+        "floor_p50_ratio_physical": round(f50 / p50, 3),
+        "physical_floor_cpu_ms_per_call": per_call("physical", physical_lat),
+        "floor_cpu_ms_per_call": per_call("floor", floor_lat),
+        "admit_cpu_ms_per_call": per_call("service", service_lat),
+        "step_cpu_ms_per_call": per_call("step", step_lat),
     }
 
 
@@ -190,35 +257,46 @@ async def _throughput(
     return counted / elapsed
 
 
+async def _floor_rate(server: ServerProcess, plan: Plan, workers: int) -> float:
+    """A floor's calls/s with ``workers`` concurrent callers, each on its own session."""
+    client = Floor(server.target)
+    ids = [f"s2-{uuid.uuid4().hex}" for _ in range(workers)]
+
+    async def call(worker: int) -> None:
+        await client.call(ids[worker])
+
+    rate = await _throughput(workers, min(plan.s2_seconds, 20.0), plan.s2_warmup, call)
+    await client.close()
+    return rate
+
+
 async def s2_throughput_and_s6_memory(
-    service: ServerProcess, floor_server: ServerProcess, plan: Plan, workers: int = 16
+    service: ServerProcess,
+    floor_server: ServerProcess,
+    physical_server: ServerProcess,
+    plan: Plan,
+    workers: int = 16,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """16 concurrent callers on 16 sessions, Admit + Record per step (DELTA view: harness
-    workers keep the prefix), against the floor's calls/s at 16 callers. The service's RSS is
-    sampled throughout (S6)."""
-    floor = Floor(floor_server.target)
-    floor_ids = [f"s2-{uuid.uuid4().hex}" for _ in range(workers)]
-
-    async def floor_step(worker: int) -> None:
-        await floor.call(floor_ids[worker])
-
-    floor_rate = await _throughput(workers, min(plan.s2_seconds, 20.0), plan.s2_warmup, floor_step)
-    await floor.close()
+    """16 concurrent callers on 16 sessions, one call per step (the previous output + the next
+    admission, DELTA view: harness workers keep the prefix), against both floors' calls/s at
+    16 callers; then, for comparison, the two-call loop (Admit + Record) for a third of the
+    time. The service's RSS is sampled throughout the one-call run (S6)."""
+    physical_rate = await _floor_rate(physical_server, plan, workers)
+    floor_rate = await _floor_rate(floor_server, plan, workers)
 
     async with channel(service.target) as ch:
         admission = stub(ch)
-        sessions = [await Session.create(admission) for _ in range(workers)]
-        for session in sessions:
-            await session.grow_to(10)
-            await session.admit(PROMPT, [user(text(USER_CHARS, "first"))])
-        reply = assistant(text(USER_CHARS, "reply"))
+        sessions = await _step_sessions(admission, workers, 10)
+        pairs = await _step_sessions(admission, workers, 10)
 
         async def service_step(worker: int) -> None:
             session = sessions[worker]
+            await one_call_step(session, str(session.step))
+
+        async def two_call_step(worker: int) -> None:
+            session = pairs[worker]
             await session.admit(PROMPT, [user(text(USER_CHARS, str(session.step)))], delta=True)
-            await session.record(
-                reply, [], input_tokens=1000, output_tokens=50, cache_read_tokens=900
-            )
+            await session.record(REPLY, [], **USAGE)
 
         rss: list[tuple[float, float]] = []
         started = time.perf_counter()
@@ -233,14 +311,22 @@ async def s2_throughput_and_s6_memory(
         rate = await _throughput(workers, plan.s2_seconds, plan.s2_warmup, service_step)
         sampler.cancel()
         rss_after = service.rss_mib()
+        two_call_rate = await _throughput(
+            workers, plan.s2_seconds / 3, plan.s2_warmup, two_call_step
+        )
     half = [value for at, value in rss if at >= (plan.s2_seconds + plan.s2_warmup) / 2]
     s2 = {
         "workers": workers,
+        "service_processes": len(service.workers()),
         "seconds": plan.s2_seconds,
-        "view": "DELTA" if HAS_DELTA else "FULL",
+        "view": "DELTA",
+        "physical_floor_calls_per_s": round(physical_rate, 1),
         "floor_calls_per_s": round(floor_rate, 1),
         "steps_per_s": round(rate, 1),
         "throughput_ratio": round(rate / floor_rate, 3),
+        "steps_ratio_physical": round(rate / physical_rate, 3),
+        "two_call_steps_per_s": round(two_call_rate, 1),
+        "two_call_steps_ratio_physical": round(two_call_rate / physical_rate, 3),
         "surface_nodes_at_end": max(s.nodes for s in sessions),
     }
     s6 = {
