@@ -150,6 +150,23 @@ MAPPINGS: list[tuple[Callable[[], BaseException], grpc.StatusCode, str]] = [
         "DATABASE_UNAVAILABLE",
     ),
     (
+        # Citus, a worker lost at COMMIT (outcome unknown; tests/citus/test_worker_restart.py)
+        lambda: sqlalchemy.exc.InternalError(
+            "COMMIT",
+            {},
+            psycopg.errors.InternalError_(
+                "could not commit transaction for shard 102139 on at least one active node"
+            ),
+        ),
+        grpc.StatusCode.UNAVAILABLE,
+        "DATABASE_UNAVAILABLE",
+    ),
+    (
+        lambda: psycopg.errors.InternalError_("could not open relation"),
+        grpc.StatusCode.INTERNAL,
+        "INTERNAL",
+    ),
+    (
         lambda: domain.SurfaceViolation("replace covers a later event"),
         grpc.StatusCode.INTERNAL,
         "INTERNAL",

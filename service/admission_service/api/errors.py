@@ -130,8 +130,20 @@ def _is_transaction_conflict(exc: BaseException) -> bool:
     return sqlstate.startswith("40") or sqlstate == UNIQUE_VIOLATION
 
 
+# Citus (a distributed PostgreSQL, docs/SCALING.md) when a worker fails at COMMIT: the
+# coordinator cannot tell whether the shard's transaction committed. Like a connection lost
+# during COMMIT, that is an unknown outcome for the caller to retry with its request_id (XX000,
+# the error's only distinguishing mark is its text).
+_REMOTE_COMMIT_FAILED = "could not commit transaction for shard "
+
+
 def _is_database_unavailable(exc: BaseException) -> bool:
     if isinstance(exc, _DATABASE_ERRORS):
+        return True
+    cause = exc.orig if isinstance(exc, sqlalchemy.exc.DBAPIError) else exc
+    if isinstance(cause, psycopg.errors.InternalError_) and str(cause).startswith(
+        _REMOTE_COMMIT_FAILED
+    ):
         return True
     return isinstance(exc, sqlalchemy.exc.DBAPIError) and exc.connection_invalidated
 
