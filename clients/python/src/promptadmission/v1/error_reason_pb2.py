@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%promptadmission/v1/error_reason.proto\x12\x12promptadmission.v1*\xdc\x03\n\x0b\x45rrorReason\x12\x1c\n\x18\x45RROR_REASON_UNSPECIFIED\x10\x00\x12\x11\n\rINVALID_FIELD\x10\x01\x12\x16\n\x12INVALID_MODEL_INFO\x10\x02\x12\x17\n\x13SUMMARY_NOT_SMALLER\x10\x03\x12\x15\n\x11UNKNOWN_TOOL_CALL\x10\x04\x12\x1c\n\x18UNSUPPORTED_WIRE_CONTENT\x10\x05\x12\x15\n\x11SESSION_NOT_FOUND\x10\x06\x12\x17\n\x13\x41\x44MISSION_NOT_FOUND\x10\x07\x12\x1a\n\x16SESSION_ALREADY_EXISTS\x10\x08\x12\x15\n\x11REQUEST_ID_REUSED\x10\t\x12\x15\n\x11REVISION_MISMATCH\x10\n\x12\x19\n\x15STALE_COMPACTION_PLAN\x10\x0b\x12\x16\n\x12NOTHING_TO_COMPACT\x10\x0c\x12\x1b\n\x17\x43ONCURRENT_MODIFICATION\x10\r\x12\x18\n\x14\x44\x41TABASE_UNAVAILABLE\x10\x0e\x12\x17\n\x13MISSING_CREDENTIALS\x10\x0f\x12\x11\n\rINVALID_TOKEN\x10\x10\x12\x0c\n\x08INTERNAL\x10\x11\x12\x18\n\x14UNANSWERED_TOOL_CALL\x10\x12\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%promptadmission/v1/error_reason.proto\x12\x12promptadmission.v1*\xf2\x03\n\x0b\x45rrorReason\x12\x1c\n\x18\x45RROR_REASON_UNSPECIFIED\x10\x00\x12\x11\n\rINVALID_FIELD\x10\x01\x12\x16\n\x12INVALID_MODEL_INFO\x10\x02\x12\x17\n\x13SUMMARY_NOT_SMALLER\x10\x03\x12\x15\n\x11UNKNOWN_TOOL_CALL\x10\x04\x12\x1c\n\x18UNSUPPORTED_WIRE_CONTENT\x10\x05\x12\x15\n\x11SESSION_NOT_FOUND\x10\x06\x12\x17\n\x13\x41\x44MISSION_NOT_FOUND\x10\x07\x12\x1a\n\x16SESSION_ALREADY_EXISTS\x10\x08\x12\x15\n\x11REQUEST_ID_REUSED\x10\t\x12\x15\n\x11REVISION_MISMATCH\x10\n\x12\x19\n\x15STALE_COMPACTION_PLAN\x10\x0b\x12\x16\n\x12NOTHING_TO_COMPACT\x10\x0c\x12\x1b\n\x17\x43ONCURRENT_MODIFICATION\x10\r\x12\x18\n\x14\x44\x41TABASE_UNAVAILABLE\x10\x0e\x12\x17\n\x13MISSING_CREDENTIALS\x10\x0f\x12\x11\n\rINVALID_TOKEN\x10\x10\x12\x0c\n\x08INTERNAL\x10\x11\x12\x18\n\x14UNANSWERED_TOOL_CALL\x10\x12\x12\x14\n\x10\x44\x41TABASE_TIMEOUT\x10\x13\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,5 +32,5 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'promptadmission.v1.error_re
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_ERRORREASON']._serialized_start=62
-  _globals['_ERRORREASON']._serialized_end=538
+  _globals['_ERRORREASON']._serialized_end=560
 # @@protoc_insertion_point(module_scope)

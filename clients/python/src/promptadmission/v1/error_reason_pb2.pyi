@@ -86,6 +86,11 @@ class _ErrorReasonEnumTypeWrapper(google.protobuf.internal.enum_type_wrapper._En
     surface has no result; record the results first (Record, or Admit's previous_output), so
     every result directly follows its call. `ErrorInfo.metadata["call_id"]` names the first.
     """
+    DATABASE_TIMEOUT: _ErrorReason.ValueType  # 19
+    """DATABASE_TIMEOUT (DEADLINE_EXCEEDED): the call's database work did not finish within its
+    deadline (waiting for a busy session, say) and PostgreSQL stopped it; nothing was written.
+    Retry with the same `request_id` and a longer deadline.
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """ErrorReason is every value the service puts in `google.rpc.ErrorInfo.reason`.
@@ -169,5 +174,10 @@ UNANSWERED_TOOL_CALL: ErrorReason.ValueType  # 18
 """UNANSWERED_TOOL_CALL (FAILED_PRECONDITION): Admit or Reconcile while a tool call on the
 surface has no result; record the results first (Record, or Admit's previous_output), so
 every result directly follows its call. `ErrorInfo.metadata["call_id"]` names the first.
+"""
+DATABASE_TIMEOUT: ErrorReason.ValueType  # 19
+"""DATABASE_TIMEOUT (DEADLINE_EXCEEDED): the call's database work did not finish within its
+deadline (waiting for a busy session, say) and PostgreSQL stopped it; nothing was written.
+Retry with the same `request_id` and a longer deadline.
 """
 global___ErrorReason = ErrorReason
