@@ -58,11 +58,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from admission_service.api.tenancy import is_token_hash
 from admission_service.app.limits import MIB, Limits
 from admission_service.app.page_tokens import MIN_KEY_CHARS as PAGE_TOKEN_KEY_CHARS
 from admission_service.telemetry.logs import LOG_FORMATS
 from admission_service.telemetry.tracing import TRACING_EXPORTERS
+from admission_service.token_hashes import is_token_hash
 
 DEFAULT_LISTEN = "127.0.0.1:50051"
 # The same as storage.database.DEFAULT_DATA_DIR (a test checks): the storage modules pull in

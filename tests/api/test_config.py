@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -208,3 +210,15 @@ def test_the_data_directory_default_is_the_storage_one() -> None:
     from admission_service.storage.database import DEFAULT_DATA_DIR
 
     assert Settings().data_dir == DEFAULT_DATA_DIR
+
+
+def test_the_configuration_depends_on_no_api_module() -> None:
+    """Dependencies point down: the API reads the configuration, never the reverse."""
+    code = (
+        "import sys, admission_service.config; "
+        "print(sorted(m for m in sys.modules if m.startswith('admission_service.api')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr

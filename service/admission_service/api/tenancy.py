@@ -13,7 +13,6 @@ development setups without authentication.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -22,7 +21,10 @@ from promptadmission.v1.error_reasons import Reason
 
 from admission_service.telemetry import context as call_context
 
-TOKEN_HASH_PREFIX = "sha256:"
+# hash_token is re-exported: callers that make tokens (the CLI, tests) find it here too.
+from admission_service.token_hashes import hash_token as hash_token
+from admission_service.token_hashes import is_token_hash
+
 BEARER = "bearer"
 MISSING_CREDENTIALS = Reason.MISSING_CREDENTIALS
 INVALID_TOKEN = Reason.INVALID_TOKEN
@@ -41,20 +43,6 @@ class TenantResolver(Protocol):
     async def tenant(self, context: grpc.aio.ServicerContext[Any, Any]) -> str:
         """The tenant of the call; raises (for example ``Unauthenticated``) to refuse it."""
         ...
-
-
-def hash_token(token: str) -> str:
-    """The configuration form of ``token``: ``sha256:`` and the hex digest of its UTF-8."""
-    return TOKEN_HASH_PREFIX + hashlib.sha256(token.encode()).hexdigest()
-
-
-def is_token_hash(value: str) -> bool:
-    digest = value.removeprefix(TOKEN_HASH_PREFIX)
-    return (
-        value.startswith(TOKEN_HASH_PREFIX)
-        and len(digest) == 64
-        and all(c in "0123456789abcdef" for c in digest)
-    )
 
 
 class DefaultTenant:

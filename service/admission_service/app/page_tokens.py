@@ -29,11 +29,12 @@ import hmac
 import re
 import struct
 from collections.abc import Mapping, Sequence
-from typing import Any
-
-from sqlalchemy.engine import URL
+from typing import TYPE_CHECKING, Any
 
 from admission_service.domain.errors import InvalidArgument
+
+if TYPE_CHECKING:  # the configuration imports this module, and SQLAlchemy is slow to import
+    from sqlalchemy.engine import URL
 
 VERSION = 1
 TAG_BYTES = 16
