@@ -30,6 +30,7 @@ RPCS = {
     "Compact",
     "Inspect",
     "ListEvents",
+    "ListTrajectory",
 }
 
 
@@ -125,6 +126,8 @@ def _message_elements(
         if index not in synthetic:
             yield (*path, 8, index), oneof.name
     for index, nested in enumerate(message.nested_type):
+        if nested.options.map_entry:  # the compiler's entry type of a map field: no source
+            continue
         yield from _message_elements((*path, 3, index), nested)
     for index, enum in enumerate(message.enum_type):
         yield from _enum_elements((*path, 4, index), enum)

@@ -132,3 +132,12 @@ class AdmissionServicer(api_grpc.AdmissionServiceServicer):
             tenant, request.session_id, request.page_size, request.page_token
         )
         return convert.list_events_response(page)
+
+    async def ListTrajectory(
+        self, request: api.ListTrajectoryRequest, context: Context
+    ) -> api.ListTrajectoryResponse:
+        tenant = await self._tenants.tenant(context)
+        page = await self._app.list_trajectory(
+            tenant, request.session_id, request.page_size, request.page_token
+        )
+        return convert.list_trajectory_response(page)

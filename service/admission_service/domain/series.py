@@ -33,11 +33,14 @@ class Route:
 
 @dataclass(frozen=True, slots=True)
 class RequestHeader:
-    """The request configuration a provider cache keys on before the messages: route and tools."""
+    """The request configuration a provider cache keys on before the messages: route and tools,
+    and the harness's sampling configuration (``config``: canonical key/value pairs, sorted by
+    key; a change logs a ``change`` header but does not start a series)."""
 
     provider: str
     model: str
     tools: tuple[Tool, ...]
+    config: tuple[tuple[str, str], ...] = ()
 
 
 class HeaderReason(StrEnum):

@@ -9,6 +9,7 @@ import google.protobuf.descriptor
 import google.protobuf.internal.containers
 import google.protobuf.message
 import promptadmission.v1.session_pb2
+import promptadmission.v1.trajectory_pb2
 import typing
 
 DESCRIPTOR: google.protobuf.descriptor.FileDescriptor
@@ -203,6 +204,22 @@ class AdmitRequest(google.protobuf.message.Message):
 
     DESCRIPTOR: google.protobuf.descriptor.Descriptor
 
+    @typing.final
+    class ConfigEntry(google.protobuf.message.Message):
+        DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: builtins.int
+        VALUE_FIELD_NUMBER: builtins.int
+        key: builtins.str
+        value: builtins.str
+        def __init__(
+            self,
+            *,
+            key: builtins.str = ...,
+            value: builtins.str = ...,
+        ) -> None: ...
+        def ClearField(self, field_name: typing.Literal["key", b"key", "value", b"value"]) -> None: ...
+
     SESSION_ID_FIELD_NUMBER: builtins.int
     REQUEST_ID_FIELD_NUMBER: builtins.int
     EXPECTED_REVISION_FIELD_NUMBER: builtins.int
@@ -218,6 +235,7 @@ class AdmitRequest(google.protobuf.message.Message):
     VALIDATE_ONLY_FIELD_NUMBER: builtins.int
     VIEW_FIELD_NUMBER: builtins.int
     HELD_PREFIX_FIELD_NUMBER: builtins.int
+    CONFIG_FIELD_NUMBER: builtins.int
     PREVIOUS_OUTPUT_FIELD_NUMBER: builtins.int
     session_id: builtins.str
     """session_id is the id of the session. Required."""
@@ -283,6 +301,17 @@ class AdmitRequest(google.protobuf.message.Message):
         """
 
     @property
+    def config(self) -> google.protobuf.internal.containers.ScalarMap[builtins.str, builtins.str]:
+        """config is the harness's sampling and request configuration for this step (temperature,
+        max_tokens, …) as an opaque key/value map, recorded in the request header (SPEC §2
+        "config + tools"). Canonical form: the pairs sorted by key; values are compared byte for
+        byte, so send each in a stable serialization (for example the JSON text of a number). A
+        changed config logs a header with reason HEADER_REASON_CHANGE; it does not start a series.
+        Keys: 1 to 128 characters, no NUL; values: at most 4096 bytes; at most 64 pairs. Reconcile
+        reuses the config of the session's latest header.
+        """
+
+    @property
     def previous_output(self) -> global___StepOutput:
         """previous_output is what the model and tools produced for an earlier admission of this
         session (normally the previous step's), recorded in the same transaction as this
@@ -311,10 +340,11 @@ class AdmitRequest(google.protobuf.message.Message):
         validate_only: builtins.bool = ...,
         view: promptadmission.v1.session_pb2.RequestView.ValueType = ...,
         held_prefix: promptadmission.v1.session_pb2.HeldPrefix | None = ...,
+        config: collections.abc.Mapping[builtins.str, builtins.str] | None = ...,
         previous_output: global___StepOutput | None = ...,
     ) -> None: ...
     def HasField(self, field_name: typing.Literal["_expected_revision", b"_expected_revision", "expected_revision", b"expected_revision", "held_prefix", b"held_prefix", "previous_output", b"previous_output", "route", b"route"]) -> builtins.bool: ...
-    def ClearField(self, field_name: typing.Literal["_expected_revision", b"_expected_revision", "expected_revision", b"expected_revision", "held_prefix", b"held_prefix", "previous_output", b"previous_output", "rendered_prompt", b"rendered_prompt", "request_id", b"request_id", "resume", b"resume", "route", b"route", "session_id", b"session_id", "starts_request_series", b"starts_request_series", "step", b"step", "tools", b"tools", "turn", b"turn", "users", b"users", "validate_only", b"validate_only", "view", b"view", "wire_format", b"wire_format"]) -> None: ...
+    def ClearField(self, field_name: typing.Literal["_expected_revision", b"_expected_revision", "config", b"config", "expected_revision", b"expected_revision", "held_prefix", b"held_prefix", "previous_output", b"previous_output", "rendered_prompt", b"rendered_prompt", "request_id", b"request_id", "resume", b"resume", "route", b"route", "session_id", b"session_id", "starts_request_series", b"starts_request_series", "step", b"step", "tools", b"tools", "turn", b"turn", "users", b"users", "validate_only", b"validate_only", "view", b"view", "wire_format", b"wire_format"]) -> None: ...
     def WhichOneof(self, oneof_group: typing.Literal["_expected_revision", b"_expected_revision"]) -> typing.Literal["expected_revision"] | None: ...
 
 global___AdmitRequest = AdmitRequest
@@ -1051,3 +1081,58 @@ class ListEventsResponse(google.protobuf.message.Message):
     def ClearField(self, field_name: typing.Literal["events", b"events", "next_page_token", b"next_page_token"]) -> None: ...
 
 global___ListEventsResponse = ListEventsResponse
+
+@typing.final
+class ListTrajectoryRequest(google.protobuf.message.Message):
+    """ListTrajectoryRequest is the request of ListTrajectory."""
+
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: builtins.int
+    PAGE_SIZE_FIELD_NUMBER: builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: builtins.int
+    session_id: builtins.str
+    """session_id is the id of the session. Required."""
+    page_size: builtins.int
+    """page_size is the maximum number of entries to return. 0 means the default (50); values
+    above 1000 are lowered to 1000; a negative value is INVALID_ARGUMENT.
+    """
+    page_token: builtins.str
+    """page_token is the next_page_token of a previous ListTrajectory call for the same session,
+    to get the next page. Optional: empty means the first page. A token that the service did
+    not issue for this session is INVALID_ARGUMENT.
+    """
+    def __init__(
+        self,
+        *,
+        session_id: builtins.str = ...,
+        page_size: builtins.int = ...,
+        page_token: builtins.str = ...,
+    ) -> None: ...
+    def ClearField(self, field_name: typing.Literal["page_size", b"page_size", "page_token", b"page_token", "session_id", b"session_id"]) -> None: ...
+
+global___ListTrajectoryRequest = ListTrajectoryRequest
+
+@typing.final
+class ListTrajectoryResponse(google.protobuf.message.Message):
+    """ListTrajectoryResponse is the response of ListTrajectory."""
+
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    ENTRIES_FIELD_NUMBER: builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: builtins.int
+    next_page_token: builtins.str
+    """next_page_token is the token for the next page; empty means this is the last page."""
+    @property
+    def entries(self) -> google.protobuf.internal.containers.RepeatedCompositeFieldContainer[promptadmission.v1.trajectory_pb2.TrajectoryEntry]:
+        """entries is one page of the session's derived requests, oldest first."""
+
+    def __init__(
+        self,
+        *,
+        entries: collections.abc.Iterable[promptadmission.v1.trajectory_pb2.TrajectoryEntry] | None = ...,
+        next_page_token: builtins.str = ...,
+    ) -> None: ...
+    def ClearField(self, field_name: typing.Literal["entries", b"entries", "next_page_token", b"next_page_token"]) -> None: ...
+
+global___ListTrajectoryResponse = ListTrajectoryResponse

@@ -39,36 +39,10 @@ class AdmissionServiceStub(object):
     session are serialised; `expected_revision` gives compare-and-set, and a repeated
     `request_id` returns the stored response of the first success without committing again.
 
-    Errors carry a `google.rpc.Status` (in the `grpc-status-details-bin` trailer) with exactly
-    one `google.rpc.ErrorInfo` whose `domain` is "promptadmission.v1" and whose `reason` is one
-    of these stable values:
-
-    - INVALID_FIELD (INVALID_ARGUMENT): a field is missing, malformed or over a limit; the
-    status also carries a `google.rpc.BadRequest` naming the field.
-    - INVALID_MODEL_INFO (INVALID_ARGUMENT): a route declares a capability value the service
-    does not know.
-    - SUMMARY_NOT_SMALLER (INVALID_ARGUMENT): a compaction summary is not smaller, in tokens,
-    than the range it replaces.
-    - UNKNOWN_TOOL_CALL (INVALID_ARGUMENT): a tool result answers no tool call on the surface.
-    - UNSUPPORTED_WIRE_CONTENT (FAILED_PRECONDITION): the surface cannot be expressed in the
-    requested wire format (for example an in-history system update with no preceding user or
-    tool-result turn in WIRE_FORMAT_ANTHROPIC_MESSAGES); WIRE_FORMAT_NEUTRAL always works.
-    - SESSION_NOT_FOUND (NOT_FOUND): the session does not exist for this tenant.
-    - ADMISSION_NOT_FOUND (NOT_FOUND): the admission does not exist in this session.
-    - SESSION_ALREADY_EXISTS (ALREADY_EXISTS): CreateSession named an existing session.
-    - REQUEST_ID_REUSED (ALREADY_EXISTS): a request_id was reused with a different request.
-    - REVISION_MISMATCH (ABORTED): expected_revision differs from the session's revision;
-    re-read the session and retry.
-    - STALE_COMPACTION_PLAN (ABORTED): the surface changed since the compaction was planned;
-    plan again.
-    - NOTHING_TO_COMPACT (FAILED_PRECONDITION): PlanCompaction found no range to fold with the
-    given `retain_tokens` (everything after the head must be kept).
-    - CONCURRENT_MODIFICATION (ABORTED): the database rolled the transaction back (a deadlock or
-    serialization failure); retry the call with the same `request_id`.
-    - DATABASE_UNAVAILABLE (UNAVAILABLE): the database cannot be reached; retry with backoff.
-    - INTERNAL (INTERNAL): an unexpected failure; the message is generic.
-
-    Values that appear in an error message also appear in `ErrorInfo.metadata`. The service
+    Errors carry a `google.rpc.Status` with exactly one `google.rpc.ErrorInfo` (domain
+    "promptadmission.v1") whose `reason` is the name of an `ErrorReason` value (see
+    error_reason.proto for every reason and its status code); the status message starts with the
+    reason, and values the message quotes are also in `ErrorInfo.metadata`. The service
     never returns UNKNOWN.
     """
 
@@ -133,6 +107,11 @@ class AdmissionServiceStub(object):
                 request_serializer=promptadmission_dot_v1_dot_admission__service__pb2.ListEventsRequest.SerializeToString,
                 response_deserializer=promptadmission_dot_v1_dot_admission__service__pb2.ListEventsResponse.FromString,
                 _registered_method=True)
+        self.ListTrajectory = channel.unary_unary(
+                '/promptadmission.v1.AdmissionService/ListTrajectory',
+                request_serializer=promptadmission_dot_v1_dot_admission__service__pb2.ListTrajectoryRequest.SerializeToString,
+                response_deserializer=promptadmission_dot_v1_dot_admission__service__pb2.ListTrajectoryResponse.FromString,
+                _registered_method=True)
 
 
 class AdmissionServiceServicer(object):
@@ -149,36 +128,10 @@ class AdmissionServiceServicer(object):
     session are serialised; `expected_revision` gives compare-and-set, and a repeated
     `request_id` returns the stored response of the first success without committing again.
 
-    Errors carry a `google.rpc.Status` (in the `grpc-status-details-bin` trailer) with exactly
-    one `google.rpc.ErrorInfo` whose `domain` is "promptadmission.v1" and whose `reason` is one
-    of these stable values:
-
-    - INVALID_FIELD (INVALID_ARGUMENT): a field is missing, malformed or over a limit; the
-    status also carries a `google.rpc.BadRequest` naming the field.
-    - INVALID_MODEL_INFO (INVALID_ARGUMENT): a route declares a capability value the service
-    does not know.
-    - SUMMARY_NOT_SMALLER (INVALID_ARGUMENT): a compaction summary is not smaller, in tokens,
-    than the range it replaces.
-    - UNKNOWN_TOOL_CALL (INVALID_ARGUMENT): a tool result answers no tool call on the surface.
-    - UNSUPPORTED_WIRE_CONTENT (FAILED_PRECONDITION): the surface cannot be expressed in the
-    requested wire format (for example an in-history system update with no preceding user or
-    tool-result turn in WIRE_FORMAT_ANTHROPIC_MESSAGES); WIRE_FORMAT_NEUTRAL always works.
-    - SESSION_NOT_FOUND (NOT_FOUND): the session does not exist for this tenant.
-    - ADMISSION_NOT_FOUND (NOT_FOUND): the admission does not exist in this session.
-    - SESSION_ALREADY_EXISTS (ALREADY_EXISTS): CreateSession named an existing session.
-    - REQUEST_ID_REUSED (ALREADY_EXISTS): a request_id was reused with a different request.
-    - REVISION_MISMATCH (ABORTED): expected_revision differs from the session's revision;
-    re-read the session and retry.
-    - STALE_COMPACTION_PLAN (ABORTED): the surface changed since the compaction was planned;
-    plan again.
-    - NOTHING_TO_COMPACT (FAILED_PRECONDITION): PlanCompaction found no range to fold with the
-    given `retain_tokens` (everything after the head must be kept).
-    - CONCURRENT_MODIFICATION (ABORTED): the database rolled the transaction back (a deadlock or
-    serialization failure); retry the call with the same `request_id`.
-    - DATABASE_UNAVAILABLE (UNAVAILABLE): the database cannot be reached; retry with backoff.
-    - INTERNAL (INTERNAL): an unexpected failure; the message is generic.
-
-    Values that appear in an error message also appear in `ErrorInfo.metadata`. The service
+    Errors carry a `google.rpc.Status` with exactly one `google.rpc.ErrorInfo` (domain
+    "promptadmission.v1") whose `reason` is the name of an `ErrorReason` value (see
+    error_reason.proto for every reason and its status code); the status message starts with the
+    reason, and values the message quotes are also in `ErrorInfo.metadata`. The service
     never returns UNKNOWN.
     """
 
@@ -268,6 +221,16 @@ class AdmissionServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListTrajectory(self, request, context):
+        """ListTrajectory pages through a session's derived requests in order, each with the header
+        facts in force (route, configuration, tools), the effective prompt the model saw, its
+        prompt change against the previous request, whether it started a series, and its cache
+        forecast and observed usage. It is a read: it commits nothing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdmissionServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -326,6 +289,11 @@ def add_AdmissionServiceServicer_to_server(servicer, server):
                     request_deserializer=promptadmission_dot_v1_dot_admission__service__pb2.ListEventsRequest.FromString,
                     response_serializer=promptadmission_dot_v1_dot_admission__service__pb2.ListEventsResponse.SerializeToString,
             ),
+            'ListTrajectory': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTrajectory,
+                    request_deserializer=promptadmission_dot_v1_dot_admission__service__pb2.ListTrajectoryRequest.FromString,
+                    response_serializer=promptadmission_dot_v1_dot_admission__service__pb2.ListTrajectoryResponse.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'promptadmission.v1.AdmissionService', rpc_method_handlers)
@@ -348,36 +316,10 @@ class AdmissionService(object):
     session are serialised; `expected_revision` gives compare-and-set, and a repeated
     `request_id` returns the stored response of the first success without committing again.
 
-    Errors carry a `google.rpc.Status` (in the `grpc-status-details-bin` trailer) with exactly
-    one `google.rpc.ErrorInfo` whose `domain` is "promptadmission.v1" and whose `reason` is one
-    of these stable values:
-
-    - INVALID_FIELD (INVALID_ARGUMENT): a field is missing, malformed or over a limit; the
-    status also carries a `google.rpc.BadRequest` naming the field.
-    - INVALID_MODEL_INFO (INVALID_ARGUMENT): a route declares a capability value the service
-    does not know.
-    - SUMMARY_NOT_SMALLER (INVALID_ARGUMENT): a compaction summary is not smaller, in tokens,
-    than the range it replaces.
-    - UNKNOWN_TOOL_CALL (INVALID_ARGUMENT): a tool result answers no tool call on the surface.
-    - UNSUPPORTED_WIRE_CONTENT (FAILED_PRECONDITION): the surface cannot be expressed in the
-    requested wire format (for example an in-history system update with no preceding user or
-    tool-result turn in WIRE_FORMAT_ANTHROPIC_MESSAGES); WIRE_FORMAT_NEUTRAL always works.
-    - SESSION_NOT_FOUND (NOT_FOUND): the session does not exist for this tenant.
-    - ADMISSION_NOT_FOUND (NOT_FOUND): the admission does not exist in this session.
-    - SESSION_ALREADY_EXISTS (ALREADY_EXISTS): CreateSession named an existing session.
-    - REQUEST_ID_REUSED (ALREADY_EXISTS): a request_id was reused with a different request.
-    - REVISION_MISMATCH (ABORTED): expected_revision differs from the session's revision;
-    re-read the session and retry.
-    - STALE_COMPACTION_PLAN (ABORTED): the surface changed since the compaction was planned;
-    plan again.
-    - NOTHING_TO_COMPACT (FAILED_PRECONDITION): PlanCompaction found no range to fold with the
-    given `retain_tokens` (everything after the head must be kept).
-    - CONCURRENT_MODIFICATION (ABORTED): the database rolled the transaction back (a deadlock or
-    serialization failure); retry the call with the same `request_id`.
-    - DATABASE_UNAVAILABLE (UNAVAILABLE): the database cannot be reached; retry with backoff.
-    - INTERNAL (INTERNAL): an unexpected failure; the message is generic.
-
-    Values that appear in an error message also appear in `ErrorInfo.metadata`. The service
+    Errors carry a `google.rpc.Status` with exactly one `google.rpc.ErrorInfo` (domain
+    "promptadmission.v1") whose `reason` is the name of an `ErrorReason` value (see
+    error_reason.proto for every reason and its status code); the status message starts with the
+    reason, and values the message quotes are also in `ErrorInfo.metadata`. The service
     never returns UNKNOWN.
     """
 
@@ -668,6 +610,33 @@ class AdmissionService(object):
             '/promptadmission.v1.AdmissionService/ListEvents',
             promptadmission_dot_v1_dot_admission__service__pb2.ListEventsRequest.SerializeToString,
             promptadmission_dot_v1_dot_admission__service__pb2.ListEventsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTrajectory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/promptadmission.v1.AdmissionService/ListTrajectory',
+            promptadmission_dot_v1_dot_admission__service__pb2.ListTrajectoryRequest.SerializeToString,
+            promptadmission_dot_v1_dot_admission__service__pb2.ListTrajectoryResponse.FromString,
             options,
             channel_credentials,
             insecure,

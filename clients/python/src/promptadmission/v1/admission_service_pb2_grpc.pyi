@@ -31,36 +31,10 @@ class AdmissionServiceStub:
     session are serialised; `expected_revision` gives compare-and-set, and a repeated
     `request_id` returns the stored response of the first success without committing again.
 
-    Errors carry a `google.rpc.Status` (in the `grpc-status-details-bin` trailer) with exactly
-    one `google.rpc.ErrorInfo` whose `domain` is "promptadmission.v1" and whose `reason` is one
-    of these stable values:
-
-    - INVALID_FIELD (INVALID_ARGUMENT): a field is missing, malformed or over a limit; the
-      status also carries a `google.rpc.BadRequest` naming the field.
-    - INVALID_MODEL_INFO (INVALID_ARGUMENT): a route declares a capability value the service
-      does not know.
-    - SUMMARY_NOT_SMALLER (INVALID_ARGUMENT): a compaction summary is not smaller, in tokens,
-      than the range it replaces.
-    - UNKNOWN_TOOL_CALL (INVALID_ARGUMENT): a tool result answers no tool call on the surface.
-    - UNSUPPORTED_WIRE_CONTENT (FAILED_PRECONDITION): the surface cannot be expressed in the
-      requested wire format (for example an in-history system update with no preceding user or
-      tool-result turn in WIRE_FORMAT_ANTHROPIC_MESSAGES); WIRE_FORMAT_NEUTRAL always works.
-    - SESSION_NOT_FOUND (NOT_FOUND): the session does not exist for this tenant.
-    - ADMISSION_NOT_FOUND (NOT_FOUND): the admission does not exist in this session.
-    - SESSION_ALREADY_EXISTS (ALREADY_EXISTS): CreateSession named an existing session.
-    - REQUEST_ID_REUSED (ALREADY_EXISTS): a request_id was reused with a different request.
-    - REVISION_MISMATCH (ABORTED): expected_revision differs from the session's revision;
-      re-read the session and retry.
-    - STALE_COMPACTION_PLAN (ABORTED): the surface changed since the compaction was planned;
-      plan again.
-    - NOTHING_TO_COMPACT (FAILED_PRECONDITION): PlanCompaction found no range to fold with the
-      given `retain_tokens` (everything after the head must be kept).
-    - CONCURRENT_MODIFICATION (ABORTED): the database rolled the transaction back (a deadlock or
-      serialization failure); retry the call with the same `request_id`.
-    - DATABASE_UNAVAILABLE (UNAVAILABLE): the database cannot be reached; retry with backoff.
-    - INTERNAL (INTERNAL): an unexpected failure; the message is generic.
-
-    Values that appear in an error message also appear in `ErrorInfo.metadata`. The service
+    Errors carry a `google.rpc.Status` with exactly one `google.rpc.ErrorInfo` (domain
+    "promptadmission.v1") whose `reason` is the name of an `ErrorReason` value (see
+    error_reason.proto for every reason and its status code); the status message starts with the
+    reason, and values the message quotes are also in `ErrorInfo.metadata`. The service
     never returns UNKNOWN.
     """
 
@@ -146,6 +120,16 @@ class AdmissionServiceStub:
     ]
     """ListEvents pages through a session's raw event log in seq order."""
 
+    ListTrajectory: grpc.UnaryUnaryMultiCallable[
+        promptadmission.v1.admission_service_pb2.ListTrajectoryRequest,
+        promptadmission.v1.admission_service_pb2.ListTrajectoryResponse,
+    ]
+    """ListTrajectory pages through a session's derived requests in order, each with the header
+    facts in force (route, configuration, tools), the effective prompt the model saw, its
+    prompt change against the previous request, whether it started a series, and its cache
+    forecast and observed usage. It is a read: it commits nothing.
+    """
+
 class AdmissionServiceAsyncStub:
     """AdmissionService is the one authority that decides, per step, how a rendered system prompt
     and the step's user messages enter a session's model-visible history, commits that decision
@@ -160,36 +144,10 @@ class AdmissionServiceAsyncStub:
     session are serialised; `expected_revision` gives compare-and-set, and a repeated
     `request_id` returns the stored response of the first success without committing again.
 
-    Errors carry a `google.rpc.Status` (in the `grpc-status-details-bin` trailer) with exactly
-    one `google.rpc.ErrorInfo` whose `domain` is "promptadmission.v1" and whose `reason` is one
-    of these stable values:
-
-    - INVALID_FIELD (INVALID_ARGUMENT): a field is missing, malformed or over a limit; the
-      status also carries a `google.rpc.BadRequest` naming the field.
-    - INVALID_MODEL_INFO (INVALID_ARGUMENT): a route declares a capability value the service
-      does not know.
-    - SUMMARY_NOT_SMALLER (INVALID_ARGUMENT): a compaction summary is not smaller, in tokens,
-      than the range it replaces.
-    - UNKNOWN_TOOL_CALL (INVALID_ARGUMENT): a tool result answers no tool call on the surface.
-    - UNSUPPORTED_WIRE_CONTENT (FAILED_PRECONDITION): the surface cannot be expressed in the
-      requested wire format (for example an in-history system update with no preceding user or
-      tool-result turn in WIRE_FORMAT_ANTHROPIC_MESSAGES); WIRE_FORMAT_NEUTRAL always works.
-    - SESSION_NOT_FOUND (NOT_FOUND): the session does not exist for this tenant.
-    - ADMISSION_NOT_FOUND (NOT_FOUND): the admission does not exist in this session.
-    - SESSION_ALREADY_EXISTS (ALREADY_EXISTS): CreateSession named an existing session.
-    - REQUEST_ID_REUSED (ALREADY_EXISTS): a request_id was reused with a different request.
-    - REVISION_MISMATCH (ABORTED): expected_revision differs from the session's revision;
-      re-read the session and retry.
-    - STALE_COMPACTION_PLAN (ABORTED): the surface changed since the compaction was planned;
-      plan again.
-    - NOTHING_TO_COMPACT (FAILED_PRECONDITION): PlanCompaction found no range to fold with the
-      given `retain_tokens` (everything after the head must be kept).
-    - CONCURRENT_MODIFICATION (ABORTED): the database rolled the transaction back (a deadlock or
-      serialization failure); retry the call with the same `request_id`.
-    - DATABASE_UNAVAILABLE (UNAVAILABLE): the database cannot be reached; retry with backoff.
-    - INTERNAL (INTERNAL): an unexpected failure; the message is generic.
-
-    Values that appear in an error message also appear in `ErrorInfo.metadata`. The service
+    Errors carry a `google.rpc.Status` with exactly one `google.rpc.ErrorInfo` (domain
+    "promptadmission.v1") whose `reason` is the name of an `ErrorReason` value (see
+    error_reason.proto for every reason and its status code); the status message starts with the
+    reason, and values the message quotes are also in `ErrorInfo.metadata`. The service
     never returns UNKNOWN.
     """
 
@@ -274,6 +232,16 @@ class AdmissionServiceAsyncStub:
     ]
     """ListEvents pages through a session's raw event log in seq order."""
 
+    ListTrajectory: grpc.aio.UnaryUnaryMultiCallable[
+        promptadmission.v1.admission_service_pb2.ListTrajectoryRequest,
+        promptadmission.v1.admission_service_pb2.ListTrajectoryResponse,
+    ]
+    """ListTrajectory pages through a session's derived requests in order, each with the header
+    facts in force (route, configuration, tools), the effective prompt the model saw, its
+    prompt change against the previous request, whether it started a series, and its cache
+    forecast and observed usage. It is a read: it commits nothing.
+    """
+
 class AdmissionServiceServicer(metaclass=abc.ABCMeta):
     """AdmissionService is the one authority that decides, per step, how a rendered system prompt
     and the step's user messages enter a session's model-visible history, commits that decision
@@ -288,36 +256,10 @@ class AdmissionServiceServicer(metaclass=abc.ABCMeta):
     session are serialised; `expected_revision` gives compare-and-set, and a repeated
     `request_id` returns the stored response of the first success without committing again.
 
-    Errors carry a `google.rpc.Status` (in the `grpc-status-details-bin` trailer) with exactly
-    one `google.rpc.ErrorInfo` whose `domain` is "promptadmission.v1" and whose `reason` is one
-    of these stable values:
-
-    - INVALID_FIELD (INVALID_ARGUMENT): a field is missing, malformed or over a limit; the
-      status also carries a `google.rpc.BadRequest` naming the field.
-    - INVALID_MODEL_INFO (INVALID_ARGUMENT): a route declares a capability value the service
-      does not know.
-    - SUMMARY_NOT_SMALLER (INVALID_ARGUMENT): a compaction summary is not smaller, in tokens,
-      than the range it replaces.
-    - UNKNOWN_TOOL_CALL (INVALID_ARGUMENT): a tool result answers no tool call on the surface.
-    - UNSUPPORTED_WIRE_CONTENT (FAILED_PRECONDITION): the surface cannot be expressed in the
-      requested wire format (for example an in-history system update with no preceding user or
-      tool-result turn in WIRE_FORMAT_ANTHROPIC_MESSAGES); WIRE_FORMAT_NEUTRAL always works.
-    - SESSION_NOT_FOUND (NOT_FOUND): the session does not exist for this tenant.
-    - ADMISSION_NOT_FOUND (NOT_FOUND): the admission does not exist in this session.
-    - SESSION_ALREADY_EXISTS (ALREADY_EXISTS): CreateSession named an existing session.
-    - REQUEST_ID_REUSED (ALREADY_EXISTS): a request_id was reused with a different request.
-    - REVISION_MISMATCH (ABORTED): expected_revision differs from the session's revision;
-      re-read the session and retry.
-    - STALE_COMPACTION_PLAN (ABORTED): the surface changed since the compaction was planned;
-      plan again.
-    - NOTHING_TO_COMPACT (FAILED_PRECONDITION): PlanCompaction found no range to fold with the
-      given `retain_tokens` (everything after the head must be kept).
-    - CONCURRENT_MODIFICATION (ABORTED): the database rolled the transaction back (a deadlock or
-      serialization failure); retry the call with the same `request_id`.
-    - DATABASE_UNAVAILABLE (UNAVAILABLE): the database cannot be reached; retry with backoff.
-    - INTERNAL (INTERNAL): an unexpected failure; the message is generic.
-
-    Values that appear in an error message also appear in `ErrorInfo.metadata`. The service
+    Errors carry a `google.rpc.Status` with exactly one `google.rpc.ErrorInfo` (domain
+    "promptadmission.v1") whose `reason` is the name of an `ErrorReason` value (see
+    error_reason.proto for every reason and its status code); the status message starts with the
+    reason, and values the message quotes are also in `ErrorInfo.metadata`. The service
     never returns UNKNOWN.
     """
 
@@ -423,5 +365,17 @@ class AdmissionServiceServicer(metaclass=abc.ABCMeta):
         context: _ServicerContext,
     ) -> typing.Union[promptadmission.v1.admission_service_pb2.ListEventsResponse, collections.abc.Awaitable[promptadmission.v1.admission_service_pb2.ListEventsResponse]]:
         """ListEvents pages through a session's raw event log in seq order."""
+
+    @abc.abstractmethod
+    def ListTrajectory(
+        self,
+        request: promptadmission.v1.admission_service_pb2.ListTrajectoryRequest,
+        context: _ServicerContext,
+    ) -> typing.Union[promptadmission.v1.admission_service_pb2.ListTrajectoryResponse, collections.abc.Awaitable[promptadmission.v1.admission_service_pb2.ListTrajectoryResponse]]:
+        """ListTrajectory pages through a session's derived requests in order, each with the header
+        facts in force (route, configuration, tools), the effective prompt the model saw, its
+        prompt change against the previous request, whether it started a series, and its cache
+        forecast and observed usage. It is a read: it commits nothing.
+        """
 
 def add_AdmissionServiceServicer_to_server(servicer: AdmissionServiceServicer, server: typing.Union[grpc.Server, grpc.aio.Server]) -> None: ...
