@@ -101,7 +101,7 @@ class ServerProcess:
         (``PAS_WORKERS`` > 1), else the process itself."""
         children = Path(f"/proc/{self.pid}/task/{self.pid}/children")
         with contextlib.suppress(OSError):
-            pids = [int(pid) for pid in children.read_text().split()]
+            pids = [int(pid) for pid in children.read_text().split() if _is_worker(int(pid))]
             if pids:
                 return pids
         return [self.pid]
@@ -124,6 +124,14 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+
+
+def _is_worker(pid: int) -> bool:
+    """A spawned worker, not multiprocessing's resource tracker (also a child)."""
+    try:
+        return b"resource_tracker" not in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
 
 
 def _rss_mib(pid: int) -> float:

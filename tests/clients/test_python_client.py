@@ -20,6 +20,7 @@ from promptadmission import (
     Reason,
     RetryPolicy,
     SyncAdmissionClient,
+    assistant_message,
     user_message,
     with_request_id,
 )
@@ -286,3 +287,35 @@ def test_retry_policy_backoff_grows_and_is_capped() -> None:
     assert 0.15 <= policy.backoff(5) <= 0.3
     with pytest.raises(ValueError, match="max_attempts"):
         RetryPolicy(max_attempts=0)
+
+
+async def test_one_call_per_step_records_the_output_and_admits_the_next_step(
+    server_target: str,
+) -> None:
+    session_id = new_session_id()
+    async with AdmissionClient(server_target) as client:
+        await client.create_session(pb.CreateSessionRequest(session_id=session_id))
+        step = await client.admit(admit_request(session_id))
+        for number in range(2, 4):
+            request = admit_request(session_id)
+            request.step = number
+            request.users[0].CopyFrom(user_message(f"and step {number}?"))
+            request.previous_output.CopyFrom(
+                pb.StepOutput(
+                    admission_id=step.admission_id,
+                    assistant=assistant_message(f"answer {number - 1}"),
+                    usage=session_pb2.Usage(input_tokens=10, output_tokens=3),
+                )
+            )
+            step = await client.admit(request)
+            assert step.recorded.assistant_seq < step.user_seqs[0]
+        inspected = await client.inspect(pb.InspectRequest(session_id=session_id))
+    texts = [m.content[0].text.text for m in inspected.request.messages]
+    assert texts == [
+        "You are terse.",
+        "Hello",
+        "answer 1",
+        "and step 2?",
+        "answer 2",
+        "and step 3?",
+    ]

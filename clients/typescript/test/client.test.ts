@@ -20,6 +20,7 @@ import {
   errorReason,
   fieldViolations,
   isRetryable,
+  assistantMessage,
   userMessage,
 } from "../src/index.js";
 import type { AdmissionClientOptions, AdmitRequest, AdmitRequestSchema } from "../src/index.js";
@@ -203,4 +204,31 @@ test("a client can be built on a given transport", async () => {
   const { session } = await createAdmissionClient(transport).getSession({ sessionId });
 
   assert.equal(session?.sessionId, sessionId);
+});
+
+test("one call per step: the previous output is recorded and the next step admitted", async () => {
+  const sessionId = await newSession();
+  let step = await client().admit(admitRequest(sessionId));
+  for (const number of [2n, 3n]) {
+    step = await client().admit({
+      sessionId,
+      turn: 1n,
+      step: number,
+      renderedPrompt: "You are terse.",
+      route: { provider: "deepseek", model: "deepseek-flash" },
+      users: [userMessage(`and step ${number}?`)],
+      previousOutput: {
+        admissionId: step.admissionId,
+        assistant: assistantMessage(`answer ${number - 1n}`),
+        usage: { inputTokens: 10n, outputTokens: 3n },
+      },
+    });
+    assert.ok(step.recorded !== undefined);
+    assert.ok((step.recorded.assistantSeq ?? 0n) < (step.userSeqs[0] ?? 0n));
+  }
+  const view = await client().inspect({ sessionId });
+  assert.deepEqual(
+    view.request?.messages.map((m) => (m.content[0]?.block.value as { text: string }).text),
+    ["You are terse.", "Hello", "answer 1", "and step 2?", "answer 2", "and step 3?"],
+  );
 });
