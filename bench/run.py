@@ -71,13 +71,16 @@ def _verdict(key: str, value: float) -> str:
     return "holds" if ok else "MISSES"
 
 
+def py_spy() -> str:
+    return shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+
+
 def start_profiler(pid: int, out: Path) -> subprocess.Popen[bytes]:
     """py-spy (sampling, from PyPI) on the server process, collapsed stacks in ``out``."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     return subprocess.Popen(
         [
-            py_spy,
+            py_spy(),
             "record",
             "--pid",
             str(pid),
