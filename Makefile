@@ -83,6 +83,14 @@ bench-smoke: install
 system-deps:
 	@scripts/install-system-deps.sh
 
+# The real image and docker-compose.yml under a real Docker engine (tests/compose/): installs
+# Debian's docker.io, docker-compose and mmdebstrap when missing, starts dockerd when none runs,
+# builds stand-ins for the official base images (no registry is reachable; cached), the image,
+# brings the topology up and checks it through the balancer, then tears it down. Needs root.
+.PHONY: compose-test
+compose-test: install
+	VENV_BIN=$(CURDIR)/$(BIN) scripts/compose-test.sh
+
 # The reliability suite (issue 6, docs/RELIABILITY.md): load, contention, cancellation, lost
 # responses, database outage, process crash, hostile input and resource bounds against the real
 # server and PostgreSQL, each ending with the audit. `make test` runs it at the `ci` size (a
@@ -98,6 +106,27 @@ reliability-full: install
 	PAS_RELIABILITY_PROFILE=full PAS_RELIABILITY_REPORT=$(CURDIR)/$(RELIABILITY_REPORT) \
 		$(BIN)/pytest -q tests/reliability
 	$(BIN)/python -m tests.reliability.report $(RELIABILITY_REPORT)
+
+# Scale-out on a real distributed engine (issue 16, docs/SCALING.md). `citus-build` builds
+# Citus from the vendored source (CITUS_TARBALL, default ../shared/vendor/ beside the repository)
+# into the embedded PostgreSQL, once per virtual environment. `citus-test` starts a local
+# cluster (a coordinator and two workers on loopback, torn down afterwards, also on failure) and
+# runs on it: the distribution and router-plan tests, the reliability harness across both
+# workers with one restarted, the API guarantees and the cross-language test.
+CITUS_TARBALL ?= $(CURDIR)/../shared/vendor/citus-14.0.1.tar.gz
+CITUS_REPORT  := .data/citus-test.jsonl
+CITUS_PLANS   := .data/citus-router-plans.txt
+.PHONY: citus-build citus-test
+citus-build: install
+	CITUS_TARBALL=$(CITUS_TARBALL) PYTHON=$(CURDIR)/$(BIN)/python scripts/build-citus.sh
+
+citus-test: citus-build $(TS_STAMP)
+	cd $(TS_DIR) && npm run --silent build
+	mkdir -p .data && rm -f $(CITUS_REPORT)
+	PAS_TEST_CITUS=1 PAS_REQUIRE_TYPESCRIPT=1 PAS_RELIABILITY_REPORT=$(CURDIR)/$(CITUS_REPORT) \
+		PAS_CITUS_PLANS=$(CURDIR)/$(CITUS_PLANS) $(BIN)/pytest -q -p no:cacheprovider \
+		tests/citus tests/api/test_guarantees.py tests/clients/test_cross_language.py
+	$(BIN)/python -m tests.reliability.report $(CITUS_REPORT)
 
 # The whole suite: proto, lint, types, rule coverage, the TypeScript client, the benchmark's
 # smoke run, then every test (domain, storage, API, clients, the compose topology as local

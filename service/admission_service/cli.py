@@ -3,6 +3,7 @@
     admission-service serve                       # configuration from PAS_* / DATABASE_URL
     admission-service migrate                     # alembic upgrade head (and grants), then exit
     admission-service inspect SESSION_ID [--target HOST:PORT] [--wire FORMAT] [--token T]
+                      [--trajectory]
     admission-service health [--target HOST:PORT] # exit 0 when grpc.health.v1 says SERVING
     admission-service token TENANT [--stdin]      # a bearer token and its PAS_AUTH_TOKENS entry
 
@@ -29,11 +30,13 @@ from grpc_status import rpc_status
 from promptadmission.v1 import admission_service_pb2 as api
 from promptadmission.v1 import admission_service_pb2_grpc as api_grpc
 from promptadmission.v1 import session_pb2 as pb
+from promptadmission.v1 import trajectory_pb2 as tpb
 
 from admission_service.api.tenancy import hash_token
 from admission_service.config import DEFAULT_LISTEN, ConfigError, Settings
 from admission_service.storage.embedded import EmbeddedPostgresError
 from admission_service.telemetry.logs import configure_logging
+from admission_service.trajectory_text import format_trajectory
 
 PROG = "admission-service"
 WIRE_FORMATS = {
@@ -80,6 +83,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     inspect.add_argument(
         "--ledger", type=int, default=10, metavar="N", help="ledger rows to show (default 10)"
+    )
+    inspect.add_argument(
+        "--trajectory",
+        action="store_true",
+        help="print the trajectory instead: every request with the prompt it saw and its change",
     )
     inspect.add_argument(
         "--timeout", type=float, default=10.0, help="call deadline in seconds (default 10)"
@@ -166,6 +174,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _serve(settings: Settings) -> int:
     from admission_service.api.workers import serve_workers
 
+    settings.require_authenticated_listener()  # before any worker starts: exit 2, once
+
     return serve_workers(settings)
 
 
@@ -224,12 +234,38 @@ def _inspect(args: argparse.Namespace, out: TextIO) -> int:
     with _channel(args, target) as channel:
         stub = api_grpc.AdmissionServiceStub(channel)
         try:
-            response = stub.Inspect(request, timeout=args.timeout, metadata=metadata)
+            if args.trajectory:
+                entries = _trajectory(stub, args, metadata)
+            else:
+                response = stub.Inspect(request, timeout=args.timeout, metadata=metadata)
         except grpc.RpcError as exc:
             print(f"{PROG}: inspect failed: {_describe_rpc_error(exc)}", file=sys.stderr)
             return 1
-    out.write(format_inspect(response, ledger_rows=args.ledger))
+    if args.trajectory:
+        out.write(format_trajectory(args.session_id, entries))
+    else:
+        out.write(format_inspect(response, ledger_rows=args.ledger))
     return 0
+
+
+def _trajectory(
+    stub: api_grpc.AdmissionServiceStub,
+    args: argparse.Namespace,
+    metadata: tuple[tuple[str, str], ...] | None,
+) -> list[tpb.TrajectoryEntry]:
+    """Every page of ListTrajectory."""
+    entries: list[tpb.TrajectoryEntry] = []
+    token = ""
+    while True:
+        page = stub.ListTrajectory(
+            api.ListTrajectoryRequest(session_id=args.session_id, page_size=1000, page_token=token),
+            timeout=args.timeout,
+            metadata=metadata,
+        )
+        entries.extend(page.entries)
+        token = page.next_page_token
+        if not token:
+            return entries
 
 
 def _health(args: argparse.Namespace) -> int:

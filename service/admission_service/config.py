@@ -10,6 +10,10 @@
 | ``PAS_MODEL_CATALOG`` | built-in | path to a YAML model catalog replacing the built-in one |
 | ``PAS_DB_POOL_SIZE`` | ``10`` | database connections kept open |
 | ``PAS_DB_MAX_OVERFLOW`` | ``10`` | extra connections allowed under load |
+| ``PAS_DB_APP_ROLE`` | unset | ``migrate`` grants this existing role the data privileges the
+  service needs (no DDL), for replicas that connect as it |
+| ``PAS_HEALTH_PROBE_SECONDS`` | ``2`` | how often the server checks the database for its health
+  status (NOT_SERVING while PostgreSQL does not answer); ``0`` turns the probe off |
 | ``PAS_SHUTDOWN_GRACE_SECONDS`` | ``10`` | how long in-flight RPCs may run after SIGTERM |
 | ``PAS_WORKERS`` | usable cores | ``serve`` worker processes sharing the port (``SO_REUSEPORT``),
   each with its own event loop and its own pool of ``PAS_DB_POOL_SIZE`` (+ overflow)
@@ -37,7 +41,15 @@
   key first). Unset: a key derived from the database URL's user, password and database name, the
   same on every replica (``app.page_tokens``); set it when the database has no password |
 | ``PAS_REFLECTION`` | ``true`` | serve gRPC server reflection (``false`` on a public listener) |
-| ``PAS_LIMIT_<NAME>`` | ``app.limits.Limits`` | a limit (``PAS_LIMIT_MAX_PROMPT_BYTES``, …) |
+| ``PAS_LIMIT_<NAME>`` | ``app.limits.Limits`` | a limit (``PAS_LIMIT_MAX_PROMPT_BYTES``, …) or
+  session bound (``PAS_LIMIT_MAX_SESSION_SURFACE_BYTES``, ``PAS_LIMIT_MAX_RESPONSE_BYTES``, …) |
+| ``PAS_QUOTA_SESSIONS`` | ``0`` (off) | sessions per tenant (``app/quotas.py``) |
+| ``PAS_QUOTA_STORED_BYTES`` | ``0`` (off) | event-log bytes per tenant |
+| ``PAS_QUOTA_CONCURRENT_CALLS`` | ``0`` (off) | calls per tenant in progress on one replica |
+| ``PAS_QUOTA_USAGE_REFRESH_SECONDS`` | ``5`` | how often a replica re-reads a tenant's
+  stored bytes |
+| ``PAS_IDEMPOTENCY_RETENTION_SECONDS`` | ``86400`` (24 h) | how long a ``request_id`` replays |
+| ``PAS_IDEMPOTENCY_SWEEP_SECONDS`` | ``60`` | how often expired keys are swept (``0``: never) |
 
 A request larger than ``PAS_MAX_RECEIVE_MESSAGE_BYTES`` is refused by gRPC itself
 (RESOURCE_EXHAUSTED) before the service can name the offending field; keep it above the largest
@@ -58,7 +70,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from admission_service.app.limits import MIB, Limits
+from admission_service.app.limits import (
+    IDEMPOTENCY_RETENTION_SECONDS,
+    IDEMPOTENCY_SWEEP_SECONDS,
+    MIB,
+    Limits,
+    Quotas,
+)
 from admission_service.app.page_tokens import MIN_KEY_CHARS as PAGE_TOKEN_KEY_CHARS
 from admission_service.telemetry.logs import LOG_FORMATS
 from admission_service.telemetry.tracing import TRACING_EXPORTERS
@@ -91,6 +109,8 @@ class Settings:
     model_catalog: Path | None = None
     db_pool_size: int = 10
     db_max_overflow: int = 10
+    db_app_role: str | None = None
+    health_probe_seconds: float = 2.0
     shutdown_grace_seconds: float = 10.0
     default_tenant: str = "default"
     # sha256:<hex> of each bearer token -> its tenant; empty: no authentication.
@@ -114,6 +134,9 @@ class Settings:
     reflection: bool = True
     page_token_keys: tuple[str, ...] = ()
     limits: Limits = field(default_factory=Limits)
+    quotas: Quotas = field(default_factory=Quotas)
+    idempotency_retention_seconds: float = IDEMPOTENCY_RETENTION_SECONDS
+    idempotency_sweep_seconds: float = IDEMPOTENCY_SWEEP_SECONDS
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -132,6 +155,8 @@ class Settings:
             model_catalog=reader.path("PAS_MODEL_CATALOG"),
             db_pool_size=reader.integer("PAS_DB_POOL_SIZE", 10, minimum=1),
             db_max_overflow=reader.integer("PAS_DB_MAX_OVERFLOW", 10, minimum=0),
+            db_app_role=reader.role_name("PAS_DB_APP_ROLE"),
+            health_probe_seconds=reader.number("PAS_HEALTH_PROBE_SECONDS", 2.0),
             shutdown_grace_seconds=reader.number("PAS_SHUTDOWN_GRACE_SECONDS", 10.0),
             default_tenant=reader.tenant("PAS_DEFAULT_TENANT") or "default",
             token_tenants=read_token_tenants(auth_tokens, auth_tokens_file),
@@ -154,6 +179,18 @@ class Settings:
             reflection=reader.boolean("PAS_REFLECTION", True),
             page_token_keys=reader.secrets("PAS_PAGE_TOKEN_KEYS", PAGE_TOKEN_KEY_CHARS),
             limits=reader.limits(),
+            quotas=Quotas(
+                sessions=reader.integer("PAS_QUOTA_SESSIONS", 0, minimum=0),
+                stored_bytes=reader.integer("PAS_QUOTA_STORED_BYTES", 0, minimum=0),
+                concurrent_calls=reader.integer("PAS_QUOTA_CONCURRENT_CALLS", 0, minimum=0),
+                usage_refresh_seconds=reader.number("PAS_QUOTA_USAGE_REFRESH_SECONDS", 5.0),
+            ),
+            idempotency_retention_seconds=reader.number(
+                "PAS_IDEMPOTENCY_RETENTION_SECONDS", IDEMPOTENCY_RETENTION_SECONDS
+            ),
+            idempotency_sweep_seconds=reader.number(
+                "PAS_IDEMPOTENCY_SWEEP_SECONDS", IDEMPOTENCY_SWEEP_SECONDS
+            ),
         )
         if (settings.tls_cert_file is None) != (settings.tls_key_file is None):
             raise ConfigError("PAS_TLS_CERT_FILE and PAS_TLS_KEY_FILE must be set together")
@@ -283,6 +320,15 @@ class _Reader:
         if path is not None and not path.is_file():
             raise self._fail(name, "a readable file")
         return path
+
+    def role_name(self, name: str) -> str | None:
+        """A PostgreSQL role name (quoted wherever it is used, so any printable one works)."""
+        raw = self.text(name)
+        if not raw:
+            return None
+        if len(raw.encode()) > 63 or not raw.isprintable():
+            raise self._fail(name, "a PostgreSQL role name (1-63 bytes, printable)")
+        return raw
 
     def secrets(self, name: str, minimum_chars: int) -> tuple[str, ...]:
         """Comma or space separated secrets, each at least ``minimum_chars`` long."""

@@ -48,6 +48,8 @@ def test_every_setting_is_read(tmp_path: Path) -> None:
             "PAS_MODEL_CATALOG": "/etc/pas/models.yaml",
             "PAS_DB_POOL_SIZE": "3",
             "PAS_DB_MAX_OVERFLOW": "0",
+            "PAS_DB_APP_ROLE": "pas_app",
+            "PAS_HEALTH_PROBE_SECONDS": "0.5",
             "PAS_SHUTDOWN_GRACE_SECONDS": "2.5",
             "PAS_DEFAULT_TENANT": "acme",
             "PAS_AUTH_TOKENS": f"acme={hash_token('t1')}, acme={hash_token('t1b')}",
@@ -75,6 +77,8 @@ def test_every_setting_is_read(tmp_path: Path) -> None:
     assert not settings.migrate_on_start
     assert settings.model_catalog == Path("/etc/pas/models.yaml")
     assert (settings.db_pool_size, settings.db_max_overflow) == (3, 0)
+    assert settings.db_app_role == "pas_app"
+    assert settings.health_probe_seconds == 0.5
     assert settings.shutdown_grace_seconds == 2.5
     assert settings.default_tenant == "acme"
     assert settings.token_tenants == {

@@ -31,7 +31,8 @@ from promptadmission.v1 import session_pb2 as pb
 
 from tests.api.support import IN_HISTORY_ROUTE, user
 from tests.conftest import TestDatabases
-from tests.deploy.test_topology import Processes, assistant, start_topology
+from tests.deploy.sessions import assistant
+from tests.deploy.test_topology import Processes, start_topology
 from tests.deploy.topology import DEMO_TOKEN
 
 

@@ -42,6 +42,7 @@ from admission_service.domain.errors import (
     ResourceExhausted,
     Unavailable,
 )
+from admission_service.storage.deadline import TIMEOUT_SQLSTATES, call_deadline
 
 ERROR_DOMAIN = "promptadmission.v1"
 # Every reason the service sends is a value of ErrorReason (proto/promptadmission/v1/
@@ -137,6 +138,12 @@ def _is_transaction_conflict(exc: BaseException) -> bool:
 _REMOTE_COMMIT_FAILED = "could not commit transaction for shard "
 
 
+def _is_database_timeout(exc: BaseException) -> bool:
+    """PostgreSQL stopped the work at a timeout: the deadline's (see storage/deadline.py)."""
+    cause = exc.orig if isinstance(exc, sqlalchemy.exc.DBAPIError) else exc
+    return isinstance(cause, psycopg.Error) and cause.sqlstate in TIMEOUT_SQLSTATES
+
+
 def _is_database_unavailable(exc: BaseException) -> bool:
     if isinstance(exc, _DATABASE_ERRORS):
         return True
@@ -167,6 +174,12 @@ def map_exception(exc: Exception) -> MappedError:
             grpc.StatusCode.ABORTED,
             Reason.CONCURRENT_MODIFICATION,
             "the transaction conflicted with another one and was rolled back; retry",
+        )
+    if _is_database_timeout(exc):
+        return MappedError(
+            grpc.StatusCode.DEADLINE_EXCEEDED,
+            Reason.DATABASE_TIMEOUT,
+            "the database work did not finish within the call's deadline; nothing was written",
         )
     if _is_database_unavailable(exc):
         return MappedError(
@@ -220,9 +233,11 @@ def _wrap(behavior: Behavior, method: str) -> Behavior:
         try:
             if isinstance(request, MalformedRequest):  # the bytes did not parse
                 raise request
-            response = behavior(request, context)
-            if inspect.isawaitable(response):
-                response = await response
+            # The call's deadline bounds the database work it starts (storage/deadline.py).
+            with call_deadline(context.time_remaining()):
+                response = behavior(request, context)
+                if inspect.isawaitable(response):
+                    response = await response
             return response
         except grpc.aio.AbortError:
             raise  # the handler ended the call itself

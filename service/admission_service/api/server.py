@@ -31,6 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from admission_service.api.authentication import AuthenticateFirst
 from admission_service.api.errors import ErrorInterceptor
+from admission_service.api.health_probe import DatabaseProbe
 from admission_service.api.servicer import AdmissionServicer
 from admission_service.api.telemetry import TelemetryInterceptor
 from admission_service.api.tenancy import BearerTokens, DefaultTenant, TenantResolver
@@ -38,6 +39,7 @@ from admission_service.api.token_reload import TokenReloader
 from admission_service.app.hooks import NO_HOOKS, PhaseHooks
 from admission_service.app.page_tokens import PageTokens
 from admission_service.app.service import AdmissionApp
+from admission_service.app.sweeper import IdempotencySweeper
 from admission_service.catalog.loader import load_catalog
 from admission_service.config import ConfigError, Settings, split_listen
 from admission_service.domain.catalog import Catalog
@@ -76,6 +78,8 @@ class RunningServer:
     owns_tracer_provider: bool = False
     token_reloader: TokenReloader | None = None
     token_watch: asyncio.Task[None] | None = None
+    sweeper: IdempotencySweeper | None = None
+    health_probe: asyncio.Task[None] | None = None
     stopped: bool = False
 
     @property
@@ -92,8 +96,13 @@ class RunningServer:
         self.stopped = True
         if self.token_watch is not None:
             self.token_watch.cancel()
+        if self.health_probe is not None:
+            self.health_probe.cancel()
+            await asyncio.gather(self.health_probe, return_exceptions=True)
         await self.health.enter_graceful_shutdown()
         await self.server.stop(grace)
+        if self.sweeper is not None:
+            await self.sweeper.stop()
         await asyncio.to_thread(self.metrics.stop_http)
         if self.owns_engine:
             await self.engine.dispose()
@@ -196,7 +205,14 @@ async def start_server(
     )
     try:
         page_tokens = PageTokens.configured(settings.page_token_keys, engine.url)
-        app = AdmissionApp(engine, catalog, settings.limits, hooks, page_tokens=page_tokens)
+        app = AdmissionApp(
+            engine,
+            catalog,
+            settings.limits,
+            hooks,
+            page_tokens=page_tokens,
+            quotas=settings.quotas,
+        )
         telemetry = TelemetryInterceptor(metrics, tracer, log_payloads=settings.log_payloads)
         authenticate = AuthenticateFirst(
             api.DESCRIPTOR.services_by_name["AdmissionService"], tenants
@@ -236,6 +252,13 @@ async def start_server(
         await server.start()
         for service in (OVERALL_HEALTH, SERVICE_NAME):
             await health.set(service, health_pb2.HealthCheckResponse.SERVING)
+        sweeper = IdempotencySweeper(
+            engine,
+            metrics.idempotency_keys_swept,
+            retention_seconds=settings.idempotency_retention_seconds,
+            interval_seconds=settings.idempotency_sweep_seconds,
+        )
+        sweeper.start()
     except BaseException:
         metrics.stop_http()
         if owns_engine:
@@ -250,6 +273,12 @@ async def start_server(
         and settings.auth_tokens_watch_seconds > 0
     ):
         token_watch = asyncio.create_task(reloader.watch(settings.auth_tokens_watch_seconds))
+    health_probe = None
+    if settings.health_probe_seconds > 0:
+        probe = DatabaseProbe(
+            url, health, (OVERALL_HEALTH, SERVICE_NAME), settings.health_probe_seconds
+        )
+        health_probe = asyncio.create_task(probe.run())
     host = settings.listen.rpartition(":")[0]
     _log.info(
         "serving %s on %s:%d (%s%s)",
@@ -273,6 +302,8 @@ async def start_server(
         owns_tracer_provider,
         reloader,
         token_watch,
+        sweeper=sweeper,
+        health_probe=health_probe,
     )
 
 

@@ -95,6 +95,7 @@ from admission_service.domain.projection import SystemNode
 from admission_service.domain.series import Route
 from admission_service.domain.surface import effective_prompt
 from admission_service.domain.wire import WireFormat, render
+from admission_service.storage.deadline import bound_by_deadline
 from admission_service.storage.repository import (
     NO_FRAMES,
     Frames,
@@ -238,6 +239,7 @@ class AdmissionApp:
                 self.engine.connect() as connection,
                 connection.begin(),
             ):
+                await bound_by_deadline(connection)
                 store = SessionStore(connection, tenant, session_id)
                 record = await store.read(lock=True)
                 await self.hooks.reached(method, Phase.LOAD)
@@ -286,6 +288,7 @@ class AdmissionApp:
         async with self.engine.connect() as connection:
             await connection.execution_options(isolation_level="REPEATABLE READ")
             async with connection.begin():
+                await bound_by_deadline(connection)
                 return await work(connection)
 
     async def _read_session(
@@ -331,6 +334,7 @@ class AdmissionApp:
             self.engine.connect() as connection,
             connection.begin(),
         ):
+            await bound_by_deadline(connection)
             store = SessionStore(connection, tenant, session_id)
             record = await store.create()
             if record is None:

@@ -1,0 +1,264 @@
+"""docker-compose.yml under a real Docker engine, checked through its balancer.
+
+Run by ``make compose-test`` (scripts/compose-test.sh), which builds the images, brings the
+topology up under a project name of its own and passes it here in PAS_COMPOSE_PROJECT,
+PAS_COMPOSE_FILE and the published ports; without those this module is skipped. The tests run
+in file order against the one running topology: the last one stops a replica.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from promptadmission import AdmissionError, RetryPolicy, SyncAdmissionClient
+from promptadmission.v1 import admission_service_pb2 as api
+
+from tests.deploy.sessions import SECRET, SERVICE, check_history, run_step, scrape
+from tests.deploy.topology import DEMO_TOKEN
+
+PROJECT = os.environ.get("PAS_COMPOSE_PROJECT", "")
+if not PROJECT:
+    pytest.skip("needs a running compose project: run `make compose-test`", allow_module_level=True)
+COMPOSE_FILE = os.environ["PAS_COMPOSE_FILE"]
+DOCKER = os.environ.get("PAS_COMPOSE_DOCKER", "docker")
+LB_TARGET = f"127.0.0.1:{os.environ['PAS_GRPC_PORT']}"
+METRICS = {
+    "service-a": int(os.environ["PAS_METRICS_PORT_A"]),
+    "service-b": int(os.environ["PAS_METRICS_PORT_B"]),
+}
+IMAGE_USER = "10001:10001"
+SESSIONS = 8
+STEPS = 24
+STOP_AFTER_STEPS = SESSIONS * STEPS // 3  # acknowledged steps before service-a is stopped
+# Generous: retries of calls that met the stopping replica wait for their backoff.
+CALL_TIMEOUT = 20.0
+# Outcomes that leave a step unknown to the client, not failed: nginx resets a call whose
+# replica refused it while shutting down (CANCELLED), or the call outlived its deadline.
+UNKNOWN_OUTCOMES = frozenset({"CANCELLED", "DEADLINE_EXCEEDED"})
+REPEATS = 3
+
+Request = TypeVar("Request", api.AdmitRequest, api.RecordRequest)
+Response = TypeVar("Response")
+
+
+class StepClient(SyncAdmissionClient):
+    """A client that must get each step done: a call whose outcome it cannot know is repeated
+    with the same request id (a replay if it was applied). ``repeated`` counts those."""
+
+    repeated = 0
+
+    def admit(
+        self, request: api.AdmitRequest, *, timeout: float | None = None
+    ) -> api.AdmitResponse:
+        return self._repeat(super().admit, request, timeout)
+
+    def record(
+        self, request: api.RecordRequest, *, timeout: float | None = None
+    ) -> api.RecordResponse:
+        return self._repeat(super().record, request, timeout)
+
+    def _repeat(
+        self, call: Callable[..., Response], request: Request, timeout: float | None
+    ) -> Response:
+        assert request.request_id, "only a call with its own request id may be repeated"
+        for attempt in range(REPEATS):
+            try:
+                return call(request, timeout=timeout)
+            except AdmissionError as error:
+                if error.code.name not in UNKNOWN_OUTCOMES or attempt == REPEATS - 1:
+                    raise
+                self.repeated += 1
+        raise AssertionError("unreachable")
+
+
+def run(*command: str, timeout: float = 60) -> str:
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
+    assert done.returncode == 0, f"{command} exited {done.returncode}:\n{done.stderr}"
+    return done.stdout
+
+
+def compose(*args: str) -> str:
+    return run("docker-compose", "--project-name", PROJECT, "--file", COMPOSE_FILE, *args)
+
+
+def containers(service: str) -> list[str]:
+    """The ids of every container of ``service``, running or not."""
+    return compose("ps", "-a", "-q", service).split()
+
+
+def container(service: str) -> str:
+    [only] = containers(service)
+    return only
+
+
+def inspect(service: str, template: str) -> str:
+    return run(DOCKER, "inspect", "--format", template, container(service)).strip()
+
+
+def logs(service: str) -> str:
+    done = subprocess.run(
+        [DOCKER, "logs", container(service)], capture_output=True, text=True, timeout=30
+    )
+    return done.stdout + done.stderr
+
+
+def psql(query: str) -> str:
+    """A query in the pas database, as the postgres superuser inside its container."""
+    return run(
+        DOCKER, "exec", container("postgres"),
+        "psql", "-U", "postgres", "-d", "pas", "-tAc", query,
+    ).strip()  # fmt: skip
+
+
+def health(service: str = "") -> int:
+    with grpc.insecure_channel(LB_TARGET) as channel:
+        reply = health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service=service), timeout=5
+        )
+    return int(reply.status)
+
+
+def client(
+    *,
+    retry: RetryPolicy | None = None,
+    metadata: tuple[tuple[str, str], ...] = (),
+    timeout: float = CALL_TIMEOUT,
+) -> SyncAdmissionClient:
+    return SyncAdmissionClient(
+        LB_TARGET, token=DEMO_TOKEN, retry=retry, metadata=metadata, timeout=timeout
+    )
+
+
+def test_health_is_serving_through_the_balancer() -> None:
+    assert health() == health_pb2.HealthCheckResponse.SERVING
+    assert health(SERVICE) == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_the_containers_run_as_the_unprivileged_user() -> None:
+    for service in ("migrate", "service-a", "service-b"):
+        assert inspect(service, "{{.Config.User}}") == IMAGE_USER, service
+    for service in ("service-a", "service-b"):
+        uid = run(DOCKER, "exec", container(service), "id", "-u").strip()
+        assert uid == "10001", service
+
+
+def test_the_migrations_ran_once_by_the_job_and_the_replicas_have_data_rights_only() -> None:
+    assert len(containers("migrate")) == 1
+    assert inspect("migrate", "{{.State.Status}} {{.State.ExitCode}}") == "exited 0"
+    job = logs("migrate")
+    assert job.count("Running upgrade  -> 0001") == 1, job
+    assert "role pas_app may read and write the rows of" in job
+    for service in ("service-a", "service-b"):
+        assert "running database migrations" not in logs(service), service
+    assert psql("SELECT count(*) FROM alembic_version") == "1"
+    # The job's role owns the schema; the replicas' role has rows only, and is who they are.
+    assert set(psql("SELECT tableowner FROM pg_tables WHERE schemaname = 'public'").split()) == {
+        "pas"
+    }
+    assert psql("SELECT has_schema_privilege('pas_app', 'public', 'CREATE')") == "f"
+    assert psql("SELECT rolsuper OR rolcreaterole OR rolcreatedb FROM pg_roles "
+                "WHERE rolname = 'pas_app'") == "f"  # fmt: skip
+    users = psql(
+        "SELECT DISTINCT usename FROM pg_stat_activity WHERE application_name = 'admission-service'"
+    )
+    assert users.split() == ["pas_app"]
+
+
+def test_calls_keep_their_metadata_and_errors_through_the_balancer() -> None:
+    no_retry = RetryPolicy(max_attempts=1)
+    # The caller's request id reaches the replica that served the call, through nginx.
+    request_id = f"compose-{uuid.uuid4().hex}"
+    traced = client(metadata=(("x-request-id", request_id),))
+    session_id = traced.create_session().session.session_id
+    traced.close()
+    replica_lines = [
+        json.loads(line)
+        for service in ("service-a", "service-b")
+        for line in logs(service).splitlines()
+        if request_id in line
+    ]
+    assert [line["grpc_method"] for line in replica_lines] == ["CreateSession"]
+    assert request_id in logs("lb")
+    # Errors keep their google.rpc.Status through nginx; no token, no service.
+    plain = client(retry=no_retry)
+    with pytest.raises(AdmissionError) as missing:
+        plain.get_session(api.GetSessionRequest(session_id="no-such-session"))
+    assert (missing.value.code.name, missing.value.reason) == ("NOT_FOUND", "SESSION_NOT_FOUND")
+    plain.delete_session(api.DeleteSessionRequest(session_id=session_id))
+    plain.close()
+    with pytest.raises(AdmissionError) as anonymous:
+        SyncAdmissionClient(LB_TARGET, retry=no_retry).list_sessions()
+    assert anonymous.value.code.name == "UNAUTHENTICATED"
+
+
+def test_sessions_stay_exact_across_both_replicas_and_one_stopped_mid_run() -> None:
+    # Retries reuse the request id, so a call that met the stopping replica is replayed, never
+    # applied twice; every step must be acknowledged, and every acknowledged step kept.
+    steady = StepClient(
+        LB_TARGET,
+        token=DEMO_TOKEN,
+        retry=RetryPolicy(max_attempts=8, max_backoff=1.0),
+        timeout=CALL_TIMEOUT,
+    )
+    sessions = [steady.create_session().session.session_id for _ in range(SESSIONS)]
+    acknowledged = [0] * SESSIONS
+    enough = threading.Event()
+    stopped = threading.Event()
+    served_before_stop: dict[str, float] = {}
+
+    def session_worker(n: int) -> None:
+        for step in range(STEPS):
+            run_step(steady, sessions[n], n, step)
+            acknowledged[n] += 1
+            if sum(acknowledged) >= STOP_AFTER_STEPS:
+                enough.set()
+            if step == STEPS // 2:
+                # Half the steps after the stop, whenever this session gets there.
+                stopped.wait(timeout=60)
+
+    with ThreadPoolExecutor(max_workers=SESSIONS) as pool:
+        running = [pool.submit(session_worker, n) for n in range(SESSIONS)]
+        assert enough.wait(timeout=120), f"only {sum(acknowledged)} steps acknowledged"
+        for service, port in METRICS.items():
+            served_before_stop[service] = scrape(port).get((SERVICE, "Admit", "OK"), 0)
+        stop_started = time.monotonic()
+        run(DOCKER, "stop", container("service-a"), timeout=60)
+        stop_seconds = time.monotonic() - stop_started
+        stopped.set()
+        for future in running:
+            future.result()  # a step that failed for good fails the test here
+
+    assert acknowledged == [STEPS] * SESSIONS
+    # Both replicas served before one was stopped; nginx sent calls to both.
+    assert all(count > 0 for count in served_before_stop.values()), served_before_stop
+    upstreams = {
+        json.loads(line)["upstream"]
+        for line in logs("lb").splitlines()
+        if line.startswith("{") and '"upstream"' in line
+    }
+    assert len({u for u in upstreams if u and "," not in u}) >= 2, upstreams
+    # Every acknowledged step is in its session, exactly once and in order.
+    for n, session_id in enumerate(sessions):
+        check_history(steady, session_id, n, STEPS)
+    assert inspect("service-a", "{{.State.Running}}") == "false"
+    assert stop_seconds < 20, f"docker stop took {stop_seconds:.1f}s (graceful stop expected)"
+    assert health() == health_pb2.HealthCheckResponse.SERVING  # the other replica serves
+    steady.close()
+
+    for service in ("service-a", "service-b"):
+        text = logs(service)
+        lines = [line for line in text.splitlines() if line.strip()]
+        assert lines and all(json.loads(line) for line in lines), service  # JSON, line by line
+        assert SECRET not in text, service
+    assert SECRET not in logs("lb")
