@@ -82,6 +82,46 @@ async def test_inspect_prints_the_session(
     assert '  [4] user       "go on"' in out
 
 
+async def test_inspect_trajectory_prints_each_request_with_its_prompt_and_change(
+    api: ApiClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    session_id = await small_session(api)
+    await api.stub.Admit(
+        admit_request(
+            session_id,
+            "Plan mode, step 2.",
+            "more",
+            turn=3,
+            tools=[pb.Tool(name="read", parameters_json="{}")],
+            config={"temperature": "0.2"},
+        )
+    )
+    target = api.server.target
+
+    assert await run_cli("inspect", session_id, "--target", target, "--trajectory") == 0
+
+    out = capsys.readouterr().out
+    blocks = out.split("\n\n")
+    assert blocks[0] == f"trajectory of session {session_id} (3 requests)"
+    first, second, third = blocks[1:]
+    assert "request 0: admission" in first and "attempt 0, saw events 0..3" in first
+    assert "header  seq 2 (initial): deepseek/deepseek-flash, tools: read; config: none" in first
+    assert '  prompt  seq 0: "You are a careful assistant.\\nxxx' in first
+    assert "  change  initial (seq 0)" in first
+    assert "observed input 50, cache read 7, output 3" in first
+    # The in-history update: a synthetic header and B's previous prompt is A.
+    assert "(synthetic: in-history prompt update)" in second
+    assert '  prompt  seq 5, in-history update: "Plan mode."' in second
+    assert '  change  system (seq 5); previous prompt "You are a careful' in second
+    assert "observed not recorded" in second
+    # The third step changes the prompt again and the config: a synthetic update and then a
+    # real change header (no system change of its own); the previous prompt is the second's.
+    assert "header  seq" in third and "(change): deepseek/deepseek-flash" in third
+    assert "config: temperature=0.2" in third
+    assert "logged  seq" in third and "(synthetic: in-history prompt update)" in third
+    assert "  change  system (seq" in third and 'previous prompt "Plan mode."' in third
+
+
 async def test_inspect_with_a_wire_format_prints_the_body(
     api: ApiClient, capsys: pytest.CaptureFixture[str]
 ) -> None:
