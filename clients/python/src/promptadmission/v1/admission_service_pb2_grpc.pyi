@@ -30,6 +30,10 @@ class AdmissionServiceStub:
     call or an expired deadline before the commit point commits nothing. Mutations of one
     session are serialised; `expected_revision` gives compare-and-set, and a repeated
     `request_id` returns the stored response of the first success without committing again.
+    A retry within the retention window replays (AIP-155; `PAS_IDEMPOTENCY_RETENTION_SECONDS`,
+    default 24 hours): after it the key is deleted and the `request_id` counts as new. A
+    `request_id` used in a session that was since deleted counts as new in a session created
+    again under the same id (DeleteSession keeps only its own key, for its retries).
 
     Errors carry a `google.rpc.Status` with exactly one `google.rpc.ErrorInfo` (domain
     "promptadmission.v1") whose `reason` is the name of an `ErrorReason` value (see
@@ -143,6 +147,10 @@ class AdmissionServiceAsyncStub:
     call or an expired deadline before the commit point commits nothing. Mutations of one
     session are serialised; `expected_revision` gives compare-and-set, and a repeated
     `request_id` returns the stored response of the first success without committing again.
+    A retry within the retention window replays (AIP-155; `PAS_IDEMPOTENCY_RETENTION_SECONDS`,
+    default 24 hours): after it the key is deleted and the `request_id` counts as new. A
+    `request_id` used in a session that was since deleted counts as new in a session created
+    again under the same id (DeleteSession keeps only its own key, for its retries).
 
     Errors carry a `google.rpc.Status` with exactly one `google.rpc.ErrorInfo` (domain
     "promptadmission.v1") whose `reason` is the name of an `ErrorReason` value (see
@@ -255,6 +263,10 @@ class AdmissionServiceServicer(metaclass=abc.ABCMeta):
     call or an expired deadline before the commit point commits nothing. Mutations of one
     session are serialised; `expected_revision` gives compare-and-set, and a repeated
     `request_id` returns the stored response of the first success without committing again.
+    A retry within the retention window replays (AIP-155; `PAS_IDEMPOTENCY_RETENTION_SECONDS`,
+    default 24 hours): after it the key is deleted and the `request_id` counts as new. A
+    `request_id` used in a session that was since deleted counts as new in a session created
+    again under the same id (DeleteSession keeps only its own key, for its retries).
 
     Errors carry a `google.rpc.Status` with exactly one `google.rpc.ErrorInfo` (domain
     "promptadmission.v1") whose `reason` is the name of an `ErrorReason` value (see

@@ -91,6 +91,35 @@ class _ErrorReasonEnumTypeWrapper(google.protobuf.internal.enum_type_wrapper._En
     deadline (waiting for a busy session, say) and PostgreSQL stopped it; nothing was written.
     Retry with the same `request_id` and a longer deadline.
     """
+    SESSION_SURFACE_BYTES_EXCEEDED: _ErrorReason.ValueType  # 20
+    """SESSION_SURFACE_BYTES_EXCEEDED (RESOURCE_EXHAUSTED): the call would grow the session's
+    surface (the frames of its surviving messages) past `PAS_LIMIT_MAX_SESSION_SURFACE_BYTES`
+    (default 256 MiB); nothing was written. Compact the session, which is always allowed.
+    `ErrorInfo.metadata` holds the `bound`, its `limit` and the `value` it would reach.
+    """
+    SESSION_SURFACE_NODES_EXCEEDED: _ErrorReason.ValueType  # 21
+    """SESSION_SURFACE_NODES_EXCEEDED (RESOURCE_EXHAUSTED): the same for the number of surviving
+    nodes (`PAS_LIMIT_MAX_SESSION_SURFACE_NODES`, default 1 000 000).
+    """
+    RESPONSE_TOO_LARGE: _ErrorReason.ValueType  # 22
+    """RESPONSE_TOO_LARGE (RESOURCE_EXHAUSTED): the derived request (Admit, Reconcile, Inspect)
+    would exceed `PAS_LIMIT_MAX_RESPONSE_BYTES` (default 4 MiB, what gRPC clients receive by
+    default); nothing was written. Ask for `REQUEST_VIEW_DELTA` with the previous response's
+    `held_prefix` to receive only the new messages, or compact the session.
+    """
+    SESSIONS_QUOTA_EXCEEDED: _ErrorReason.ValueType  # 23
+    """SESSIONS_QUOTA_EXCEEDED (RESOURCE_EXHAUSTED): the tenant holds as many sessions as its
+    quota allows (`PAS_QUOTA_SESSIONS`); delete sessions to create more.
+    `ErrorInfo.metadata` holds the `quota` and its `limit`, as for the other quotas.
+    """
+    STORED_BYTES_QUOTA_EXCEEDED: _ErrorReason.ValueType  # 24
+    """STORED_BYTES_QUOTA_EXCEEDED (RESOURCE_EXHAUSTED): the call would take the tenant's stored
+    event bytes past its quota (`PAS_QUOTA_STORED_BYTES`); nothing was written.
+    """
+    CONCURRENT_CALLS_QUOTA_EXCEEDED: _ErrorReason.ValueType  # 25
+    """CONCURRENT_CALLS_QUOTA_EXCEEDED (RESOURCE_EXHAUSTED): the tenant already has as many calls
+    in progress on this replica as its quota allows (`PAS_QUOTA_CONCURRENT_CALLS`); retry.
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """ErrorReason is every value the service puts in `google.rpc.ErrorInfo.reason`.
@@ -179,5 +208,34 @@ DATABASE_TIMEOUT: ErrorReason.ValueType  # 19
 """DATABASE_TIMEOUT (DEADLINE_EXCEEDED): the call's database work did not finish within its
 deadline (waiting for a busy session, say) and PostgreSQL stopped it; nothing was written.
 Retry with the same `request_id` and a longer deadline.
+"""
+SESSION_SURFACE_BYTES_EXCEEDED: ErrorReason.ValueType  # 20
+"""SESSION_SURFACE_BYTES_EXCEEDED (RESOURCE_EXHAUSTED): the call would grow the session's
+surface (the frames of its surviving messages) past `PAS_LIMIT_MAX_SESSION_SURFACE_BYTES`
+(default 256 MiB); nothing was written. Compact the session, which is always allowed.
+`ErrorInfo.metadata` holds the `bound`, its `limit` and the `value` it would reach.
+"""
+SESSION_SURFACE_NODES_EXCEEDED: ErrorReason.ValueType  # 21
+"""SESSION_SURFACE_NODES_EXCEEDED (RESOURCE_EXHAUSTED): the same for the number of surviving
+nodes (`PAS_LIMIT_MAX_SESSION_SURFACE_NODES`, default 1 000 000).
+"""
+RESPONSE_TOO_LARGE: ErrorReason.ValueType  # 22
+"""RESPONSE_TOO_LARGE (RESOURCE_EXHAUSTED): the derived request (Admit, Reconcile, Inspect)
+would exceed `PAS_LIMIT_MAX_RESPONSE_BYTES` (default 4 MiB, what gRPC clients receive by
+default); nothing was written. Ask for `REQUEST_VIEW_DELTA` with the previous response's
+`held_prefix` to receive only the new messages, or compact the session.
+"""
+SESSIONS_QUOTA_EXCEEDED: ErrorReason.ValueType  # 23
+"""SESSIONS_QUOTA_EXCEEDED (RESOURCE_EXHAUSTED): the tenant holds as many sessions as its
+quota allows (`PAS_QUOTA_SESSIONS`); delete sessions to create more.
+`ErrorInfo.metadata` holds the `quota` and its `limit`, as for the other quotas.
+"""
+STORED_BYTES_QUOTA_EXCEEDED: ErrorReason.ValueType  # 24
+"""STORED_BYTES_QUOTA_EXCEEDED (RESOURCE_EXHAUSTED): the call would take the tenant's stored
+event bytes past its quota (`PAS_QUOTA_STORED_BYTES`); nothing was written.
+"""
+CONCURRENT_CALLS_QUOTA_EXCEEDED: ErrorReason.ValueType  # 25
+"""CONCURRENT_CALLS_QUOTA_EXCEEDED (RESOURCE_EXHAUSTED): the tenant already has as many calls
+in progress on this replica as its quota allows (`PAS_QUOTA_CONCURRENT_CALLS`); retry.
 """
 global___ErrorReason = ErrorReason

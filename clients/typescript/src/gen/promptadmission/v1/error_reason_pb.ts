@@ -9,7 +9,7 @@ import { enumDesc, fileDesc } from "@bufbuild/protobuf/codegenv2";
  * Describes the file promptadmission/v1/error_reason.proto.
  */
 export const file_promptadmission_v1_error_reason: GenFile = /*@__PURE__*/
-  fileDesc("CiVwcm9tcHRhZG1pc3Npb24vdjEvZXJyb3JfcmVhc29uLnByb3RvEhJwcm9tcHRhZG1pc3Npb24udjEq8gMKC0Vycm9yUmVhc29uEhwKGEVSUk9SX1JFQVNPTl9VTlNQRUNJRklFRBAAEhEKDUlOVkFMSURfRklFTEQQARIWChJJTlZBTElEX01PREVMX0lORk8QAhIXChNTVU1NQVJZX05PVF9TTUFMTEVSEAMSFQoRVU5LTk9XTl9UT09MX0NBTEwQBBIcChhVTlNVUFBPUlRFRF9XSVJFX0NPTlRFTlQQBRIVChFTRVNTSU9OX05PVF9GT1VORBAGEhcKE0FETUlTU0lPTl9OT1RfRk9VTkQQBxIaChZTRVNTSU9OX0FMUkVBRFlfRVhJU1RTEAgSFQoRUkVRVUVTVF9JRF9SRVVTRUQQCRIVChFSRVZJU0lPTl9NSVNNQVRDSBAKEhkKFVNUQUxFX0NPTVBBQ1RJT05fUExBThALEhYKEk5PVEhJTkdfVE9fQ09NUEFDVBAMEhsKF0NPTkNVUlJFTlRfTU9ESUZJQ0FUSU9OEA0SGAoUREFUQUJBU0VfVU5BVkFJTEFCTEUQDhIXChNNSVNTSU5HX0NSRURFTlRJQUxTEA8SEQoNSU5WQUxJRF9UT0tFThAQEgwKCElOVEVSTkFMEBESGAoUVU5BTlNXRVJFRF9UT09MX0NBTEwQEhIUChBEQVRBQkFTRV9USU1FT1VUEBNiBnByb3RvMw");
+  fileDesc("CiVwcm9tcHRhZG1pc3Npb24vdjEvZXJyb3JfcmVhc29uLnByb3RvEhJwcm9tcHRhZG1pc3Npb24udjEqtQUKC0Vycm9yUmVhc29uEhwKGEVSUk9SX1JFQVNPTl9VTlNQRUNJRklFRBAAEhEKDUlOVkFMSURfRklFTEQQARIWChJJTlZBTElEX01PREVMX0lORk8QAhIXChNTVU1NQVJZX05PVF9TTUFMTEVSEAMSFQoRVU5LTk9XTl9UT09MX0NBTEwQBBIcChhVTlNVUFBPUlRFRF9XSVJFX0NPTlRFTlQQBRIVChFTRVNTSU9OX05PVF9GT1VORBAGEhcKE0FETUlTU0lPTl9OT1RfRk9VTkQQBxIaChZTRVNTSU9OX0FMUkVBRFlfRVhJU1RTEAgSFQoRUkVRVUVTVF9JRF9SRVVTRUQQCRIVChFSRVZJU0lPTl9NSVNNQVRDSBAKEhkKFVNUQUxFX0NPTVBBQ1RJT05fUExBThALEhYKEk5PVEhJTkdfVE9fQ09NUEFDVBAMEhsKF0NPTkNVUlJFTlRfTU9ESUZJQ0FUSU9OEA0SGAoUREFUQUJBU0VfVU5BVkFJTEFCTEUQDhIXChNNSVNTSU5HX0NSRURFTlRJQUxTEA8SEQoNSU5WQUxJRF9UT0tFThAQEgwKCElOVEVSTkFMEBESGAoUVU5BTlNXRVJFRF9UT09MX0NBTEwQEhIUChBEQVRBQkFTRV9USU1FT1VUEBMSIgoeU0VTU0lPTl9TVVJGQUNFX0JZVEVTX0VYQ0VFREVEEBQSIgoeU0VTU0lPTl9TVVJGQUNFX05PREVTX0VYQ0VFREVEEBUSFgoSUkVTUE9OU0VfVE9PX0xBUkdFEBYSGwoXU0VTU0lPTlNfUVVPVEFfRVhDRUVERUQQFxIfChtTVE9SRURfQllURVNfUVVPVEFfRVhDRUVERUQQGBIjCh9DT05DVVJSRU5UX0NBTExTX1FVT1RBX0VYQ0VFREVEEBliBnByb3RvMw");
 
 /**
  * ErrorReason is every value the service puts in `google.rpc.ErrorInfo.reason`.
@@ -187,6 +187,59 @@ export enum ErrorReason {
    * @generated from enum value: DATABASE_TIMEOUT = 19;
    */
   DATABASE_TIMEOUT = 19,
+
+  /**
+   * SESSION_SURFACE_BYTES_EXCEEDED (RESOURCE_EXHAUSTED): the call would grow the session's
+   * surface (the frames of its surviving messages) past `PAS_LIMIT_MAX_SESSION_SURFACE_BYTES`
+   * (default 256 MiB); nothing was written. Compact the session, which is always allowed.
+   * `ErrorInfo.metadata` holds the `bound`, its `limit` and the `value` it would reach.
+   *
+   * @generated from enum value: SESSION_SURFACE_BYTES_EXCEEDED = 20;
+   */
+  SESSION_SURFACE_BYTES_EXCEEDED = 20,
+
+  /**
+   * SESSION_SURFACE_NODES_EXCEEDED (RESOURCE_EXHAUSTED): the same for the number of surviving
+   * nodes (`PAS_LIMIT_MAX_SESSION_SURFACE_NODES`, default 1 000 000).
+   *
+   * @generated from enum value: SESSION_SURFACE_NODES_EXCEEDED = 21;
+   */
+  SESSION_SURFACE_NODES_EXCEEDED = 21,
+
+  /**
+   * RESPONSE_TOO_LARGE (RESOURCE_EXHAUSTED): the derived request (Admit, Reconcile, Inspect)
+   * would exceed `PAS_LIMIT_MAX_RESPONSE_BYTES` (default 4 MiB, what gRPC clients receive by
+   * default); nothing was written. Ask for `REQUEST_VIEW_DELTA` with the previous response's
+   * `held_prefix` to receive only the new messages, or compact the session.
+   *
+   * @generated from enum value: RESPONSE_TOO_LARGE = 22;
+   */
+  RESPONSE_TOO_LARGE = 22,
+
+  /**
+   * SESSIONS_QUOTA_EXCEEDED (RESOURCE_EXHAUSTED): the tenant holds as many sessions as its
+   * quota allows (`PAS_QUOTA_SESSIONS`); delete sessions to create more.
+   * `ErrorInfo.metadata` holds the `quota` and its `limit`, as for the other quotas.
+   *
+   * @generated from enum value: SESSIONS_QUOTA_EXCEEDED = 23;
+   */
+  SESSIONS_QUOTA_EXCEEDED = 23,
+
+  /**
+   * STORED_BYTES_QUOTA_EXCEEDED (RESOURCE_EXHAUSTED): the call would take the tenant's stored
+   * event bytes past its quota (`PAS_QUOTA_STORED_BYTES`); nothing was written.
+   *
+   * @generated from enum value: STORED_BYTES_QUOTA_EXCEEDED = 24;
+   */
+  STORED_BYTES_QUOTA_EXCEEDED = 24,
+
+  /**
+   * CONCURRENT_CALLS_QUOTA_EXCEEDED (RESOURCE_EXHAUSTED): the tenant already has as many calls
+   * in progress on this replica as its quota allows (`PAS_QUOTA_CONCURRENT_CALLS`); retry.
+   *
+   * @generated from enum value: CONCURRENT_CALLS_QUOTA_EXCEEDED = 25;
+   */
+  CONCURRENT_CALLS_QUOTA_EXCEEDED = 25,
 }
 
 /**
