@@ -252,7 +252,8 @@ def test_the_blocking_client_raises_typed_errors(sync_client: SyncAdmissionClien
 
     assert missing.value.code == grpc.StatusCode.NOT_FOUND
     assert missing.value.reason == Reason.SESSION_NOT_FOUND
-    assert str(missing.value).startswith("NOT_FOUND/SESSION_NOT_FOUND: ")
+    # the service's message leads with the reason; str() does not repeat it
+    assert str(missing.value).startswith("NOT_FOUND: SESSION_NOT_FOUND: session ")
 
 
 def test_nothing_listening_is_unavailable_without_a_reason() -> None:

@@ -19,24 +19,23 @@ The caller's request messages are never modified; a generated ``request_id`` goe
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Self, TypeVar, cast
+from typing import Any, Generic, Protocol, Self, TypeVar, cast, overload
 
 import grpc
 import grpc.aio
+from google.protobuf.message import Message
 
 from promptadmission.errors import AdmissionError
 from promptadmission.v1 import admission_service_pb2 as pb
 from promptadmission.v1 import admission_service_pb2_grpc as pb_grpc
 from promptadmission.v1 import session_pb2
-
-if TYPE_CHECKING:
-    from promptadmission.v1.admission_service_pb2_grpc import AdmissionServiceAsyncStub
 
 __all__ = [
     "DEFAULT_TARGET",
@@ -118,38 +117,96 @@ class _Settings:
             call_metadata.append(("authorization", f"Bearer {token}"))
         self.metadata: tuple[tuple[str, str], ...] = tuple(call_metadata)
 
-    def deadline(self, timeout: float | None) -> float | None:
-        budget = self.timeout if timeout is None else timeout
-        return None if budget is None else time.monotonic() + budget
 
-    def next_wait(
-        self, error: AdmissionError, attempt: int, deadline: float | None
-    ) -> float | None:
-        """Seconds to wait before another attempt, or None when ``error`` is final."""
-        if not error.retryable or attempt >= self.retry.max_attempts:
+class _Attempts:
+    """The call strategy of both flavours, without I/O: each attempt's timeout within the
+    call's deadline, and after a failure either the wait before the next attempt or the
+    ``AdmissionError`` to raise."""
+
+    def __init__(self, settings: _Settings, timeout: float | None) -> None:
+        budget = settings.timeout if timeout is None else timeout
+        self._deadline = None if budget is None else time.monotonic() + budget
+        self._retry = settings.retry
+        self._attempt = 0
+
+    def next_timeout(self) -> float | None:
+        self._attempt += 1
+        if self._deadline is None:
             return None
-        wait = self.retry.backoff(attempt - 1)
-        if deadline is not None and time.monotonic() + wait >= deadline:
-            return None
-        return wait
+        return max(self._deadline - time.monotonic(), 0.001)
+
+    def wait_after(self, exc: grpc.RpcError) -> float:
+        """Seconds to wait before the next attempt; raises the typed error when it is final."""
+        error = AdmissionError.from_rpc_error(exc)
+        if error.retryable and self._attempt < self._retry.max_attempts:
+            wait = self._retry.backoff(self._attempt - 1)
+            if self._deadline is None or time.monotonic() + wait < self._deadline:
+                return wait
+        raise error from exc
 
 
-def _remaining(deadline: float | None) -> float | None:
-    return None if deadline is None else max(deadline - time.monotonic(), 0.001)
+_Req = TypeVar("_Req", bound=Message)
+_Resp = TypeVar("_Resp", bound=Message)
+_Channel = TypeVar("_Channel", grpc.Channel, grpc.aio.Channel)
+_ReqIn = TypeVar("_ReqIn", bound=Message, contravariant=True)
+_RespOut = TypeVar("_RespOut", bound=Message, covariant=True)
 
 
-_Req = TypeVar("_Req")
-_Resp = TypeVar("_Resp")
+class _AsyncCall(Protocol[_ReqIn, _RespOut]):
+    def __call__(
+        self, request: _ReqIn | None = None, /, *, timeout: float | None = None
+    ) -> Awaitable[_RespOut]: ...
 
 
-class AdmissionClient:
-    """Asyncio client of ``promptadmission.v1.AdmissionService``.
+class _SyncCall(Protocol[_ReqIn, _RespOut]):
+    def __call__(
+        self, request: _ReqIn | None = None, /, *, timeout: float | None = None
+    ) -> _RespOut: ...
 
-    ``AdmissionClient("127.0.0.1:50051", token=...)`` opens a plaintext channel (pass
-    ``credentials`` for TLS, or an existing ``channel``, which the client then does not close).
-    Use it as ``async with AdmissionClient(...) as client:`` or call ``close()``. Every method
-    takes the request message and an optional ``timeout`` overriding the default deadline.
-    """
+
+@dataclass(frozen=True, slots=True)
+class _Rpc(Generic[_Req, _Resp]):
+    """One RPC as a client method: ``client.admit(request, timeout=...)`` on either flavour,
+    awaitable on ``AdmissionClient``. ``request`` may be omitted (the empty request: the
+    service names the required fields); a mutating RPC's request gets a ``request_id``."""
+
+    stub_method: str
+    request_type: type[_Req]
+    response_type: type[_Resp]
+    mutating: bool = False
+
+    def prepare(self, request: _Req | None) -> _Req:
+        request = self.request_type() if request is None else request
+        return cast("_Req", with_request_id(cast("Any", request))) if self.mutating else request
+
+    @overload
+    def __get__(self, client: None, owner: type[Any]) -> _Rpc[_Req, _Resp]: ...
+    @overload
+    def __get__(self, client: AdmissionClient, owner: type[Any]) -> _AsyncCall[_Req, _Resp]: ...
+    @overload
+    def __get__(self, client: SyncAdmissionClient, owner: type[Any]) -> _SyncCall[_Req, _Resp]: ...
+
+    def __get__(self, client: _Client[Any] | None, owner: type[Any]) -> Any:
+        return self if client is None else functools.partial(client._call, self)
+
+
+class _Client(Generic[_Channel]):
+    """The constructor and the methods both flavours share; ``_open`` and ``_call`` are the
+    flavour's own (a grpc or grpc.aio channel; a blocking or an awaitable call).
+
+    Adding an RPC is one line here, with the generated request and response types."""
+
+    create_session = _Rpc("CreateSession", pb.CreateSessionRequest, pb.CreateSessionResponse, True)
+    get_session = _Rpc("GetSession", pb.GetSessionRequest, pb.GetSessionResponse)
+    list_sessions = _Rpc("ListSessions", pb.ListSessionsRequest, pb.ListSessionsResponse)
+    delete_session = _Rpc("DeleteSession", pb.DeleteSessionRequest, pb.DeleteSessionResponse, True)
+    admit = _Rpc("Admit", pb.AdmitRequest, pb.AdmitResponse, True)
+    reconcile = _Rpc("Reconcile", pb.ReconcileRequest, pb.ReconcileResponse, True)
+    record = _Rpc("Record", pb.RecordRequest, pb.RecordResponse, True)
+    plan_compaction = _Rpc("PlanCompaction", pb.PlanCompactionRequest, pb.PlanCompactionResponse)
+    compact = _Rpc("Compact", pb.CompactRequest, pb.CompactResponse, True)
+    inspect = _Rpc("Inspect", pb.InspectRequest, pb.InspectResponse)
+    list_events = _Rpc("ListEvents", pb.ListEventsRequest, pb.ListEventsResponse)
 
     def __init__(
         self,
@@ -159,19 +216,69 @@ class AdmissionClient:
         timeout: float | None = DEFAULT_TIMEOUT,
         retry: RetryPolicy | None = None,
         credentials: grpc.ChannelCredentials | None = None,
-        channel: grpc.aio.Channel | None = None,
+        channel: _Channel | None = None,
         metadata: Sequence[tuple[str, str]] = (),
         options: Sequence[tuple[str, str | int]] = (),
     ) -> None:
         self._settings = _Settings(token, timeout, retry or RetryPolicy(), metadata)
         self._owns_channel = channel is None
-        if channel is None:
-            if credentials is None:
-                channel = grpc.aio.insecure_channel(target, options=list(options))
-            else:
-                channel = grpc.aio.secure_channel(target, credentials, options=list(options))
-        self.channel = channel
-        self.stub = cast("AdmissionServiceAsyncStub", pb_grpc.AdmissionServiceStub(channel))
+        self.channel: _Channel = (
+            self._open(target, credentials, list(options)) if channel is None else channel
+        )
+        self.stub = pb_grpc.AdmissionServiceStub(self.channel)
+
+    def _open(
+        self,
+        target: str,
+        credentials: grpc.ChannelCredentials | None,
+        options: list[tuple[str, str | int]],
+    ) -> _Channel:
+        raise NotImplementedError
+
+    def _call(
+        self, rpc: _Rpc[Any, Any], request: Any = None, *, timeout: float | None = None
+    ) -> Any:
+        raise NotImplementedError
+
+
+class _EventPages:
+    """The requests that read a whole event log, page by page, and what they returned."""
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        self.events: list[session_pb2.Event] = []
+        self._token: str | None = ""
+
+    def next_request(self) -> pb.ListEventsRequest | None:
+        if self._token is None:
+            return None
+        return pb.ListEventsRequest(
+            session_id=self.session_id, page_size=_EVENTS_PAGE_SIZE, page_token=self._token
+        )
+
+    def add(self, page: pb.ListEventsResponse) -> None:
+        self.events.extend(page.events)
+        self._token = page.next_page_token or None
+
+
+class AdmissionClient(_Client[grpc.aio.Channel]):
+    """Asyncio client of ``promptadmission.v1.AdmissionService``.
+
+    ``AdmissionClient("127.0.0.1:50051", token=...)`` opens a plaintext channel (pass
+    ``credentials`` for TLS, or an existing ``channel``, which the client then does not close).
+    Use it as ``async with AdmissionClient(...) as client:`` or call ``close()``. Every method
+    takes the request message and an optional ``timeout`` overriding the default deadline.
+    """
+
+    def _open(
+        self,
+        target: str,
+        credentials: grpc.ChannelCredentials | None,
+        options: list[tuple[str, str | int]],
+    ) -> grpc.aio.Channel:
+        if credentials is None:
+            return grpc.aio.insecure_channel(target, options=options)
+        return grpc.aio.secure_channel(target, credentials, options=options)
 
     async def __aenter__(self) -> Self:
         return self
@@ -189,128 +296,44 @@ class AdmissionClient:
             await self.channel.close(None)
 
     async def _call(
-        self,
-        rpc: grpc.aio.UnaryUnaryMultiCallable[_Req, _Resp],
-        request: _Req,
-        timeout: float | None,
-    ) -> _Resp:
-        settings = self._settings
-        deadline = settings.deadline(timeout)
-        attempt = 0
+        self, rpc: _Rpc[Any, Any], request: Any = None, *, timeout: float | None = None
+    ) -> Any:
+        stub_method = getattr(self.stub, rpc.stub_method)
+        request, attempts = rpc.prepare(request), _Attempts(self._settings, timeout)
         while True:
-            attempt += 1
             try:
-                return await rpc(request, timeout=_remaining(deadline), metadata=settings.metadata)
+                call_timeout = attempts.next_timeout()
+                return await stub_method(
+                    request, timeout=call_timeout, metadata=self._settings.metadata
+                )
             except grpc.aio.AioRpcError as exc:
-                error = AdmissionError.from_rpc_error(exc)
-                wait = settings.next_wait(error, attempt, deadline)
-                if wait is None:
-                    raise error from exc
+                wait = attempts.wait_after(exc)
             await asyncio.sleep(wait)
-
-    async def create_session(
-        self, request: pb.CreateSessionRequest | None = None, *, timeout: float | None = None
-    ) -> pb.CreateSessionResponse:
-        request = with_request_id(request or pb.CreateSessionRequest())
-        return await self._call(self.stub.CreateSession, request, timeout)
-
-    async def get_session(
-        self, request: pb.GetSessionRequest, *, timeout: float | None = None
-    ) -> pb.GetSessionResponse:
-        return await self._call(self.stub.GetSession, request, timeout)
-
-    async def list_sessions(
-        self, request: pb.ListSessionsRequest | None = None, *, timeout: float | None = None
-    ) -> pb.ListSessionsResponse:
-        return await self._call(
-            self.stub.ListSessions, request or pb.ListSessionsRequest(), timeout
-        )
-
-    async def delete_session(
-        self, request: pb.DeleteSessionRequest, *, timeout: float | None = None
-    ) -> pb.DeleteSessionResponse:
-        return await self._call(self.stub.DeleteSession, with_request_id(request), timeout)
-
-    async def admit(
-        self, request: pb.AdmitRequest, *, timeout: float | None = None
-    ) -> pb.AdmitResponse:
-        return await self._call(self.stub.Admit, with_request_id(request), timeout)
-
-    async def reconcile(
-        self, request: pb.ReconcileRequest, *, timeout: float | None = None
-    ) -> pb.ReconcileResponse:
-        return await self._call(self.stub.Reconcile, with_request_id(request), timeout)
-
-    async def record(
-        self, request: pb.RecordRequest, *, timeout: float | None = None
-    ) -> pb.RecordResponse:
-        return await self._call(self.stub.Record, with_request_id(request), timeout)
-
-    async def plan_compaction(
-        self, request: pb.PlanCompactionRequest, *, timeout: float | None = None
-    ) -> pb.PlanCompactionResponse:
-        return await self._call(self.stub.PlanCompaction, request, timeout)
-
-    async def compact(
-        self, request: pb.CompactRequest, *, timeout: float | None = None
-    ) -> pb.CompactResponse:
-        return await self._call(self.stub.Compact, with_request_id(request), timeout)
-
-    async def inspect(
-        self, request: pb.InspectRequest, *, timeout: float | None = None
-    ) -> pb.InspectResponse:
-        return await self._call(self.stub.Inspect, request, timeout)
-
-    async def list_events(
-        self, request: pb.ListEventsRequest, *, timeout: float | None = None
-    ) -> pb.ListEventsResponse:
-        return await self._call(self.stub.ListEvents, request, timeout)
 
     async def all_events(
         self, session_id: str, *, timeout: float | None = None
     ) -> list[session_pb2.Event]:
         """The session's whole event log in seq order (every ``ListEvents`` page; each page
         call gets its own deadline)."""
-        events: list[session_pb2.Event] = []
-        token = ""
-        while True:
-            page = await self.list_events(
-                pb.ListEventsRequest(
-                    session_id=session_id, page_size=_EVENTS_PAGE_SIZE, page_token=token
-                ),
-                timeout=timeout,
-            )
-            events.extend(page.events)
-            token = page.next_page_token
-            if not token:
-                return events
+        pages = _EventPages(session_id)
+        while (request := pages.next_request()) is not None:
+            pages.add(await self.list_events(request, timeout=timeout))
+        return pages.events
 
 
-class SyncAdmissionClient:
+class SyncAdmissionClient(_Client[grpc.Channel]):
     """Blocking client of ``promptadmission.v1.AdmissionService``; the same constructor and
     methods as ``AdmissionClient`` (use it as a context manager or call ``close()``)."""
 
-    def __init__(
+    def _open(
         self,
-        target: str = DEFAULT_TARGET,
-        *,
-        token: str | None = None,
-        timeout: float | None = DEFAULT_TIMEOUT,
-        retry: RetryPolicy | None = None,
-        credentials: grpc.ChannelCredentials | None = None,
-        channel: grpc.Channel | None = None,
-        metadata: Sequence[tuple[str, str]] = (),
-        options: Sequence[tuple[str, str | int]] = (),
-    ) -> None:
-        self._settings = _Settings(token, timeout, retry or RetryPolicy(), metadata)
-        self._owns_channel = channel is None
-        if channel is None:
-            if credentials is None:
-                channel = grpc.insecure_channel(target, options=list(options))
-            else:
-                channel = grpc.secure_channel(target, credentials, options=list(options))
-        self.channel = channel
-        self.stub = pb_grpc.AdmissionServiceStub(channel)
+        target: str,
+        credentials: grpc.ChannelCredentials | None,
+        options: list[tuple[str, str | int]],
+    ) -> grpc.Channel:
+        if credentials is None:
+            return grpc.insecure_channel(target, options=options)
+        return grpc.secure_channel(target, credentials, options=options)
 
     def __enter__(self) -> Self:
         return self
@@ -328,94 +351,24 @@ class SyncAdmissionClient:
             self.channel.close()
 
     def _call(
-        self,
-        rpc: grpc.UnaryUnaryMultiCallable[_Req, _Resp],
-        request: _Req,
-        timeout: float | None,
-    ) -> _Resp:
-        settings = self._settings
-        deadline = settings.deadline(timeout)
-        attempt = 0
+        self, rpc: _Rpc[Any, Any], request: Any = None, *, timeout: float | None = None
+    ) -> Any:
+        stub_method = getattr(self.stub, rpc.stub_method)
+        request, attempts = rpc.prepare(request), _Attempts(self._settings, timeout)
         while True:
-            attempt += 1
             try:
-                return rpc(request, timeout=_remaining(deadline), metadata=settings.metadata)
+                call_timeout = attempts.next_timeout()
+                return stub_method(request, timeout=call_timeout, metadata=self._settings.metadata)
             except grpc.RpcError as exc:
-                error = AdmissionError.from_rpc_error(exc)
-                wait = settings.next_wait(error, attempt, deadline)
-                if wait is None:
-                    raise error from exc
+                wait = attempts.wait_after(exc)
             time.sleep(wait)
-
-    def create_session(
-        self, request: pb.CreateSessionRequest | None = None, *, timeout: float | None = None
-    ) -> pb.CreateSessionResponse:
-        request = with_request_id(request or pb.CreateSessionRequest())
-        return self._call(self.stub.CreateSession, request, timeout)
-
-    def get_session(
-        self, request: pb.GetSessionRequest, *, timeout: float | None = None
-    ) -> pb.GetSessionResponse:
-        return self._call(self.stub.GetSession, request, timeout)
-
-    def list_sessions(
-        self, request: pb.ListSessionsRequest | None = None, *, timeout: float | None = None
-    ) -> pb.ListSessionsResponse:
-        return self._call(self.stub.ListSessions, request or pb.ListSessionsRequest(), timeout)
-
-    def delete_session(
-        self, request: pb.DeleteSessionRequest, *, timeout: float | None = None
-    ) -> pb.DeleteSessionResponse:
-        return self._call(self.stub.DeleteSession, with_request_id(request), timeout)
-
-    def admit(self, request: pb.AdmitRequest, *, timeout: float | None = None) -> pb.AdmitResponse:
-        return self._call(self.stub.Admit, with_request_id(request), timeout)
-
-    def reconcile(
-        self, request: pb.ReconcileRequest, *, timeout: float | None = None
-    ) -> pb.ReconcileResponse:
-        return self._call(self.stub.Reconcile, with_request_id(request), timeout)
-
-    def record(
-        self, request: pb.RecordRequest, *, timeout: float | None = None
-    ) -> pb.RecordResponse:
-        return self._call(self.stub.Record, with_request_id(request), timeout)
-
-    def plan_compaction(
-        self, request: pb.PlanCompactionRequest, *, timeout: float | None = None
-    ) -> pb.PlanCompactionResponse:
-        return self._call(self.stub.PlanCompaction, request, timeout)
-
-    def compact(
-        self, request: pb.CompactRequest, *, timeout: float | None = None
-    ) -> pb.CompactResponse:
-        return self._call(self.stub.Compact, with_request_id(request), timeout)
-
-    def inspect(
-        self, request: pb.InspectRequest, *, timeout: float | None = None
-    ) -> pb.InspectResponse:
-        return self._call(self.stub.Inspect, request, timeout)
-
-    def list_events(
-        self, request: pb.ListEventsRequest, *, timeout: float | None = None
-    ) -> pb.ListEventsResponse:
-        return self._call(self.stub.ListEvents, request, timeout)
 
     def all_events(
         self, session_id: str, *, timeout: float | None = None
     ) -> list[session_pb2.Event]:
         """The session's whole event log in seq order (every ``ListEvents`` page; each page
         call gets its own deadline)."""
-        events: list[session_pb2.Event] = []
-        token = ""
-        while True:
-            page = self.list_events(
-                pb.ListEventsRequest(
-                    session_id=session_id, page_size=_EVENTS_PAGE_SIZE, page_token=token
-                ),
-                timeout=timeout,
-            )
-            events.extend(page.events)
-            token = page.next_page_token
-            if not token:
-                return events
+        pages = _EventPages(session_id)
+        while (request := pages.next_request()) is not None:
+            pages.add(self.list_events(request, timeout=timeout))
+        return pages.events
