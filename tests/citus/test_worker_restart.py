@@ -19,7 +19,9 @@ import random
 import time
 from collections.abc import Callable
 
+import grpc
 import pytest
+from promptadmission.v1 import admission_service_pb2 as api
 from sqlalchemy.engine import make_url
 
 from tests.citus.cluster import CitusCluster
@@ -38,7 +40,8 @@ BEFORE_SECONDS, AFTER_SECONDS = 4.0, 4.0
 
 def single_shard_only(url: str) -> str:
     """``url`` with every statement that would touch more than one shard made an error."""
-    options = "-c citus.multi_task_query_log_level=error"
+    # No space in the value: libpq does not decode "+" in a URL (the health probe connects so).
+    options = "--citus.multi_task_query_log_level=error"
     return make_url(url).update_query_dict({"options": options}).render_as_string(False)
 
 
@@ -81,6 +84,10 @@ async def test_a_worker_restarts_mid_run_and_no_acknowledged_step_is_lost(
             await asyncio.wait_for(running, timeout=300)
             steps_after = sum(loop.steps_done for loop in loops) - steps_before
         audited = await audit_book(stub, fresh_database, book)
+        # The guard is live: the one RPC that reads every shard fails on this service.
+        with pytest.raises(grpc.aio.AioRpcError) as fan_out:
+            await stub.ListSessions(api.ListSessionsRequest(page_size=5))
+        assert fan_out.value.code() == grpc.StatusCode.INTERNAL
     # Events the sessions on each worker committed after the restart (in the shards).
     since = cluster.rows_per_worker(database, "events", f"commit_time > '{restarted_at}'")
 
