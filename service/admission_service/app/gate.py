@@ -8,6 +8,7 @@ mutations of different sessions never wait on each other). ``SessionGate`` queue
 writers of one session in memory (FIFO) before they take a connection, so a hot session holds
 at most one connection per replica. A caller cancelled or past its deadline while queued just
 leaves the queue; nothing was started. Entries live only while someone holds or awaits them.
+``until_writers`` lets an observer (a test) wait for a queue to form without polling.
 """
 
 from __future__ import annotations
@@ -20,10 +21,20 @@ from contextlib import asynccontextmanager
 class SessionGate:
     def __init__(self) -> None:
         self._locks: dict[tuple[str, str], tuple[asyncio.Lock, int]] = {}
+        self._entered = asyncio.Condition()
 
     def __len__(self) -> int:
         """Sessions with a writer holding or awaiting the gate."""
         return len(self._locks)
+
+    def writers(self, tenant: str, session_id: str) -> int:
+        """The writers of the session holding or awaiting the gate."""
+        return self._locks.get((tenant, session_id), (None, 0))[1]
+
+    async def until_writers(self, tenant: str, session_id: str, count: int) -> None:
+        """Returns once at least ``count`` writers of the session hold or await the gate."""
+        async with self._entered:
+            await self._entered.wait_for(lambda: self.writers(tenant, session_id) >= count)
 
     @asynccontextmanager
     async def hold(self, tenant: str, session_id: str) -> AsyncIterator[None]:
@@ -32,6 +43,8 @@ class SessionGate:
         if lock is None:
             lock = asyncio.Lock()
         self._locks[key] = (lock, users + 1)
+        async with self._entered:  # uncontended: no suspension on the writers' path
+            self._entered.notify_all()
         try:
             async with lock:
                 yield
