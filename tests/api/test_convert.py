@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from datetime import UTC, datetime
 
 import pytest
@@ -215,12 +214,14 @@ def test_plan_compaction_selection() -> None:
 
 def test_the_request_digest_covers_the_whole_request() -> None:
     one = admit_request("s1", "p", "hi", request_id="r1")
-    assert (
-        convert.request_digest(one)
-        == hashlib.sha256(one.SerializeToString(deterministic=True)).digest()
-    )
+    # the same request, as the server receives it again: parsed from the client's bytes
+    again = type(one).FromString(one.SerializeToString())
+    assert convert.request_digest(again) == convert.request_digest(one)
     two = admit_request("s1", "p", "hi!", request_id="r1")
     assert convert.request_digest(one) != convert.request_digest(two)
+    deep = type(one).FromString(one.SerializeToString())
+    deep.users[0].content[0].text.text += " "
+    assert convert.request_digest(deep) != convert.request_digest(one)
     assert convert.idempotency_of("", one) is None
     idempotency = convert.idempotency_of("r1", one)
     assert idempotency == app.Idempotency("r1", convert.request_digest(one))

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -222,6 +223,48 @@ async def service_connections(database_url: str, application_name: str) -> int:
         row = await cursor.fetchone()
         assert row is not None
         return int(row[0])
+
+
+SETTLE_SECONDS = 30.0
+
+
+async def eventually(condition: Callable[[], bool], what: str) -> None:
+    """Returns once ``condition()`` holds (checked every 10 ms); fails naming ``what`` if it
+    does not within ``SETTLE_SECONDS``. Only for state whose owner signals nothing (the
+    SQLAlchemy pool's count, another process): wait on an event wherever there is one."""
+    try:
+        async with asyncio.timeout(SETTLE_SECONDS):
+            while not condition():  # noqa: ASYNC110 - nothing to wait on but the state itself
+                await asyncio.sleep(0.01)
+    except TimeoutError:
+        raise AssertionError(f"{what}: not within {SETTLE_SECONDS} s") from None
+
+
+async def idle_service_connections(database_url: str, application_name: str) -> int:
+    """The service's connections once none of them is in a statement or a transaction (the
+    server has finished every call, including cancelled ones still unwinding)."""
+    database = make_url(database_url).database
+    query = (
+        "SELECT count(*), count(*) FILTER (WHERE state <> 'idle') FROM pg_stat_activity"
+        " WHERE application_name = %s AND datname = %s"
+    )
+    async with await psycopg.AsyncConnection.connect(libpq_url(database_url)) as connection:
+        counts = (0, 0)
+
+        async def refresh() -> bool:
+            nonlocal counts
+            row = await (await connection.execute(query, (application_name, database))).fetchone()
+            assert row is not None
+            counts = (int(row[0]), int(row[1]))
+            return counts[1] == 0
+
+        try:
+            async with asyncio.timeout(SETTLE_SECONDS):
+                while not await refresh():  # noqa: ASYNC110 - another process's state
+                    await asyncio.sleep(0.05)
+        except TimeoutError:
+            raise AssertionError(f"{counts[1]} service connections still busy") from None
+        return counts[0]
 
 
 async def committed_request_ids(database_url: str, request_ids: list[str]) -> set[str]:

@@ -23,7 +23,7 @@ from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
 from hypothesis import strategies as st
 
-PROTO = Path(__file__).resolve().parents[2] / "proto/promptadmission/v1/admission_service.proto"
+PROTO = Path(__file__).resolve().parents[2] / "proto/promptadmission/v1/error_reason.proto"
 INT64 = (-(2**63), 2**63 - 1)
 INT32 = (-(2**31), 2**31 - 1)
 MAX_DEPTH = 4
@@ -51,8 +51,8 @@ SPECIAL_STRINGS = (
 
 
 def documented_reasons() -> dict[str, str]:
-    """reason -> status code name, from the service's documentation in the proto."""
-    found = re.findall(r"^// - ([A-Z_]+) \(([A-Z_]+)\):", PROTO.read_text(), re.MULTILINE)
+    """reason -> status code name, from the comments of the proto's ErrorReason values."""
+    found = re.findall(r"^  // ([A-Z_]+) \(([A-Z_]+)\):", PROTO.read_text(), re.MULTILINE)
     return dict(found)
 
 

@@ -21,7 +21,7 @@ from promptadmission.v1 import admission_service_pb2 as api
 
 from tests.api.support import IN_HISTORY_ROUTE, user
 
-from .checks import audit_book, service_connections
+from .checks import audit_book, idle_service_connections, service_connections
 from .conftest import StartService
 from .harness import Book, Caller, HarnessLoop, harness_client
 from .process import CHANNEL_OPTIONS
@@ -96,8 +96,7 @@ async def test_resource_bounds(
             stop.set()
             await asyncio.wait_for(running, timeout=300)
             await side
-        await asyncio.sleep(1)
-        idle_connections = await service_connections(fresh_database, "admission-service")
+        idle_connections = await idle_service_connections(fresh_database, "admission-service")
         audited = await audit_book(stub, fresh_database, book)
 
     # The first fifth is warm-up (imports, caches, pool, allocator arenas).

@@ -8,7 +8,8 @@ mutations of different sessions never wait on each other). ``SessionGate`` queue
 writers of one session in memory (FIFO) before they take a connection, so a hot session holds
 at most one connection per replica. A caller cancelled or past its deadline while queued just
 leaves the queue; nothing was started. Entries live only while someone holds or awaits them.
-``until_writers`` lets an observer (a test) wait for a queue to form without polling.
+``until_writers`` and ``until_idle`` let an observer (a test) wait for a queue to form or for
+the gate to empty without polling.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ class SessionGate:
     def __init__(self) -> None:
         self._locks: dict[tuple[str, str], tuple[asyncio.Lock, int]] = {}
         self._entered = asyncio.Condition()
+        self._idle = asyncio.Event()
+        self._idle.set()
 
     def __len__(self) -> int:
         """Sessions with a writer holding or awaiting the gate."""
@@ -36,6 +39,10 @@ class SessionGate:
         async with self._entered:
             await self._entered.wait_for(lambda: self.writers(tenant, session_id) >= count)
 
+    async def until_idle(self) -> None:
+        """Returns once no writer holds or awaits the gate."""
+        await self._idle.wait()
+
     @asynccontextmanager
     async def hold(self, tenant: str, session_id: str) -> AsyncIterator[None]:
         key = (tenant, session_id)
@@ -43,6 +50,7 @@ class SessionGate:
         if lock is None:
             lock = asyncio.Lock()
         self._locks[key] = (lock, users + 1)
+        self._idle.clear()
         async with self._entered:  # uncontended: no suspension on the writers' path
             self._entered.notify_all()
         try:
@@ -52,5 +60,7 @@ class SessionGate:
             lock, users = self._locks[key]
             if users == 1:
                 del self._locks[key]
+                if not self._locks:
+                    self._idle.set()
             else:
                 self._locks[key] = (lock, users - 1)
