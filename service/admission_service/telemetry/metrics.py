@@ -131,6 +131,11 @@ class Metrics:
             "Cache-read tokens the provider reported (Record with usage).",
             registry=r,
         )
+        self.idempotency_keys_swept = Counter(
+            "pas_idempotency_keys_swept",
+            "Idempotency keys deleted after the retention window (app/sweeper.py).",
+            registry=r,
+        )
         self._http: Any = None
         self._http_thread: threading.Thread | None = None
 

@@ -1,0 +1,63 @@
+"""Session bounds (issue 13): nothing a session holds or returns grows without a limit.
+
+Limits are per request (``validation``); these bound what requests add up to. Each check raises
+``ResourceExhausted`` with a reason naming the bound, the bound and the value in its metadata,
+and a message saying what to do; it runs before the commit, so a refused call commits nothing.
+"""
+
+from __future__ import annotations
+
+from admission_service.app.limits import Limits
+from admission_service.domain.errors import ResourceExhausted
+from admission_service.storage.repository import Growth, SessionRecord
+
+SESSION_SURFACE_BYTES = "SESSION_SURFACE_BYTES_EXCEEDED"
+SESSION_SURFACE_NODES = "SESSION_SURFACE_NODES_EXCEEDED"
+RESPONSE_TOO_LARGE = "RESPONSE_TOO_LARGE"
+
+_COMPACT = (
+    "compact the session (PlanCompaction, Compact) to free room; a compaction is always allowed"
+)
+
+
+def check_session_growth(record: SessionRecord, growth: Growth, limits: Limits) -> None:
+    """Refuse a transaction that grows the surface past a bound. One that shrinks it (a
+    compaction, a consolidation) passes even above the bound, so a session can always get back
+    under it."""
+    surface_bytes = record.surface_bytes + growth.surface_bytes
+    if growth.surface_bytes > 0 and surface_bytes > limits.max_session_surface_bytes:
+        raise ResourceExhausted(
+            SESSION_SURFACE_BYTES,
+            f"the session's surface would hold {surface_bytes} bytes, over the bound of "
+            f"{limits.max_session_surface_bytes} (PAS_LIMIT_MAX_SESSION_SURFACE_BYTES): {_COMPACT}",
+            bound="max_session_surface_bytes",
+            limit=str(limits.max_session_surface_bytes),
+            value=str(surface_bytes),
+        )
+    surface_nodes = record.surface_nodes + growth.surface_nodes
+    if growth.surface_nodes > 0 and surface_nodes > limits.max_session_surface_nodes:
+        raise ResourceExhausted(
+            SESSION_SURFACE_NODES,
+            f"the session's surface would hold {surface_nodes} nodes, over the bound of "
+            f"{limits.max_session_surface_nodes} (PAS_LIMIT_MAX_SESSION_SURFACE_NODES): {_COMPACT}",
+            bound="max_session_surface_nodes",
+            limit=str(limits.max_session_surface_nodes),
+            value=str(surface_nodes),
+        )
+
+
+def check_derived_request_size(size: int, limits: Limits) -> None:
+    """Refuse to return a derived request (message frames and rendered body) larger than a
+    client can receive: gRPC clients refuse messages over 4 MiB unless configured otherwise,
+    and would be left unable to read their own session."""
+    if size > limits.max_response_bytes:
+        raise ResourceExhausted(
+            RESPONSE_TOO_LARGE,
+            f"the derived request is {size} bytes, over the response bound of "
+            f"{limits.max_response_bytes} (PAS_LIMIT_MAX_RESPONSE_BYTES): ask for "
+            "view=REQUEST_VIEW_DELTA with the held_prefix of your previous response to receive "
+            "only the messages since, or compact the session",
+            bound="max_response_bytes",
+            limit=str(limits.max_response_bytes),
+            value=str(size),
+        )

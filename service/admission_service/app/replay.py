@@ -1,0 +1,158 @@
+"""Idempotency records that do not grow with the session (issue 13, finding 3).
+
+A repeated ``request_id`` replays the first response's bytes. An Admit or Reconcile response
+carries the derived request, which for a FULL view is the whole surface: storing it would make a
+session's records grow with the square of its length. So the record keeps the response *head*
+(everything but the derived request's messages and rendered body; the API edge encodes a
+response as head + body, ``SplitEncoder``) and a ``Recipe``: the event seq as of which the
+request was derived, the index of its first message, and what rendering the body needs.
+
+The surface as of an event seq is reproducible byte for byte: every surface node's stored frame
+is ``protowire.frame`` of its event's derived message, the event log is append-only, and a node
+leaves the surface only by a later ``replace`` event. With no ``replace`` since, the nodes at or
+before that seq still stored are exactly that surface (one aggregate in the database, like a
+FULL request); otherwise the surface is folded again from the log (``SessionLog``). Either way
+the rebuilt response is checked against the SHA-256 of the original before it is sent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from admission_service.app.commands import AttemptResult, EncodedMessages
+from admission_service.domain import codec, protowire
+from admission_service.domain.errors import DomainError, WireFormatError
+from admission_service.domain.events import Event
+from admission_service.domain.surface import SessionLog
+from admission_service.domain.wire import WireFormat, render
+from admission_service.storage.repository import SessionStore, StoredResponse
+
+
+@runtime_checkable
+class SplitEncoder(Protocol):
+    """Encodes an attempt's response as ``head(result) + body(body_json, frames)``."""
+
+    def __call__(self, result: AttemptResult) -> bytes: ...
+
+    def head(self, result: AttemptResult) -> bytes:
+        """The response without the derived request's rendered body and message frames."""
+        ...
+
+    def body(self, body_json: str, frames: bytes) -> bytes:
+        """What follows the head: the derived request's rendered body and message frames."""
+        ...
+
+
+class ReplayMismatch(DomainError):
+    """A rebuilt response differs from the stored digest: a bug, never sent (INTERNAL)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Recipe:
+    """Where a stored response's derived request comes from."""
+
+    through_seq: int  # the last event seq the request was derived after (-1: none)
+    first_message_index: int
+    wire_format: str
+    in_history: bool
+    provider: str
+    admission_id: str  # whose stored tool set the rendered body lists
+    response_sha256: bytes
+
+    def to_json(self) -> bytes:
+        return codec.dumps(
+            {
+                "through_seq": self.through_seq,
+                "first_message_index": self.first_message_index,
+                "wire_format": self.wire_format,
+                "in_history": self.in_history,
+                "provider": self.provider,
+                "admission_id": self.admission_id,
+                "response_sha256": self.response_sha256.hex(),
+            }
+        )
+
+    @classmethod
+    def from_json(cls, data: bytes) -> Recipe:
+        value = codec.loads(data)
+        return cls(
+            value["through_seq"],
+            value["first_message_index"],
+            value["wire_format"],
+            value["in_history"],
+            value["provider"],
+            value["admission_id"],
+            bytes.fromhex(value["response_sha256"]),
+        )
+
+
+def stored_form(
+    result: object, payload: bytes, encode: object, through_seq: int
+) -> tuple[bytes, bytes | None]:
+    """What to store for ``payload`` (the encoded ``result``): the head and its recipe when the
+    response carries a derived request made of stored frames, else the payload itself."""
+    if not (
+        isinstance(result, AttemptResult)
+        and isinstance(encode, SplitEncoder)
+        and isinstance(result.request.messages, EncodedMessages)
+    ):
+        return payload, None
+    request = result.request
+    recipe = Recipe(
+        through_seq,
+        request.first_message_index,
+        request.wire_format.value,
+        result.route.in_history,
+        result.route.provider,
+        result.admission_id,
+        hashlib.sha256(payload).digest(),
+    )
+    return encode.head(result), recipe.to_json()
+
+
+async def replayed(
+    store: SessionStore,
+    stored: StoredResponse,
+    encode: object,
+    event_of: Callable[[Any], Event],
+) -> bytes:
+    """The bytes of the stored response, its derived request rebuilt from the surface
+    (``event_of`` decodes an ``events`` row)."""
+    if stored.derived_request is None:
+        return stored.response
+    assert isinstance(encode, SplitEncoder), "a split record is replayed by a split encoder"
+    recipe = Recipe.from_json(stored.derived_request)
+    frames = await store.frames_as_of(recipe.through_seq, recipe.first_message_index)
+    if frames is None:  # a node was shadowed since: fold the log up to the recipe's seq
+        rows = await store.events_after(-1, recipe.through_seq + 1)
+        log = SessionLog(event_of(row) for row in rows)
+        messages = log.derived_messages()[recipe.first_message_index :]
+        frames = b"".join(protowire.frame(message) for message in messages)
+    body_json = await _rendered(store, recipe, frames)
+    payload = stored.response + encode.body(body_json, frames)
+    if hashlib.sha256(payload).digest() != recipe.response_sha256:
+        raise ReplayMismatch("a replayed response differs from the one first sent")
+    return payload
+
+
+async def _rendered(store: SessionStore, recipe: Recipe, frames: bytes) -> str:
+    """The provider body as the derivation rendered it ('' where it could not: the stored head
+    carries that error)."""
+    wire = WireFormat(recipe.wire_format)
+    if wire is WireFormat.NEUTRAL:
+        return ""
+    admitted = await store.admission(recipe.admission_id)
+    try:
+        return render(
+            EncodedMessages(frames),
+            wire,
+            in_history=recipe.in_history,
+            provider=recipe.provider,
+            tools=admitted.tools if admitted is not None else (),
+            offset=recipe.first_message_index,
+        )
+    except WireFormatError:
+        return ""

@@ -1,0 +1,74 @@
+"""Idempotency keys expire (AIP-155): a retry within the retention window replays the first
+response; after it the key is deleted and the ``request_id`` is new again.
+
+``IdempotencySweeper`` runs in every replica as one background task: every ``interval`` seconds
+it deletes expired keys in batches of ``batch`` rows, one short transaction each (no long locks;
+rows in use are skipped, see storage/idempotency.py), yielding to the event loop between
+batches, until a batch comes back short. It never blocks a call; a failed sweep (the database
+away) is logged and retried at the next interval. ``pas_idempotency_keys_swept_total`` counts
+the rows it deleted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from prometheus_client import Counter
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from admission_service.app.limits import IDEMPOTENCY_RETENTION_SECONDS, IDEMPOTENCY_SWEEP_SECONDS
+from admission_service.storage.idempotency import sweep_expired_keys
+
+SWEEP_BATCH = 500
+
+_log = logging.getLogger(__name__)
+
+
+class IdempotencySweeper:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        swept: Counter,
+        *,
+        retention_seconds: float = IDEMPOTENCY_RETENTION_SECONDS,
+        interval_seconds: float = IDEMPOTENCY_SWEEP_SECONDS,
+        batch: int = SWEEP_BATCH,
+    ) -> None:
+        self.engine = engine
+        self.swept = swept
+        self.retention_seconds = retention_seconds
+        self.interval_seconds = interval_seconds
+        self.batch = batch
+        self._task: asyncio.Task[None] | None = None
+
+    async def sweep(self) -> int:
+        """Delete every key expired now, batch by batch; how many."""
+        total = 0
+        while True:
+            deleted = await sweep_expired_keys(self.engine, self.retention_seconds, self.batch)
+            self.swept.inc(deleted)
+            total += deleted
+            if deleted < self.batch:
+                return total
+            await asyncio.sleep(0)  # let calls run between batches
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.sweep()
+            except Exception:  # the database away, a failover: try again next interval
+                _log.warning("idempotency key sweep failed; retrying later", exc_info=True)
+            await asyncio.sleep(self.interval_seconds)
+
+    def start(self) -> None:
+        if self._task is None and self.interval_seconds > 0:
+            self._task = asyncio.create_task(self._run(), name="idempotency-sweeper")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
