@@ -130,9 +130,18 @@ citus-test: citus-build $(TS_STAMP)
 
 # The whole suite: proto, lint, types, rule coverage, the TypeScript client, the benchmark's
 # smoke run, then every test (domain, storage, API, clients, the compose topology as local
-# processes; the cross-language tests need the TypeScript build).
+# processes; the cross-language tests need the TypeScript build). tests/unit/domain ran once
+# already, under rule-coverage.
 test: proto-lint lint typecheck rule-coverage ts-test bench-smoke system-deps
-	PAS_REQUIRE_TYPESCRIPT=1 $(BIN)/pytest -q
+	PAS_REQUIRE_TYPESCRIPT=1 $(BIN)/pytest -q --ignore=tests/unit/domain
+
+# What depends on the database, for a second run on another PostgreSQL (CI runs `make test`
+# on the embedded server, then `DATABASE_URL=… make test-db`): the TypeScript client's tests,
+# the benchmark's smoke run and every test using a database fixture (marked `database` by
+# tests/conftest.py). No lint, types or pure unit tests: they cannot differ between servers.
+.PHONY: test-db
+test-db: ts-test bench-smoke system-deps
+	PAS_REQUIRE_TYPESCRIPT=1 $(BIN)/pytest -q -m database
 
 run: install
 	$(BIN)/admission-service serve

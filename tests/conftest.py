@@ -39,6 +39,14 @@ from tests.citus.cluster import CitusCluster
 CITUS_VARIABLE = "PAS_TEST_CITUS"
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Marks ``database`` every test that reaches a PostgreSQL test database through the
+    fixtures (``make test-db`` runs exactly those on a second server)."""
+    for item in items:
+        if "postgres_server_url" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.database)
+
+
 class _UnknownErrorReasons(logging.Handler):
     """Collects the reasons the error interceptor sent that are not ErrorReason values."""
 
