@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The system programs the deployment tests run (tests/deploy/): nginx (the gRPC load balancer of
-# docker-compose.yml) and pgbouncer (the transaction-mode pooler). Installs the Debian packages
+# docker-compose.yml) and pgbouncer (the transaction-mode pooler); and the browser the inspector's
+# tests drive (tests/api/test_inspector.py): chromium and chromedriver. Installs the Debian packages
 # when a program is missing; quiet and idempotent. Where there is no apt-get it only says so,
 # and the tests that need the programs skip with that reason.
 set -euo pipefail
@@ -9,6 +10,8 @@ export PATH="$PATH:/usr/sbin:/usr/local/sbin:/sbin"
 missing=()
 command -v nginx >/dev/null || missing+=(nginx)
 command -v pgbouncer >/dev/null || missing+=(pgbouncer)
+command -v chromium >/dev/null || missing+=(chromium)
+command -v chromedriver >/dev/null || missing+=(chromium-driver)
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 if ! command -v apt-get >/dev/null; then

@@ -31,6 +31,8 @@
 | ``PAS_TLS_CLIENT_CA_FILE`` | unset | PEM CA bundle: require client certificates it signed (mTLS) |
 | ``PAS_MAX_RECEIVE_MESSAGE_BYTES`` | ``16777216`` (16 MiB) | largest request gRPC accepts |
 | ``PAS_METRICS_LISTEN`` | unset | ``host:port`` of Prometheus ``/metrics``; unset: no endpoint |
+| ``PAS_INSPECTOR_LISTEN`` | unset | ``host:port`` of the read-only operator inspector (web
+  pages, the API's bearer tokens); unset: no inspector |
 | ``PAS_LOG_LEVEL`` | ``INFO`` | ``DEBUG``, ``INFO``, ``WARNING``, ``ERROR`` or ``CRITICAL`` |
 | ``PAS_LOG_FORMAT`` | ``json`` | ``json`` (one object per line) or ``text`` |
 | ``PAS_LOG_PAYLOADS`` | ``false`` | also log request and response payloads — prompt and message
@@ -125,6 +127,7 @@ class Settings:
     tls_client_ca_file: Path | None = None
     max_receive_message_bytes: int = DEFAULT_MAX_RECEIVE_MESSAGE_BYTES
     metrics_listen: str | None = None
+    inspector_listen: str | None = None
     log_level: str = "INFO"
     log_format: str = "json"
     log_payloads: bool = False
@@ -171,6 +174,7 @@ class Settings:
                 "PAS_MAX_RECEIVE_MESSAGE_BYTES", DEFAULT_MAX_RECEIVE_MESSAGE_BYTES, minimum=1024
             ),
             metrics_listen=reader.optional_listen("PAS_METRICS_LISTEN"),
+            inspector_listen=reader.optional_listen("PAS_INSPECTOR_LISTEN"),
             log_level=reader.choice("PAS_LOG_LEVEL", "INFO", LOG_LEVELS),
             log_format=reader.choice("PAS_LOG_FORMAT", "json", LOG_FORMATS),
             log_payloads=reader.boolean("PAS_LOG_PAYLOADS", False),
@@ -203,13 +207,16 @@ class Settings:
 
         Checked when a server starts, not when settings are read: ``migrate`` and the other
         commands serve nothing, so the image's network ``PAS_LISTEN`` must not stop them."""
-        if self.token_tenants or self.allow_unauthenticated or is_loopback(self.listen):
+        if self.token_tenants or self.allow_unauthenticated:
             return
-        raise ConfigError(
-            f"PAS_LISTEN={self.listen} is not a loopback address and no bearer tokens are "
-            "configured: set PAS_AUTH_TOKENS or PAS_AUTH_TOKENS_FILE, or "
-            "PAS_ALLOW_UNAUTHENTICATED=true to serve without authentication"
-        )
+        listeners = {"PAS_LISTEN": self.listen, "PAS_INSPECTOR_LISTEN": self.inspector_listen}
+        for name, listen in listeners.items():
+            if listen is not None and not is_loopback(listen):
+                raise ConfigError(
+                    f"{name}={listen} is not a loopback address and no bearer tokens are "
+                    "configured: set PAS_AUTH_TOKENS or PAS_AUTH_TOKENS_FILE, or "
+                    "PAS_ALLOW_UNAUTHENTICATED=true to serve without authentication"
+                )
 
     @property
     def tls(self) -> bool:

@@ -55,6 +55,8 @@ from admission_service.telemetry.tracing import (
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
 
+    from admission_service.inspector.http import InspectorServer
+
 SERVICE_NAME: str = api.DESCRIPTOR.services_by_name["AdmissionService"].full_name
 OVERALL_HEALTH = ""
 
@@ -80,6 +82,7 @@ class RunningServer:
     token_watch: asyncio.Task[None] | None = None
     sweeper: IdempotencySweeper | None = None
     health_probe: asyncio.Task[None] | None = None
+    inspector: InspectorServer | None = None
     stopped: bool = False
 
     @property
@@ -100,6 +103,8 @@ class RunningServer:
             self.health_probe.cancel()
             await asyncio.gather(self.health_probe, return_exceptions=True)
         await self.health.enter_graceful_shutdown()
+        if self.inspector is not None:
+            await asyncio.to_thread(self.inspector.stop)
         await self.server.stop(grace)
         if self.sweeper is not None:
             await self.sweeper.stop()
@@ -259,6 +264,7 @@ async def start_server(
             interval_seconds=settings.idempotency_sweep_seconds,
         )
         sweeper.start()
+        inspector = start_inspector(settings, app, tenants)
     except BaseException:
         metrics.stop_http()
         if owns_engine:
@@ -304,7 +310,29 @@ async def start_server(
         token_watch,
         sweeper=sweeper,
         health_probe=health_probe,
+        inspector=inspector,
     )
+
+
+def start_inspector(
+    settings: Settings, app: AdmissionApp, tenants: TenantResolver
+) -> InspectorServer | None:
+    """The read-only operator inspector on PAS_INSPECTOR_LISTEN, when it is set."""
+    if settings.inspector_listen is None:
+        return None
+    from admission_service.inspector.http import Inspector, InspectorServer
+
+    host, port = split_listen(settings.inspector_listen)
+    inspector = Inspector(app, tenants, settings.default_tenant, asyncio.get_running_loop())
+    try:
+        server = InspectorServer(inspector, host, port)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot serve the inspector on PAS_INSPECTOR_LISTEN={settings.inspector_listen}: {exc}"
+        ) from exc
+    server.start()
+    _log.info("serving the inspector on %s:%d", host, server.port)
+    return server
 
 
 def host_port(listen: str | None, port: int | None) -> str:

@@ -71,6 +71,12 @@ class BearerTokens:
                 raise ValueError("token hashes must look like sha256:<64 lower-case hex digits>")
         self._tenants = dict(tenants_by_hash)  # one assignment: a call sees old or new
 
+    def tenant_of_token(self, token: str) -> str | None:
+        """The tenant a bearer token authenticates, or None (also for the operator inspector)."""
+        # A lookup by digest: its timing depends only on the digest of what the caller sent,
+        # which tells nothing about any valid token.
+        return self._tenants.get(hash_token(token))
+
     async def tenant(self, context: grpc.aio.ServicerContext[Any, Any]) -> str:
         values = [
             value for key, value in (context.invocation_metadata() or ()) if key == "authorization"
@@ -86,9 +92,7 @@ class BearerTokens:
         token = token.strip()
         if scheme.lower() != BEARER or not token:
             raise Unauthenticated(INVALID_TOKEN, "the authorization header is not Bearer <token>")
-        # A lookup by digest: its timing depends only on the digest of what the caller sent,
-        # which tells nothing about any valid token.
-        tenant = self._tenants.get(hash_token(token))
+        tenant = self.tenant_of_token(token)
         if tenant is None:
             raise Unauthenticated(INVALID_TOKEN, "the bearer token is not valid")
         call_context.tenant.set(tenant)

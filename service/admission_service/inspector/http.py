@@ -1,0 +1,271 @@
+"""The inspector's HTTP listener: read-only pages over the service's own use cases.
+
+A ``ThreadingHTTPServer`` on ``PAS_INSPECTOR_LISTEN`` (off by default) whose handler threads
+run the use cases on the service's event loop (``run_coroutine_threadsafe``) and render the
+Jinja2 templates with autoescaping on, so prompt and message text is always escaped. Only GET
+and HEAD exist: every other method is 405. Authentication is the API's: a bearer token in
+``Authorization: Bearer <token>``, or, for a browser, HTTP Basic with the token as the password
+(any user name); the token's tenant scopes every page, and another tenant's session is 404. The
+pages carry no scripts and load nothing from elsewhere (a Content-Security-Policy says so).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import logging
+import threading
+from collections.abc import Awaitable, Callable
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, TypeVar
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from jinja2 import Environment, PackageLoader, StrictUndefined
+
+from admission_service.api.tenancy import BearerTokens, TenantResolver
+from admission_service.app.commands import EventView
+from admission_service.app.service import AdmissionApp
+from admission_service.app.trajectory import TrajectoryEntry
+from admission_service.domain.errors import InvalidArgument, SessionNotFound
+from admission_service.domain.wire import WireFormat
+from admission_service.inspector import views
+
+T = TypeVar("T")
+_log = logging.getLogger(__name__)
+
+REALM = 'Basic realm="Prompt Admission inspector", charset="UTF-8"'
+# The most events (and requests) one page folds; a longer session shows its first ones.
+MAX_ITEMS = 5000
+PAGE = 1000
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; "
+        "form-action 'none'; frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+VIEWS = ("chat", "trajectory", "tokens")
+ERROR_PAGE = "<!doctype html><title>{{ status }}</title><h1>{{ status }}</h1><p>{{ message }}</p>"
+
+
+class _Refused(Exception):
+    def __init__(self, status: HTTPStatus, message: str, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = headers or {}
+
+
+def templates() -> Environment:
+    return Environment(
+        loader=PackageLoader("admission_service.inspector", "templates"),
+        autoescape=True,
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+
+
+def token_of(authorization: str | None) -> str:
+    """The bearer token in an Authorization header (Bearer, or Basic with it as password)."""
+    if not authorization:
+        raise _Refused(HTTPStatus.UNAUTHORIZED, "credentials required", {"WWW-Authenticate": REALM})
+    scheme, _, value = authorization.partition(" ")
+    value = value.strip()
+    if scheme.lower() == "bearer" and value:
+        return value
+    if scheme.lower() == "basic" and value:
+        try:
+            decoded = base64.b64decode(value, validate=True).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError):
+            decoded = ""
+        password = decoded.partition(":")[2]
+        if password:
+            return password
+    raise _Refused(HTTPStatus.UNAUTHORIZED, "credentials required", {"WWW-Authenticate": REALM})
+
+
+class Inspector:
+    """The pages, bound to one service (its use cases, tenants and event loop)."""
+
+    def __init__(
+        self,
+        app: AdmissionApp,
+        tenants: TenantResolver,
+        default_tenant: str,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        timeout: float = 10.0,
+    ) -> None:
+        self.app = app
+        self.tenants = tenants
+        self.default_tenant = default_tenant
+        self.loop = loop
+        self.timeout = timeout
+        self.environment = templates()
+
+    def tenant(self, authorization: str | None) -> str:
+        if not isinstance(self.tenants, BearerTokens):
+            return self.default_tenant
+        tenant = self.tenants.tenant_of_token(token_of(authorization))
+        if tenant is None:
+            raise _Refused(HTTPStatus.UNAUTHORIZED, "invalid token", {"WWW-Authenticate": REALM})
+        return tenant
+
+    def _run(self, work: Awaitable[T]) -> T:
+        return asyncio.run_coroutine_threadsafe(work, self.loop).result(self.timeout)  # type: ignore[arg-type]
+
+    def _all(self, fetch: Callable[[str], Awaitable[Any]]) -> tuple[list[Any], bool]:
+        """Every item of a paged use case, up to MAX_ITEMS; and whether it stopped early."""
+        items: list[Any] = []
+        token = ""
+        while True:
+            page = self._run(fetch(token))
+            items.extend(page.items)
+            token = page.next_page_token
+            if not token:
+                return items, False
+            if len(items) >= MAX_ITEMS:
+                return items, True
+
+    def render(self, path: str, authorization: str | None) -> str:
+        tenant = self.tenant(authorization)
+        url = urlsplit(path)
+        parts = [unquote(part) for part in url.path.split("/") if part]
+        if not parts:
+            token = parse_qs(url.query).get("page", [""])[0]
+            page = self._run(self.app.list_sessions(tenant, 100, token))
+            return self._page(
+                "sessions.html", tenant, sessions=page.items, next_page=page.next_page_token
+            )
+        if parts[0] != "sessions" or len(parts) not in (2, 3):
+            raise _Refused(HTTPStatus.NOT_FOUND, "no such page")
+        session_id = parts[1]
+        view = parts[2] if len(parts) == 3 else "chat"
+        if view not in VIEWS:
+            raise _Refused(HTTPStatus.NOT_FOUND, "no such page")
+        session = self._run(self.app.get_session(tenant, session_id))
+        common = {"session": session, "view": view}
+        if view == "chat":
+            events: list[EventView]
+            events, truncated = self._all(
+                lambda token: self.app.list_events(tenant, session_id, PAGE, token)
+            )
+            return self._page(
+                "chat.html",
+                tenant,
+                items=views.chat_items(events),
+                truncated=truncated,
+                shown=len(events),
+                **common,
+            )
+        entries: list[TrajectoryEntry]
+        entries, _ = self._all(
+            lambda token: self.app.list_trajectory(tenant, session_id, PAGE, token)
+        )
+        if view == "trajectory":
+            return self._page(
+                "trajectory.html", tenant, rows=views.trajectory_rows(entries), **common
+            )
+        inspected = self._run(self.app.inspect(tenant, session_id, WireFormat.NEUTRAL))
+        return self._page(
+            "tokens.html",
+            tenant,
+            breakdown=inspected.breakdown,
+            effective=inspected.effective_prompt,
+            chart=views.ledger_chart(entries),
+            ledger=[entry.ledger for entry in entries],
+            **common,
+        )
+
+    def _page(self, name: str, tenant: str, **context: Any) -> str:
+        return self.environment.get_template(name).render(tenant=tenant, **context)
+
+
+def _handler(inspector: Inspector) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "PromptAdmissionInspector"
+        sys_version = ""
+
+        def do_GET(self) -> None:
+            self._respond(body=True)
+
+        def do_HEAD(self) -> None:
+            self._respond(body=False)
+
+        def _refuse_write(self) -> None:
+            self._send(HTTPStatus.METHOD_NOT_ALLOWED, "read-only", {"Allow": "GET, HEAD"}, True)
+
+        do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = _refuse_write
+
+        def _respond(self, *, body: bool) -> None:
+            try:
+                page = inspector.render(self.path, self.headers.get("Authorization"))
+            except _Refused as refused:
+                self._send(refused.status, refused.message, refused.headers, body)
+                return
+            except SessionNotFound:
+                self._send(HTTPStatus.NOT_FOUND, "session not found", {}, body)
+                return
+            except InvalidArgument as exc:
+                self._send(HTTPStatus.BAD_REQUEST, f"{exc.field}: {exc.message}", {}, body)
+                return
+            except Exception:
+                _log.exception("inspector page %s failed", self.path)
+                self._send(HTTPStatus.INTERNAL_SERVER_ERROR, "internal error", {}, body)
+                return
+            self._write(HTTPStatus.OK, page.encode(), "text/html; charset=utf-8", {}, body)
+
+        def _send(
+            self, status: HTTPStatus, message: str, headers: dict[str, str], body: bool
+        ) -> None:
+            page = inspector.environment.from_string(ERROR_PAGE).render(
+                status=f"{status.value} {status.phrase}", message=message
+            )
+            self._write(status, page.encode(), "text/html; charset=utf-8", headers, body)
+
+        def _write(
+            self,
+            status: HTTPStatus,
+            payload: bytes,
+            content_type: str,
+            headers: dict[str, str],
+            body: bool,
+        ) -> None:
+            self.send_response(status)
+            for name, value in {**SECURITY_HEADERS, **headers}.items():
+                self.send_header(name, value)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            if body:
+                self.wfile.write(payload)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            _log.debug("inspector: " + format, *args)
+
+    return Handler
+
+
+class InspectorServer:
+    """The listener, serving in a thread of its own until ``stop``."""
+
+    def __init__(self, inspector: Inspector, host: str, port: int) -> None:
+        self.httpd = ThreadingHTTPServer((host, port), _handler(inspector))
+        self.httpd.daemon_threads = True
+        self.port = int(self.httpd.server_address[1])
+        self._thread = threading.Thread(
+            target=self.httpd.serve_forever, name="inspector", daemon=True
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self._thread.join(timeout=5)
