@@ -2,25 +2,42 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
+
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-# One small batch, oldest first by the create_time index. SKIP LOCKED: a key a call is writing
-# or replaying right now is left for the next sweep, so the sweep never waits on a call (and
-# replicas sweeping at once take different rows).
-_SWEEP = text(
-    "DELETE FROM idempotency_keys AS k USING ("
-    " SELECT tenant_id, session_id, request_id FROM idempotency_keys"
+# The oldest expired keys, by the create_time index.
+_EXPIRED = text(
+    "SELECT tenant_id, session_id, request_id FROM idempotency_keys"
     " WHERE create_time < now() - make_interval(secs => :retention)"
-    " ORDER BY create_time LIMIT :batch FOR UPDATE SKIP LOCKED) AS old"
-    " WHERE k.tenant_id = old.tenant_id AND k.session_id = old.session_id"
-    " AND k.request_id = old.request_id"
+    " ORDER BY create_time LIMIT :batch"
+)
+# Deleted session by session: each statement stays inside one session's rows, as every other
+# statement does (a distributed deployment routes it to one shard; docs/SCALING.md). Keys are
+# never updated, so no call holds a lock on an expired one: the sweep never waits on a call.
+_DELETE = text(
+    "DELETE FROM idempotency_keys WHERE tenant_id = :t AND session_id = :s"
+    " AND request_id = ANY(:ids) AND create_time < now() - make_interval(secs => :retention)"
 )
 
 
 async def sweep_expired_keys(engine: AsyncEngine, retention_seconds: float, batch: int) -> int:
     """Delete up to ``batch`` keys older than the retention window, in one short transaction;
-    how many were deleted."""
+    how many were found expired."""
     async with engine.begin() as connection:
-        result = await connection.execute(_SWEEP, {"retention": retention_seconds, "batch": batch})
-    return int(result.rowcount or 0)
+        rows = (
+            await connection.execute(_EXPIRED, {"retention": retention_seconds, "batch": batch})
+        ).all()
+        by_session: defaultdict[tuple[str, str], list[str]] = defaultdict(list)
+        for tenant, session_id, request_id in rows:
+            by_session[tenant, session_id].append(request_id)
+        if by_session:
+            await connection.execute(
+                _DELETE,
+                [
+                    {"t": tenant, "s": session_id, "ids": ids, "retention": retention_seconds}
+                    for (tenant, session_id), ids in by_session.items()
+                ],
+            )
+    return len(rows)

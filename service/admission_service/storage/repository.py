@@ -13,6 +13,7 @@ many round trips as the irreducible lock, read, write and commit.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -916,35 +917,33 @@ class SessionStore:
         return list((await self.connection.execute(statement)).all())
 
     async def events_page(self, after_seq: int, limit: int, budget: int) -> tuple[list[Any], bool]:
-        """Events after ``after_seq`` in order: at most ``limit``, and only while the payloads
-        before each stay under ``budget`` bytes (the first always comes, however large); and
-        whether more follow. Sizes are read from the rows' headers (``octet_length`` does not
-        detoast), so events past the budget are never loaded."""
+        """Events after ``after_seq`` in order: at most ``limit``, and at most ``budget``
+        payload bytes, except that the first always comes (so an event larger than the budget
+        comes alone on its page); and whether more follow. Sizes are read from the rows'
+        headers (``octet_length`` does not detoast), so events past the budget are not loaded."""
         await self.flush()
         size = func.octet_length(events.c.payload)
         window = (
             select(
                 *(column for column in events.c if column.name != "payload"),
                 events.c.payload.label("stored_payload"),
-                (func.sum(size).over(order_by=events.c.seq) - size).label("before"),
+                func.sum(size).over(order_by=events.c.seq).label("running"),
+                func.row_number().over(order_by=events.c.seq).label("number"),
             )
             .where(self._mine(events), events.c.seq > after_seq)
             .order_by(events.c.seq)
             .limit(limit + 1)
             .subquery()
         )
-        fits = window.c.before < budget
+        fits = or_(window.c.number == 1, window.c.running <= budget)
+        hidden = ("stored_payload", "running", "number")
         statement = select(
-            *(column for column in window.c if column.name not in ("stored_payload", "before")),
+            *(column for column in window.c if column.name not in hidden),
             fits.label("fits"),
             case((fits, window.c.stored_payload)).label("payload"),
         ).order_by(window.c.seq)
         rows = list((await self.connection.execute(statement)).all())
-        page: list[Any] = []
-        for row in rows[:limit]:
-            if not row.fits and page:
-                break
-            page.append(row)
+        page = list(itertools.takewhile(lambda row: row.fits, rows[:limit]))
         return page, len(rows) > len(page)
 
     async def requests_from(self, first_index: int, limit: int) -> list[Any]:
