@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
-import shutil
 import urllib.error
 import urllib.request
 import uuid
@@ -26,6 +25,7 @@ from promptadmission.v1 import admission_service_pb2 as api
 from promptadmission.v1 import session_pb2 as pb
 
 from tests.api.support import StartApi, admit_request, async_stub, channel_with_metadata
+from tests.browser import chrome, full_page_screenshot, missing
 
 RUN = uuid.uuid4().hex[:8]
 TOKEN = f"inspector-token-{RUN}-0123456789abcdef"
@@ -33,8 +33,6 @@ OTHER_TOKEN = f"inspector-other-{RUN}-0123456789abcdef"
 TOKENS = {hash_token(TOKEN): f"ops-{RUN}", hash_token(OTHER_TOKEN): f"other-{RUN}"}
 SCRIPT = "<script>document.title='pwned'</script>"
 ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 
 
 @dataclass
@@ -167,31 +165,12 @@ def screenshot_dir() -> Path:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
+    reason = missing()
+    if reason is not None:
         if os.environ.get("CI"):
-            pytest.fail("chromium and chromium-driver are required in CI (make system-deps)")
-        pytest.skip("chromium is not installed (apt-get install chromium chromium-driver)")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in (
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--no-first-run",
-        "--window-size=1280,1000",
-    ):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
-    driver.execute_cdp_cmd("Network.enable", {})
-    driver.execute_cdp_cmd(
-        "Network.setExtraHTTPHeaders", {"headers": {"Authorization": f"Bearer {TOKEN}"}}
-    )
+            pytest.fail(f"{reason}: CI must run the browser tests (make system-deps)")
+        pytest.skip(reason)
+    driver = chrome(authorization=f"Bearer {TOKEN}")
     try:
         yield driver
     finally:
@@ -200,14 +179,7 @@ def browser() -> Iterator[Any]:
 
 def visit(driver: Any, url: str, name: str) -> Path:
     driver.get(url)
-    # The whole page in one screenshot, beyond the viewport.
-    height = int(driver.execute_script("return document.documentElement.scrollHeight"))
-    metrics = {"width": 1280, "height": min(height, 6000), "deviceScaleFactor": 1, "mobile": False}
-    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", metrics)
-    shot = driver.execute_cdp_cmd("Page.captureScreenshot", {"format": "png"})
-    driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
-    path = screenshot_dir() / f"{name}.png"
-    path.write_bytes(base64.b64decode(shot["data"]))
+    path = full_page_screenshot(driver, screenshot_dir() / f"{name}.png")
     print(f"screenshot: {path}")  # noqa: T201 (the artifact's location, for whoever reads the log)
     return path
 

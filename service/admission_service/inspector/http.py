@@ -178,6 +178,7 @@ class Inspector:
             breakdown=inspected.breakdown,
             effective=inspected.effective_prompt,
             chart=views.ledger_chart(entries),
+            divergence_label=views.divergence_label,
             ledger=[entry.ledger for entry in entries],
             **common,
         )

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from admission_service.app.commands import EventView
 from admission_service.app.trajectory import TrajectoryEntry
+from admission_service.domain.accounting import DivergenceReason
 from admission_service.domain.events import Event, EventKind
 from admission_service.domain.messages import (
     Image,
@@ -202,6 +203,11 @@ class TrajectoryRow:
     observed: str
 
 
+def divergence_label(reason: DivergenceReason) -> str:
+    """How a forecast's divergence reads: NONE means the previous request is a kept prefix."""
+    return "prefix kept" if reason is DivergenceReason.NONE else reason.value.replace("_", " ")
+
+
 def _tools(prompt: PromptSnapshot) -> str:
     return ", ".join(tool.name for tool in prompt.tools) or "none"
 
@@ -233,7 +239,7 @@ def trajectory_rows(entries: Sequence[TrajectoryEntry]) -> list[TrajectoryRow]:
                 starts_series=point.starts_series,
                 forecast=(
                     f"{forecast.reused_tokens}/{forecast.total_tokens} tokens "
-                    f"({forecast.divergence_reason.value.replace('_', ' ')})"
+                    f"({divergence_label(forecast.divergence_reason)})"
                 ),
                 observed=observed,
             )
