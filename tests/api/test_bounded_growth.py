@@ -51,7 +51,9 @@ async def db(database_url: str) -> AsyncIterator[AsyncEngine]:
 async def raw_call(client: ApiClient, method: str, request: Any) -> bytes:
     """The response's bytes exactly as the server sent them."""
     call = client.channel.unary_unary(
-        METHOD + method, request_serializer=lambda r: r.SerializeToString()
+        METHOD + method,
+        request_serializer=lambda r: r.SerializeToString(),
+        response_deserializer=None,
     )
     data: bytes = await call(request)
     return data
