@@ -146,6 +146,10 @@ def repeated(f: FieldDescriptor, pools: Pools, depth: int) -> st.SearchStrategy[
     return st.one_of(st.lists(element, max_size=3), st.lists(element, max_size=3), many)
 
 
+def _is_map(f: FieldDescriptor) -> bool:
+    return f.type == FieldDescriptor.TYPE_MESSAGE and f.message_type.GetOptions().map_entry
+
+
 def messages(
     descriptor: Descriptor, pools: Pools, depth: int = 0, templates: tuple[Message, ...] = ()
 ) -> st.SearchStrategy[Message]:
@@ -173,6 +177,15 @@ def messages(
             message.CopyFrom(draw(st.sampled_from(templates)))
             chosen = draw(st.lists(st.sampled_from(chosen), min_size=1, max_size=2, unique=True))
         for f in chosen:
+            if _is_map(f):
+                if draw(st.booleans()):
+                    entries = draw(
+                        st.dictionaries(strings("key", pools), strings("value", pools), max_size=3)
+                    )
+                    target = getattr(message, f.name)
+                    target.clear()
+                    target.update(entries)
+                continue
             if f.is_repeated:
                 if not draw(st.booleans()):
                     continue
@@ -193,3 +206,95 @@ def messages(
         return message
 
     return build()
+
+
+# ---- metadata and bytes (issue 13) ----------------------------------------------------------
+
+PRINTABLE = st.characters(min_codepoint=0x20, max_codepoint=0x7E)
+HOSTILE_AUTHORIZATIONS = (
+    "",
+    "Bearer",
+    "Bearer ",
+    "bearer x",
+    "Basic dXNlcjpwYXNz",
+    "Bearer sha256:" + "0" * 64,
+    "Bearer " + "A" * 4000,
+    "Bearer a b c",
+    "Token abc",
+)
+
+
+def other_metadata() -> st.SearchStrategy[list[tuple[str, str]]]:
+    """Metadata besides authorization: request ids, trace context, and made-up keys, each
+    plausible or not."""
+    keys = st.sampled_from(["x-request-id", "traceparent", "tracestate", "x-fuzz", "grpc-foo"])
+    values = st.one_of(
+        st.text(PRINTABLE, max_size=64),
+        st.sampled_from(
+            [
+                "00-" + "0" * 32 + "-" + "0" * 16 + "-01",
+                "00-" + "f" * 32 + "-" + "f" * 16 + "-ff",
+                "ff-xyz",
+                "x" * 2000,
+            ]
+        ),
+    )
+    return st.lists(st.tuples(keys, values), max_size=3).map(
+        lambda pairs: [(k, v) for k, v in pairs if not k.startswith("grpc-")]
+    )
+
+
+def call_metadata(token: str | None) -> st.SearchStrategy[tuple[tuple[str, str], ...]]:
+    """A call's metadata: with ``token``, always the valid ``authorization`` (so the call gets
+    past authentication); without, none or a hostile one (never valid)."""
+    if token is not None:
+        authorization = st.just([("authorization", f"Bearer {token}")])
+    else:
+        hostile = st.one_of(
+            st.sampled_from(HOSTILE_AUTHORIZATIONS), st.text(PRINTABLE, max_size=80)
+        )
+        authorization = st.one_of(
+            st.just([]),
+            hostile.map(lambda value: [("authorization", value)]),
+            st.tuples(hostile, hostile).map(lambda v: [("authorization", x) for x in v]),
+        )
+    return st.builds(lambda a, b: tuple(a + b), authorization, other_metadata())
+
+
+def _inflate_varint(data: bytearray, at: int) -> None:
+    data[at : at + 1] = b"\xff\xff\xff\xff\x0f"  # a huge length or value
+
+
+@st.composite
+def mutated(draw: st.DrawFn, valid: st.SearchStrategy[bytes]) -> bytes:
+    """A valid request's bytes, damaged the ways a broken client or an attacker damages them:
+    bits flipped, bytes replaced, inserted, deleted, duplicated, lengths inflated, the end cut
+    off or padded with garbage."""
+    data = bytearray(draw(valid))
+    for _ in range(draw(st.integers(1, 4))):
+        at = draw(st.integers(0, max(len(data) - 1, 0)))
+        operation = draw(
+            st.sampled_from(
+                ["flip", "set", "insert", "delete", "duplicate", "inflate", "cut", "pad"]
+            )
+        )
+        if not data and operation not in ("insert", "pad"):
+            operation = "pad"
+        if operation == "flip":
+            data[at] ^= 1 << draw(st.integers(0, 7))
+        elif operation == "set":
+            data[at] = draw(st.sampled_from([0x00, 0x7F, 0x80, 0xFF, 0xC3, 0xED]))
+        elif operation == "insert":
+            data[at:at] = draw(st.binary(min_size=1, max_size=16))
+        elif operation == "delete":
+            del data[at : at + draw(st.integers(1, 16))]
+        elif operation == "duplicate":
+            end = at + draw(st.integers(1, 64))
+            data[at:at] = data[at:end] * draw(st.integers(1, 50))
+        elif operation == "inflate":
+            _inflate_varint(data, at)
+        elif operation == "cut":
+            del data[at:]
+        else:
+            data += draw(st.binary(min_size=1, max_size=64))
+    return bytes(data)

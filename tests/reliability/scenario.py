@@ -27,6 +27,22 @@ async def plain_stub(target: str) -> AsyncIterator[api_grpc.AdmissionServiceAsyn
         yield stub_of(channel)
 
 
+@asynccontextmanager
+async def authorized_stub(
+    target: str, token: str
+) -> AsyncIterator[api_grpc.AdmissionServiceAsyncStub]:
+    """``plain_stub``, sending ``authorization: Bearer <token>`` with every call."""
+    from tests.api.support import MetadataInterceptor
+
+    interceptor = MetadataInterceptor((("authorization", f"Bearer {token}"),))
+    async with grpc.aio.insecure_channel(
+        target,
+        options=CHANNEL_OPTIONS,
+        interceptors=[interceptor],  # type: ignore[list-item]
+    ) as channel:
+        yield stub_of(channel)
+
+
 async def create_sessions(
     stub: api_grpc.AdmissionServiceAsyncStub, book: Book, count: int, concurrency: int = 16
 ) -> None:

@@ -21,13 +21,17 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
 import pytest
-from google.protobuf.message import Message
+from admission_service.api.tenancy import hash_token
+from google.protobuf.message import DecodeError, Message
+from google.protobuf.message_factory import GetMessageClass
 from hypothesis import HealthCheck, given, settings
 from hypothesis import seed as hypothesis_seed
+from hypothesis import strategies as st
 from promptadmission.v1 import admission_service_pb2 as api
 from promptadmission.v1 import admission_service_pb2_grpc as api_grpc
 from promptadmission.v1 import session_pb2 as pb
@@ -36,17 +40,19 @@ from tests.api.support import IN_HISTORY_ROUTE, rich_error, user
 
 from .checks import audit_book
 from .conftest import StartService
-from .fuzz import Pools, documented_reasons, messages
+from .fuzz import Pools, call_metadata, documented_reasons, messages, mutated
 from .harness import Book, assistant, tool_result
-from .process import CHANNEL_OPTIONS
+from .process import CHANNEL_OPTIONS, ServiceProcess
 from .profile import Profile
-from .scenario import plain_stub
+from .scenario import authorized_stub, plain_stub
 from .stats import Figures, latency_summary
 
 pytestmark = pytest.mark.slow
 SERVICE = api.DESCRIPTOR.services_by_name["AdmissionService"]
 REASONS = documented_reasons()
 NEVER = {grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL}
+TOKEN = f"fuzz-{uuid.uuid4().hex}"
+AUTHORIZED = (("authorization", f"Bearer {TOKEN}"),)
 
 
 def check_status(error: grpc.RpcError) -> str:
@@ -79,6 +85,11 @@ async def seed_sessions(stub: api_grpc.AdmissionServiceAsyncStub, book: Book) ->
     await stub.Record(
         api.RecordRequest(
             session_id=a, admission_id=first.admission_id, assistant=assistant("y" * 400, call)
+        )
+    )
+    await stub.Record(  # the call answered: the next step may be admitted
+        api.RecordRequest(
+            session_id=a, admission_id=first.admission_id, tool_results=[tool_result(call, "r")]
         )
     )
     stale = await stub.PlanCompaction(api.PlanCompactionRequest(session_id=a, retain_tokens=0))
@@ -144,22 +155,91 @@ def templates(pools: Pools) -> dict[str, tuple[Message, ...]]:
     }
 
 
+MUTATING = {"CreateSession", "DeleteSession", "Admit", "Reconcile", "Record", "Compact"}
+# The fuzzer's invariant (issue 13): no call costs the server more than this much CPU.
+MAX_SERVER_CPU_SECONDS = 0.100
+
+
+@dataclass
+class FuzzTally:
+    """What the fuzzer saw: outcomes by "RPC CODE/REASON", and server CPU per call."""
+
+    outcomes: Counter[str] = field(default_factory=Counter)
+    cpu_max_refused: float = 0.0
+    cpu_max_ok: float = 0.0
+    cpu_total: float = 0.0
+    costliest: str = ""
+    refused_that_committed: list[str] = field(default_factory=list)
+
+    def add(self, method: str, outcome: str, cpu: float) -> None:
+        self.outcomes[f"{method} {outcome}"] += 1
+        self.cpu_total += cpu
+        if outcome == "OK":
+            self.cpu_max_ok = max(self.cpu_max_ok, cpu)
+        elif cpu > self.cpu_max_refused:
+            self.cpu_max_refused, self.costliest = cpu, f"{method} {outcome}"
+
+    @property
+    def calls(self) -> int:
+        return sum(self.outcomes.values())
+
+
+def request_bytes(
+    method: str, pools: Pools, start_from: tuple[Message, ...]
+) -> st.SearchStrategy[bytes]:
+    """Half well-formed hostile messages (``fuzz.messages``), half valid or hostile messages
+    whose bytes were then damaged (``fuzz.mutated``)."""
+    descriptor = SERVICE.methods_by_name[method].input_type
+    # An RPC without a template of its own starts from its empty request.
+    start_from = start_from or (GetMessageClass(descriptor)(),)
+    encoded = messages(descriptor, pools, templates=start_from).map(
+        lambda message: message.SerializeToString()
+    )
+    valid = st.sampled_from([t.SerializeToString() for t in start_from])
+    return st.one_of(encoded, mutated(st.one_of(valid, encoded)))
+
+
+def session_named(method: str, data: bytes) -> str | None:
+    """The session_id of ``data`` if it parses as ``method``'s request."""
+    try:
+        request = GetMessageClass(SERVICE.methods_by_name[method].input_type).FromString(data)
+    except DecodeError:
+        return None
+    return getattr(request, "session_id", None) or None
+
+
 def fuzz_method(
-    target: str,
+    service: ServiceProcess,
     method: str,
-    pools: Pools,
-    start_from: tuple[Message, ...],
+    requests: st.SearchStrategy[bytes],
+    metadata: st.SearchStrategy[tuple[tuple[str, str], ...]],
     examples: int,
     run_seed: int,
-    tally: Counter[str],
+    tally: FuzzTally,
     sentinel: str,
 ) -> None:
-    """Hypothesis over ``method``'s request (blocking: run in a thread)."""
-    descriptor = SERVICE.methods_by_name[method].input_type
-    with grpc.insecure_channel(target, options=CHANNEL_OPTIONS) as channel:
+    """Hypothesis over ``method``'s request bytes and metadata (blocking: run in a thread).
+    Each call is timed in server CPU; a refused call to a mutating RPC must leave the session
+    it names at the same revision."""
+    with grpc.insecure_channel(service.target, options=CHANNEL_OPTIONS) as channel:
+        rpc = channel.unary_unary(
+            f"/{SERVICE.full_name}/{method}",
+            request_serializer=lambda data: data,
+            response_deserializer=lambda data: data,
+        )
         stub = api_grpc.AdmissionServiceStub(channel)
-        rpc = getattr(stub, method)
         calls = Counter[str]()
+
+        def revision(sid: str | None) -> int | None:
+            if sid is None:
+                return None
+            try:
+                reply = stub.GetSession(
+                    api.GetSessionRequest(session_id=sid), metadata=AUTHORIZED, timeout=10
+                )
+            except grpc.RpcError:
+                return None
+            return int(reply.session.revision)
 
         @hypothesis_seed(run_seed)
         @settings(
@@ -168,19 +248,32 @@ def fuzz_method(
             database=None,
             suppress_health_check=list(HealthCheck),
         )
-        @given(messages(descriptor, pools, templates=start_from))
-        def one(request: Message) -> None:
+        @given(requests, metadata)
+        def one(data: bytes, call_metadata: tuple[tuple[str, str], ...]) -> None:
+            sid = session_named(method, data) if method in MUTATING else None
+            before = revision(sid)
+            cpu = service.cpu()
             try:
-                rpc(request, timeout=30)
+                rpc(data, metadata=call_metadata, timeout=30)
                 outcome = "OK"
             except grpc.RpcError as error:
                 outcome = check_status(error)
-            tally[f"{method} {outcome}"] += 1
+            cpu = service.cpu() - cpu
+            tally.add(method, outcome, cpu)
+            if outcome != "OK" and before is not None and revision(sid) != before:
+                tally.refused_that_committed.append(f"{method} {outcome} {sid}")
             calls["n"] += 1
             if calls["n"] % 25 == 0:  # still serving
-                stub.GetSession(api.GetSessionRequest(session_id=sentinel), timeout=10)
+                stub.GetSession(
+                    api.GetSessionRequest(session_id=sentinel), metadata=AUTHORIZED, timeout=10
+                )
 
         one()
+
+
+async def revisions(stub: api_grpc.AdmissionServiceAsyncStub) -> dict[str, int]:
+    page = await stub.ListSessions(api.ListSessionsRequest(page_size=1000))
+    return {s.session_id: s.revision for s in page.sessions}
 
 
 async def test_fuzzed_requests(
@@ -190,12 +283,15 @@ async def test_fuzzed_requests(
     figures: Callable[[str], Figures],
     seed: int,
 ) -> None:
+    """Structure-aware fuzzing of every RPC, authenticated and not (issue 13's invariant: no
+    INTERNAL/UNKNOWN, no refused call above ``MAX_SERVER_CPU_SECONDS`` of server CPU, RSS
+    bounded, nothing committed by a refused call)."""
     report = figures("7a. hostile input: fuzzed requests")
-    service = await services(fresh_database)
+    service = await services(fresh_database, env={"PAS_AUTH_TOKENS": f"fuzz={hash_token(TOKEN)}"})
     rss_before = service.rss()
     book = Book("fuzz")
-    tally: Counter[str] = Counter()
-    async with plain_stub(service.target) as stub:
+    authenticated, unauthenticated = FuzzTally(), FuzzTally()
+    async with authorized_stub(service.target, TOKEN) as stub:
         pools = await seed_sessions(stub, book)
         sentinel = book.new_session_id()
         await stub.CreateSession(api.CreateSessionRequest(session_id=sentinel))
@@ -208,38 +304,70 @@ async def test_fuzzed_requests(
             await stub.CreateSession(api.CreateSessionRequest(session_id=sid))
             book.add(sid)
             doomed.add("session_id", sid)
+        # Without valid credentials first: every call is UNAUTHENTICATED, nothing changes.
+        stored_before = await revisions(stub)
         for method in SERVICE.methods_by_name:
             await asyncio.to_thread(
                 fuzz_method,
-                service.target,
+                service,
                 method,
-                doomed if method == "DeleteSession" else pools,
-                starts[method],
+                request_bytes(method, pools, starts.get(method, ())),
+                call_metadata(None),
+                max(10, profile.fuzz_examples // 2),
+                seed,
+                unauthenticated,
+                sentinel,
+            )
+        assert await revisions(stub) == stored_before
+        codes = {key.split(" ", 1)[1].split("/")[0] for key in unauthenticated.outcomes}
+        assert codes == {"UNAUTHENTICATED"}, unauthenticated.outcomes
+        for method in SERVICE.methods_by_name:
+            await asyncio.to_thread(
+                fuzz_method,
+                service,
+                method,
+                request_bytes(
+                    method, doomed if method == "DeleteSession" else pools, starts.get(method, ())
+                ),
+                call_metadata(TOKEN),
                 profile.fuzz_examples,
                 seed,
-                tally,
+                authenticated,
                 sentinel,
             )
         assert service.running and service.starts == 1
         existing = Book("fuzz")
-        page = await stub.ListSessions(api.ListSessionsRequest(page_size=1000))
-        for session in page.sessions:  # the fuzzer may have deleted some, and made others
-            if session.session_id in book.sessions:
-                existing.add(session.session_id)
+        for session_id in await revisions(stub):  # the fuzzer may have deleted some
+            if session_id in book.sessions:
+                existing.add(session_id)
         audited = await audit_book(stub, fresh_database, existing)
 
-    by_code = Counter(key.split(" ", 1)[1].split("/")[0] for key in tally.elements())
+    rss_after = service.rss()
+    by_code = Counter(
+        key.split(" ", 1)[1].split("/")[0] for key in authenticated.outcomes.elements()
+    )
     report.set(
         seed=seed,
         rpcs=len(SERVICE.methods_by_name),
         examples_per_rpc=profile.fuzz_examples,
-        calls=sum(tally.values()),
+        calls=authenticated.calls,
         outcomes_by_code=dict(sorted(by_code.items())),
-        outcomes_by_rpc_code_reason=dict(sorted(tally.items())),
-        rss_mib_before_after=[round(rss_before / 2**20, 1), round(service.rss() / 2**20, 1)],
+        outcomes_by_rpc_code_reason=dict(sorted(authenticated.outcomes.items())),
+        unauthenticated_calls=unauthenticated.calls,
+        server_cpu_ms_max_refused=round(authenticated.cpu_max_refused * 1000),
+        server_cpu_ms_max_refused_unauthenticated=round(unauthenticated.cpu_max_refused * 1000),
+        server_cpu_ms_max_ok=round(authenticated.cpu_max_ok * 1000),
+        server_cpu_ms_mean=round(authenticated.cpu_total * 1000 / max(authenticated.calls, 1), 1),
+        costliest_refused=authenticated.costliest,
+        rss_mib_before_after=[round(rss_before / 2**20, 1), round(rss_after / 2**20, 1)],
         audit=audited.as_dict(),
     )
     report.finish()
+    assert not authenticated.refused_that_committed
+    assert unauthenticated.cpu_max_refused <= MAX_SERVER_CPU_SECONDS
+    assert authenticated.cpu_max_refused <= MAX_SERVER_CPU_SECONDS, authenticated.costliest
+    # The fuzzer sends requests of up to 16 MiB: a few of them in flight, never more.
+    assert rss_after - rss_before < 512 * 2**20
 
 
 def ld(number: int, payload: bytes) -> bytes:

@@ -126,7 +126,9 @@ class MalformedRequest(InvalidArgument):
     the broken field (or the whole request, ``field == ""``, when no one field is)."""
 
     def __init__(self, type_name: str, field: str) -> None:
-        super().__init__(field, f"is not a valid {type_name} encoding (protobuf, UTF-8 strings)")
+        super().__init__(
+            field, f"is not a valid {type_name} encoding (protobuf, strings in Unicode)"
+        )
         if not field:
             self.message = f"the request is not a valid {type_name} encoding"
             self.args = (self.message,)
