@@ -147,7 +147,7 @@ def repeated(f: FieldDescriptor, pools: Pools, depth: int) -> st.SearchStrategy[
 
 
 def _is_map(f: FieldDescriptor) -> bool:
-    return f.type == FieldDescriptor.TYPE_MESSAGE and f.message_type.GetOptions().map_entry
+    return f.type == FieldDescriptor.TYPE_MESSAGE and bool(f.message_type.GetOptions().map_entry)
 
 
 def messages(
