@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -44,6 +45,27 @@ def rss_bytes(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
     raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (``serve`` runs worker processes: api/workers.py)."""
+    found, pending = [], [pid]
+    while pending:
+        current = pending.pop()
+        found.append(current)
+        for task in Path(f"/proc/{current}/task").glob("*/children"):
+            try:
+                pending += [int(child) for child in task.read_text().split()]
+            except OSError:  # the task ended meanwhile
+                continue
+    return found
+
+
+def _alive(measure: Callable[[int], float], pid: int) -> float:
+    try:
+        return measure(pid)
+    except (OSError, RuntimeError):  # a worker that ended between listing and reading
+        return 0.0
 
 
 def cpu_seconds(pid: int) -> float:
@@ -101,10 +123,12 @@ class ServiceProcess:
         return self.process is not None and self.process.returncode is None
 
     def rss(self) -> int:
-        return rss_bytes(self.pid)
+        """Of the whole process tree (the workers too)."""
+        return int(sum(_alive(rss_bytes, pid) for pid in process_tree(self.pid)))
 
     def cpu(self) -> float:
-        return cpu_seconds(self.pid)
+        """CPU seconds used so far by the whole process tree."""
+        return sum(_alive(cpu_seconds, pid) for pid in process_tree(self.pid))
 
     async def start(self, within: float = 60.0) -> None:
         """Start it (again, on the same port) and wait until health says SERVING."""
