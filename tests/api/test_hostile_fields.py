@@ -164,3 +164,18 @@ async def test_hostile_page_tokens_are_invalid_argument(api: ApiClient, token: s
         ),
         "page_token",
     )
+
+
+async def test_a_page_token_with_a_huge_session_id_is_invalid_argument(api: ApiClient) -> None:
+    """Found by the fuzzer's long run: a 64 KiB session_id with a page token made the token's
+    scope too long to sign (struct.error, INTERNAL)."""
+    sid = await create_session(api.stub)
+    await api.stub.Admit(admit_request(sid, "P", "u"))
+    page = await api.stub.ListEvents(messages.ListEventsRequest(session_id=sid, page_size=1))
+    token = page.next_page_token
+    assert token
+    with pytest.raises(grpc.aio.AioRpcError) as failure:
+        await api.stub.ListEvents(
+            messages.ListEventsRequest(session_id="x" * 65537, page_token=token), timeout=10
+        )
+    assert failure.value.code() is grpc.StatusCode.INVALID_ARGUMENT
