@@ -27,11 +27,7 @@ from admission_service.app.commands import EventView
 from admission_service.domain.errors import SummaryNotSmaller
 from admission_service.domain.events import Append, Event, EventKind, Replace, system_event
 from admission_service.domain.messages import Message, Role, Text, user_text
-from admission_service.domain.prompt_fold import (
-    PromptFoldState,
-    PromptNode,
-    inspect_system_prompt,
-)
+from admission_service.domain.prompt_fold import PromptFoldState, inspect_system_prompt
 from google.protobuf import json_format
 
 from tests.unit.domain.sim import CAPABLE, INCAPABLE, Sim, user
@@ -44,7 +40,9 @@ def time_of(seq: int) -> datetime:
     return EPOCH + timedelta(seconds=seq)
 
 
-def node_json(node: PromptNode | None) -> dict[str, Any] | None:
+def node_json(node: Any) -> dict[str, Any] | None:
+    """A node as the fixtures spell it; any fold's node (the service's or the Python
+    client's: they have the same fields)."""
     if node is None:
         return None
     return {
@@ -56,8 +54,9 @@ def node_json(node: PromptNode | None) -> dict[str, Any] | None:
     }
 
 
-def state_json(state: PromptFoldState | None) -> dict[str, Any] | None:
-    """A fold state as the fixtures spell it (times are left out: they are the events')."""
+def state_json(state: Any) -> dict[str, Any] | None:
+    """A fold state as the fixtures spell it (times are left out: they are the events'); any
+    fold's state (the service's or the Python client's)."""
     if state is None:
         return None
     return {

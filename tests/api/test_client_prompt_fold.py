@@ -10,7 +10,6 @@ import pytest
 from google.protobuf import json_format
 from promptadmission.prompt_fold import (
     PromptFoldState,
-    PromptNode,
     fold_system_prompt,
     inspect_system_prompt,
 )
@@ -19,34 +18,9 @@ from promptadmission.v1 import admission_service_pb2_grpc as api_grpc
 from promptadmission.v1 import session_pb2 as pb
 
 from tests.api.support import REPLACE_ROUTE, admit_request, create_session
-from tests.prompt_fold_fixtures import FIXTURE
+from tests.prompt_fold_fixtures import FIXTURE, state_json
 
 CASES: list[dict[str, Any]] = json.loads(FIXTURE.read_text(encoding="utf-8"))["cases"]
-
-
-def node_json(node: PromptNode | None) -> dict[str, Any] | None:
-    if node is None:
-        return None
-    return {
-        "seq": node.seq,
-        "turn": node.turn,
-        "step": node.step,
-        "text": node.text,
-        "update": node.update,
-    }
-
-
-def state_json(state: PromptFoldState | None) -> dict[str, Any] | None:
-    if state is None:
-        return None
-    return {
-        "firstSeq": state.first_seq,
-        "uncertain": state.uncertain,
-        "nodes": [{"position": i.position, "node": node_json(i.node)} for i in state.nodes],
-        "replacements": sorted([seq, position] for seq, position in state.replacements.items()),
-        "effective": node_json(state.effective),
-        "introduced": node_json(state.introduced),
-    }
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])

@@ -7,7 +7,7 @@ import contextlib
 from collections.abc import Iterable
 
 from admission_service.domain.errors import SummaryNotSmaller
-from admission_service.domain.events import Append, Event, EventKind, Replace, system_event
+from admission_service.domain.events import Append, Event, EventKind
 from admission_service.domain.messages import Tool, user_text
 from admission_service.domain.prompt_fold import (
     ChangeKind,
@@ -21,24 +21,9 @@ from admission_service.domain.series import HeaderReason, RequestHeader
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.prompt_fold_fixtures import summary, system
+
 from .sim import CAPABLE, INCAPABLE, Sim, user
-
-
-def system(seq: int, text: str, replaces: int | None = None) -> Event:
-    op = Append() if replaces is None else Replace(replaces, replaces)
-    return system_event(seq, text, op, turn=1, step=seq)
-
-
-def replace(seq: int, start: int, end: int) -> Event:
-    return Event(
-        seq,
-        EventKind.COMPACTION_SUMMARY,
-        1,
-        seq,
-        Replace(start, end),
-        (start, end),
-        user_text("summary"),
-    )
 
 
 def fold(events: Iterable[Event], state: PromptFoldState | None = None) -> PromptFoldState | None:
@@ -63,7 +48,7 @@ def test_withholds_unknown_replacement_order_until_the_missing_prefix_is_loaded(
 def test_restores_a_after_compaction_shadows_b_keeping_historical_states() -> None:
     a = fold([system(1, "A")])
     b = inspect_system_prompt(a, system(4, "B"))
-    restored = inspect_system_prompt(b, replace(7, 3, 5))
+    restored = inspect_system_prompt(b, summary(7, 3, 5))
     assert restored is not None and restored.effective is not None
     assert (restored.effective.text, restored.effective.seq, restored.effective.update) == (
         "A",
@@ -71,7 +56,7 @@ def test_restores_a_after_compaction_shadows_b_keeping_historical_states() -> No
         False,
     )
     assert text_of(a) == "A" and text_of(b) == "B"
-    again = inspect_system_prompt(restored, replace(8, 7, 7))
+    again = inspect_system_prompt(restored, summary(8, 7, 7))
     assert again is not None and again.effective is restored.effective
 
 
@@ -82,8 +67,8 @@ def test_uses_surface_order_across_chained_replacements_with_reversed_endpoints(
             system(4, "B"),
             system(6, "C"),
             system(8, "new A", 1),
-            replace(9, 3, 5),
-            replace(10, 9, 6),
+            summary(9, 3, 5),
+            summary(10, 9, 6),
         ]
     )
     assert state is not None and state.effective is not None
@@ -101,9 +86,9 @@ def test_later_nonempty_nodes_win_over_head_rewrites_and_empty_tails_are_ignored
 
 
 def test_does_not_invent_an_unloaded_head_after_a_cross_window_replacement() -> None:
-    state = fold([system(8, "B"), replace(12, 5, 9)])
+    state = fold([system(8, "B"), summary(12, 5, 9)])
     assert state is not None and state.nodes == () and state.effective is None
-    only = fold([replace(12, 5, 9)])
+    only = fold([summary(12, 5, 9)])
     assert only is not None and only.effective is None
 
 
