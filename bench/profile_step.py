@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
+import os
 import subprocess
 import tempfile
 import time
@@ -34,6 +36,7 @@ async def run(seconds: float, out: Path) -> None:
                 for number, session in enumerate(sessions):  # warm every path up
                     await one_call_step(session, f"w{number}")
                 profiler = start_profiler(service.pid, out)
+                cpu_before = service.cpu_seconds(), embedded_postgres_cpu_seconds()
                 latencies: list[float] = []
                 started = time.monotonic()
                 dumped = False
@@ -48,14 +51,37 @@ async def run(seconds: float, out: Path) -> None:
                         if elapsed > seconds:
                             break
                 finally:
+                    service_cpu = service.cpu_seconds() - cpu_before[0]
+                    postgres_cpu = embedded_postgres_cpu_seconds() - cpu_before[1]
                     profiler.send_signal(2)  # py-spy writes its output on SIGINT
                     profiler.wait(60)
         finally:
             service.stop()
+    steps = len(latencies)
     print(  # noqa: T201
-        f"{len(latencies)} steps, p50 {percentile(latencies, 50) * 1000:.2f} ms,"
-        f" p99 {percentile(latencies, 99) * 1000:.2f} ms; stacks in {out}"
+        f"{steps} steps, p50 {percentile(latencies, 50) * 1000:.2f} ms,"
+        f" p99 {percentile(latencies, 99) * 1000:.2f} ms; CPU per step: service"
+        f" {service_cpu * 1000 / steps:.2f} ms (py-spy included), PostgreSQL"
+        f" {postgres_cpu * 1000 / steps:.2f} ms (embedded only, else 0); stacks in {out}"
     )
+
+
+def embedded_postgres_cpu_seconds() -> float:
+    """User + system CPU of the benchmark's embedded PostgreSQL (its postmaster, found by its
+    data directory, and every backend and helper process under it); 0 with DATABASE_URL."""
+    processes = [p for p in Path("/proc").iterdir() if p.name.isdigit()]
+    postmasters = set()
+    for process in processes:
+        with contextlib.suppress(OSError):
+            if b"pas-bench-postgres-" in (process / "cmdline").read_bytes():
+                postmasters.add(process.name)
+    total = 0.0
+    for process in processes:
+        with contextlib.suppress(OSError, IndexError):
+            fields = (process / "stat").read_text().rpartition(")")[2].split()
+            if process.name in postmasters or fields[1] in postmasters:
+                total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 def _dump(pids: list[int], out: Path) -> None:

@@ -2,6 +2,7 @@
 (self and inclusive), so a profile can be read in a terminal or quoted in a note.
 
     python -m bench.profile_summary /tmp/service.txt [--top 30] [--match admission_service]
+        [--within AdmissionServicer.Admit] [--by-function]
 """
 
 from __future__ import annotations
@@ -16,6 +17,14 @@ def main() -> None:
     parser.add_argument("path", type=Path)
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--match", default="", help="only inclusive rows whose frame contains this")
+    parser.add_argument(
+        "--within",
+        default="",
+        help="only samples with a frame containing this (e.g. Servicer.Admit)",
+    )
+    parser.add_argument(
+        "--by-function", action="store_true", help="merge a function's lines into one row"
+    )
     args = parser.parse_args()
     own: Counter[str] = Counter()
     inclusive: Counter[str] = Counter()
@@ -26,6 +35,10 @@ def main() -> None:
             continue
         count = int(count_text)
         frames = stack.split(";")
+        if args.within and not any(args.within in frame for frame in frames):
+            continue
+        if args.by_function:
+            frames = [_function(frame) for frame in frames]
         total += count
         own[frames[-1]] += count
         for frame in set(frames):
@@ -38,6 +51,14 @@ def main() -> None:
     rows = [(f, c) for f, c in inclusive.most_common() if args.match in f][: args.top]
     for frame, count in rows:
         print(f"{100 * count / total:6.1f}%  {frame}")  # noqa: T201
+
+
+def _function(frame: str) -> str:
+    """``name (path:line)`` -> ``name (path)``."""
+    head, _, location = frame.rpartition(" (")
+    if not head:
+        return frame
+    return f"{head} ({location.rpartition(':')[0]})"
 
 
 if __name__ == "__main__":
