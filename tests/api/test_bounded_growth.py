@@ -170,6 +170,38 @@ async def test_a_full_request_over_the_response_bound_points_at_delta(
     assert inspected.request.view == pb.REQUEST_VIEW_DELTA
 
 
+async def test_a_compaction_plan_over_the_response_bound_asks_for_a_smaller_range(
+    start_api: StartApi,
+) -> None:
+    client = await bounded(start_api, max_response_bytes=4096)
+    stub = client.stub
+    sid = await create_session(stub)
+    seqs: list[int] = []
+    held = pb.HeldPrefix()
+    for turn in (1, 2, 3):
+        admitted = await stub.Admit(
+            admit_request(
+                sid, "P", str(turn) * 1500, turn=turn, view=pb.REQUEST_VIEW_DELTA, held_prefix=held
+            )
+        )
+        seqs += list(admitted.user_seqs)
+        held = pb.HeldPrefix(
+            message_count=admitted.request.total_messages, digest=admitted.request.digest
+        )
+    error = await expect_error(
+        stub.PlanCompaction(rpc.PlanCompactionRequest(session_id=sid, retain_tokens=0)),
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        "RESPONSE_TOO_LARGE",
+    )
+    assert "smaller" in error.message
+    plan = await stub.PlanCompaction(
+        rpc.PlanCompactionRequest(
+            session_id=sid, range=pb.SeqRange(start_seq=seqs[0], end_seq=seqs[1])
+        )
+    )
+    assert plan.plan_token and plan.summarization_input  # a smaller range fits
+
+
 async def test_list_events_pages_by_bytes_and_continues(start_api: StartApi) -> None:
     client = await bounded(start_api, max_events_page_bytes=2000)
     stub = client.stub

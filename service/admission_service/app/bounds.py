@@ -61,3 +61,17 @@ def check_derived_request_size(size: int, limits: Limits) -> None:
             limit=str(limits.max_response_bytes),
             value=str(size),
         )
+
+
+def check_summarization_input_size(size: int, limits: Limits) -> None:
+    """Refuse a compaction plan whose summarization input a client could not receive."""
+    if size > limits.max_response_bytes:
+        raise ResourceExhausted(
+            RESPONSE_TOO_LARGE,
+            f"the summarization input is {size} bytes, over the response bound of "
+            f"{limits.max_response_bytes} (PAS_LIMIT_MAX_RESPONSE_BYTES): plan a smaller "
+            "range (seq_range, or a larger retain_tokens) and compact in several steps",
+            bound="max_response_bytes",
+            limit=str(limits.max_response_bytes),
+            value=str(size),
+        )

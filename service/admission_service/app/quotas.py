@@ -30,12 +30,15 @@ STORED_BYTES_QUOTA = "STORED_BYTES_QUOTA_EXCEEDED"
 CONCURRENT_CALLS_QUOTA = "CONCURRENT_CALLS_QUOTA_EXCEEDED"
 
 
-def _exceeded(reason: str, quota: str, limit: int, message: str) -> ResourceExhausted:
+def _exceeded(
+    reason: str, quota: str, limit: int, message: str, **values: str
+) -> ResourceExhausted:
     return ResourceExhausted(
         reason,
         f"the tenant's {quota} quota ({limit}, PAS_QUOTA_{quota.upper()}) {message}",
         quota=quota,
         limit=str(limit),
+        **values,
     )
 
 
@@ -103,5 +106,7 @@ class TenantQuotas:
                 "stored_bytes",
                 limit,
                 f"would be exceeded ({stored} bytes stored, {added} more): delete sessions",
+                stored=str(stored),
+                added=str(added),
             )
         self._stored[tenant] = (self._stored[tenant][0], stored + added)

@@ -55,7 +55,7 @@ from admission_service.app.trajectory import (
     trajectory_entries,
 )
 from admission_service.domain import admission as rules
-from admission_service.domain import codec
+from admission_service.domain import codec, protowire
 from admission_service.domain.accounting import (
     CacheForecast,
     DivergenceReason,
@@ -852,10 +852,14 @@ class AdmissionApp:
                 },
             )
             header = record.series.last_header
+            to_summarize = summarization_input(nodes, selected)
+            bounds.check_summarization_input_size(
+                sum(len(protowire.frame(message)) for message in to_summarize), self.limits
+            )
             return PlanResult(
                 token,
                 selected,
-                summarization_input(nodes, selected),
+                to_summarize,
                 header.header.tools if header else (),
                 record.revision,
             )

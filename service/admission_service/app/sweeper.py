@@ -2,11 +2,11 @@
 response; after it the key is deleted and the ``request_id`` is new again.
 
 ``IdempotencySweeper`` runs in every replica as one background task: every ``interval`` seconds
-it deletes expired keys in batches of ``batch`` rows, one short transaction each (no long locks;
-no call ever locks an expired key, see storage/idempotency.py), yielding to the event loop
-between batches, until a batch comes back short. It never blocks a call; a failed sweep (the database
-away) is logged and retried at the next interval. ``pas_idempotency_keys_swept_total`` counts
-the rows it deleted.
+it deletes expired keys in batches of ``batch`` rows, one short transaction each (no long
+locks; no call ever locks an expired key, see storage/idempotency.py), yielding to the event
+loop between batches, until a batch comes back short. It never blocks a call; a failed sweep
+(the database away) is logged and retried at the next interval.
+``pas_idempotency_keys_swept_total`` counts the rows it deleted.
 """
 
 from __future__ import annotations
