@@ -993,6 +993,9 @@ class AdmissionApp:
         self, tenant: str, session_id: str, page_size: int, page_token: str
     ) -> Page[EventView]:
         limit = validation.check_page_size(page_size, self.limits)
+        # Before the token is checked: its scope holds the session id (a 64 KiB one broke the
+        # token's signature, INTERNAL; found by the fuzzer).
+        validation.check_session_id(session_id, self.limits)
         scope = f"events/{tenant}/{session_id}"
         after = -1
         if page_token:
@@ -1012,6 +1015,9 @@ class AdmissionApp:
     ) -> Page[TrajectoryEntry]:
         """One page of the session's derived requests with the prompt each saw (a read)."""
         limit = validation.check_page_size(page_size, self.limits)
+        # Before the token is checked: its scope holds the session id (a 64 KiB one broke the
+        # token's signature, INTERNAL; found by the fuzzer).
+        validation.check_session_id(session_id, self.limits)
         scope = f"trajectory/{tenant}/{session_id}"
         after = -1
         if page_token:

@@ -82,6 +82,7 @@ def _check_json_object(text: str, field: str, max_depth: int) -> None:
     too_deep = InvalidArgument(
         field, f"is nested deeper than {max_depth} levels (max_json_depth, a JSON depth limit)"
     )
+    too_deep.metadata["max_json_depth"] = str(max_depth)
     try:
         value = json.loads(text)
     except ValueError:
