@@ -67,8 +67,13 @@ def test_every_setting_is_read(tmp_path: Path) -> None:
             "PAS_LIMIT_MAX_PROMPT_BYTES": "2048",
             "PAS_LIMIT_MAX_USERS": "3",
             "PAS_PAGE_TOKEN_KEYS": f"{'n' * 32}, {'o' * 40}",
+            "PAS_AUTH_TOKENS_WATCH_SECONDS": "0.5",
+            "PAS_REFLECTION": "false",
         }
     )
+    assert settings.auth_tokens_file == tokens_file  # read again on SIGHUP or a change
+    assert settings.auth_tokens_watch_seconds == 0.5
+    assert not settings.reflection
     assert settings.page_token_keys == ("n" * 32, "o" * 40)
     assert settings.listen == "[::]:6000"
     assert settings.database_url == "postgresql+psycopg://u:p@db:5432/pas"
@@ -142,6 +147,8 @@ def test_every_limit_has_a_variable() -> None:
         ("PAS_AUTH_TOKENS", "acme"),
         ("PAS_AUTH_TOKENS", "acme=sha256:abc"),
         ("PAS_AUTH_TOKENS_FILE", "/nonexistent/tokens"),
+        ("PAS_AUTH_TOKENS_WATCH_SECONDS", "-1"),
+        ("PAS_REFLECTION", "maybe"),
     ],
 )
 def test_invalid_values_are_refused_by_name(name: str, value: str) -> None:
