@@ -112,7 +112,7 @@ reliability-full: install
 # into the embedded PostgreSQL, once per virtual environment. `citus-test` starts a local
 # cluster (a coordinator and two workers on loopback, torn down afterwards, also on failure) and
 # runs on it: the distribution and router-plan tests, the reliability harness across both
-# workers with one restarted, the API guarantees and the cross-language test.
+# workers with one restarted, the API guarantees and bounds, and the cross-language test.
 CITUS_TARBALL ?= $(CURDIR)/../shared/vendor/citus-14.0.1.tar.gz
 CITUS_REPORT  := .data/citus-test.jsonl
 CITUS_PLANS   := .data/citus-router-plans.txt
@@ -125,7 +125,8 @@ citus-test: citus-build $(TS_STAMP)
 	mkdir -p .data && rm -f $(CITUS_REPORT)
 	PAS_TEST_CITUS=1 PAS_REQUIRE_TYPESCRIPT=1 PAS_RELIABILITY_REPORT=$(CURDIR)/$(CITUS_REPORT) \
 		PAS_CITUS_PLANS=$(CURDIR)/$(CITUS_PLANS) $(BIN)/pytest -q -p no:cacheprovider \
-		tests/citus tests/api/test_guarantees.py tests/clients/test_cross_language.py
+		tests/citus tests/api/test_guarantees.py tests/api/test_bounded_growth.py \
+		tests/clients/test_cross_language.py
 	$(BIN)/python -m tests.reliability.report $(CITUS_REPORT)
 
 # The whole suite: proto, lint, types, rule coverage, the TypeScript client, the benchmark's

@@ -26,6 +26,7 @@ from sqlalchemy import (
     Table,
     Text,
     pool,
+    text,
 )
 from sqlalchemy import create_engine as create_sync_engine
 from sqlalchemy.schema import CreateTable
@@ -124,7 +125,8 @@ def test_a_new_session_scoped_table_is_distributed_from_the_metadata(
     empty_citus_database: str,
 ) -> None:
     """What a later migration adding a table gets: created (with its foreign key to the
-    distributed ``sessions``) and distributed in one transaction, found through the metadata."""
+    distributed ``sessions``) and distributed in one transaction, found through the metadata.
+    Rows it already holds are moved into the shards (the coordinator keeps no copy)."""
     run_migrations(empty_citus_database)
     metadata = MetaData()
     for table in Base.metadata.sorted_tables:
@@ -146,6 +148,10 @@ def test_a_new_session_scoped_table_is_distributed_from_the_metadata(
     try:
         with engine.begin() as connection:
             connection.execute(CreateTable(quotas))
+            connection.execute(
+                text("INSERT INTO sessions (tenant_id, session_id) VALUES ('t', 's')")
+            )
+            connection.execute(text("INSERT INTO session_quotas VALUES ('t', 's', 'x')"))
             assert distribution.distribute(connection, metadata) == ["session_quotas"]
             assert distribution.missing(connection, metadata) == []
     finally:
@@ -153,3 +159,9 @@ def test_a_new_session_scoped_table_is_distributed_from_the_metadata(
     tables = citus_tables(empty_citus_database)
     assert tables["session_quotas"][:2] == ("distributed", "session_id")
     assert tables["session_quotas"][2] == tables["sessions"][2]
+    with psycopg.connect(libpq_url(empty_citus_database)) as connection:
+        row = connection.execute(
+            "SELECT (SELECT count(*) FROM session_quotas),"
+            " pg_relation_size('session_quotas')"  # the coordinator's own (shell) table
+        ).fetchone()
+    assert row == (1, 0)
