@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -10,6 +11,8 @@ import subprocess
 import time
 import urllib.request
 import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -64,8 +67,26 @@ def alive(pid: int) -> bool:
     return True
 
 
-@pytest.mark.slow
-def test_two_workers_share_the_port_and_drain_on_sigterm(database_url: str, tmp_path: Path) -> None:
+@dataclass
+class TwoWorkers:
+    process: subprocess.Popen[bytes]
+    target: str
+    metrics: int
+    log: Path
+
+    def worker_pids(self) -> set[int]:
+        """The workers' pids, from their start lines (waiting for both)."""
+        deadline = time.monotonic() + 60
+        while len(found := WORKER_LINE.findall(self.log.read_text())) < 2:
+            assert time.monotonic() < deadline, self.log.read_text()
+            time.sleep(0.1)
+        return {int(pid) for _, pid in found}
+
+
+@contextlib.contextmanager
+def two_workers(database_url: str, tmp_path: Path) -> Iterator[TwoWorkers]:
+    """``serve`` with PAS_WORKERS=2 as a real process tree, serving; killed at the end if the
+    test left it running."""
     port, metrics = free_port(), free_port_pair()
     env = {
         **os.environ,
@@ -83,36 +104,57 @@ def test_two_workers_share_the_port_and_drain_on_sigterm(database_url: str, tmp_
             serve_command(), env=env, stdout=output, stderr=subprocess.STDOUT, cwd=tmp_path
         )
         try:
-            target = f"127.0.0.1:{port}"
-            wait_until_serving(target, process, timeout=60)
-            deadline = time.monotonic() + 60
-            while len(WORKER_LINE.findall(log.read_text())) < 2:
-                assert time.monotonic() < deadline, log.read_text()
-                time.sleep(0.1)
-            # Every new connection is handed to one of the listening workers by the kernel;
-            # a private subchannel pool makes each channel its own connection.
-            served = [0.0, 0.0]
-            while min(served) == 0 and time.monotonic() < deadline:
-                for _ in range(8):
-                    options = [("grpc.use_local_subchannel_pool", 1)]
-                    with grpc.insecure_channel(target, options=options) as channel:
-                        grpc.channel_ready_future(channel).result(timeout=10)
-                        api_grpc.AdmissionServiceStub(channel).CreateSession(
-                            api.CreateSessionRequest(session_id=f"w-{uuid.uuid4().hex}"),
-                            timeout=10,
-                        )
-                served = [calls_counted(metrics), calls_counted(metrics + 1)]
-            assert min(served) > 0, f"calls per worker: {served}"
-            pids = {int(pid) for _, pid in WORKER_LINE.findall(log.read_text())}
-            assert len(pids) == 2 and process.pid not in pids
-            process.send_signal(signal.SIGTERM)
-            code = process.wait(timeout=GRACE_SECONDS + 15)
+            wait_until_serving(f"127.0.0.1:{port}", process, timeout=60)
+            yield TwoWorkers(process, f"127.0.0.1:{port}", metrics, log)
         finally:
             if process.poll() is None:
                 process.kill()
                 process.wait()
-    text = log.read_text()
+
+
+def wait_gone(pids: set[int], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while any(alive(pid) for pid in pids):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+@pytest.mark.slow
+def test_two_workers_share_the_port_and_drain_on_sigterm(database_url: str, tmp_path: Path) -> None:
+    with two_workers(database_url, tmp_path) as server:
+        pids = server.worker_pids()
+        assert len(pids) == 2 and server.process.pid not in pids
+        # Every new connection is handed to one of the listening workers by the kernel; a
+        # private subchannel pool makes each channel its own connection.
+        served = [0.0, 0.0]
+        deadline = time.monotonic() + 60
+        while min(served) == 0 and time.monotonic() < deadline:
+            for _ in range(8):
+                options = [("grpc.use_local_subchannel_pool", 1)]
+                with grpc.insecure_channel(server.target, options=options) as channel:
+                    grpc.channel_ready_future(channel).result(timeout=10)
+                    api_grpc.AdmissionServiceStub(channel).CreateSession(
+                        api.CreateSessionRequest(session_id=f"w-{uuid.uuid4().hex}"), timeout=10
+                    )
+            served = [calls_counted(server.metrics), calls_counted(server.metrics + 1)]
+        assert min(served) > 0, f"calls per worker: {served}"
+        server.process.send_signal(signal.SIGTERM)
+        code = server.process.wait(timeout=GRACE_SECONDS + 15)
+    text = server.log.read_text()
     assert code == 0, text
     assert text.count("shutting down") == 2, text  # each worker drained
     assert "Traceback" not in text
-    assert not any(alive(pid) for pid in pids)
+    assert wait_gone(pids, 5)
+
+
+@pytest.mark.slow
+def test_workers_do_not_outlive_a_killed_parent(database_url: str, tmp_path: Path) -> None:
+    """kill -9 of the parent (a crash) takes the workers with it: orphans would go on serving
+    the shared port beside a restarted server."""
+    with two_workers(database_url, tmp_path) as server:
+        pids = server.worker_pids()
+        server.process.kill()
+        server.process.wait()
+        assert wait_gone(pids, 10), f"workers {pids} outlived their parent"

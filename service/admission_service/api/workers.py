@@ -14,7 +14,8 @@ and supervises them. SIGTERM or SIGINT (and SIGHUP, the token reload) are forwar
 worker; each drains as a single server does (refuses new calls, lets in-flight calls finish for
 ``PAS_SHUTDOWN_GRACE_SECONDS``) and the parent exits when all have. A worker that exits on its
 own is a failure: the parent stops the others and exits non-zero, for the supervisor above it
-(systemd, Kubernetes) to restart the whole server. With one worker there is no parent: the
+(systemd, Kubernetes) to restart the whole server; a parent that dies (``kill -9``) takes its
+workers with it. With one worker there is no parent: the
 process serves itself, as before.
 """
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import logging
 import multiprocessing
 import os
@@ -37,6 +39,7 @@ from admission_service.telemetry.logs import configure_logging
 
 _log = logging.getLogger(__name__)
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def serve_workers(settings: Settings) -> int:
@@ -88,10 +91,22 @@ def worker_settings(settings: Settings, index: int) -> Settings:
     return replace(settings, workers=1, metrics_listen=metrics)
 
 
-def _worker_main(settings: Settings, index: int, count: int) -> None:
+def _die_with_parent(parent: int) -> None:
+    """A worker must not outlive its parent: after a ``kill -9`` of the parent, orphaned workers
+    would go on serving the shared port beside a restarted server. Linux sends the worker
+    SIGKILL when the parent dies (``prctl(PR_SET_PDEATHSIG)``); a parent already gone ends it
+    now."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def _worker_main(settings: Settings, index: int, count: int, parent: int) -> None:
     """A worker process: one server on the shared port, until SIGTERM/SIGINT."""
     from admission_service.api.server import serve
 
+    _die_with_parent(parent)
     # Until the server installs its own handlers: a terminal's Ctrl-C reaches the whole
     # process group, and the parent forwards it as SIGTERM anyway.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -108,7 +123,7 @@ class _Supervisor:
         self.workers: list[BaseProcess] = [
             context.Process(
                 target=_worker_main,
-                args=(worker_settings(settings, index), index, settings.workers),
+                args=(worker_settings(settings, index), index, settings.workers, os.getpid()),
                 name=f"admission-service-worker-{index}",
             )
             for index in range(settings.workers)
