@@ -47,18 +47,26 @@ class PausingHooks:
 
     def __init__(self) -> None:
         self.target: tuple[str, Phase] | None = None
+        self.occurrence = 1
+        self.seen = 0
         self.reached_phase = asyncio.Event()
         self.unwound = asyncio.Event()
         self.release = asyncio.Event()
 
-    def arm(self, method: str, phase: Phase) -> None:
+    def arm(self, method: str, phase: Phase, occurrence: int = 1) -> None:
+        """Pause the ``occurrence``-th time ``method`` reaches ``phase`` (an Admit carrying a
+        previous output passes VALIDATE, PROJECT and DERIVE twice: recording, admitting)."""
         self.target = (method, phase)
+        self.occurrence, self.seen = occurrence, 0
         self.reached_phase.clear()
         self.unwound.clear()
         self.release.clear()
 
     async def reached(self, method: str, phase: Phase) -> None:
         if self.target != (method, phase):
+            return
+        self.seen += 1
+        if self.seen < self.occurrence:
             return
         self.target = None
         self.reached_phase.set()

@@ -39,34 +39,13 @@ if TYPE_CHECKING:
 USAGE = pb.Usage(input_tokens=1200, output_tokens=40, cache_read_tokens=1000)
 
 
-class PausingAtOccurrence(PausingHooks):
-    """Pauses the ``occurrence``-th time the armed phase is reached: the combined call passes
-    VALIDATE, PROJECT and DERIVE once recording the output and once admitting the step."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.occurrence = 1
-        self.seen = 0
-
-    def arm_at(self, method: str, phase: Phase, occurrence: int) -> None:
-        self.arm(method, phase)
-        self.occurrence, self.seen = occurrence, 0
-
-    async def reached(self, method: str, phase: Phase) -> None:
-        if self.target != (method, phase):
-            return
-        self.seen += 1
-        if self.seen == self.occurrence:
-            await super().reached(method, phase)
+@pytest.fixture(scope="module")
+def hooks() -> PausingHooks:
+    return PausingHooks()
 
 
 @pytest.fixture(scope="module")
-def hooks() -> PausingAtOccurrence:
-    return PausingAtOccurrence()
-
-
-@pytest.fixture(scope="module")
-async def server(database_url: str, hooks: PausingAtOccurrence) -> AsyncIterator[RunningServer]:
+async def server(database_url: str, hooks: PausingHooks) -> AsyncIterator[RunningServer]:
     settings = Settings(listen="127.0.0.1:0", database_url=database_url, migrate_on_start=False)
     running = await start_server(settings, hooks=hooks)
     yield running
@@ -333,12 +312,12 @@ PAUSES = [
 @pytest.mark.parametrize(("phase", "occurrence"), PAUSES)
 @pytest.mark.parametrize("how", ["cancel", "deadline"])
 async def test_cancellation_at_any_phase_commits_nothing(
-    stub: Stub, hooks: PausingAtOccurrence, phase: Phase, occurrence: int, how: str
+    stub: Stub, hooks: PausingHooks, phase: Phase, occurrence: int, how: str
 ) -> None:
     session_id, admission_id = await admitted_session(stub)
     before = await snapshot(stub, session_id)
     request = next_step(session_id, previous_output=output(admission_id))
-    hooks.arm_at("Admit", phase, occurrence)
+    hooks.arm("Admit", phase, occurrence)
     if how == "cancel":
         call = stub.Admit(request)
         await asyncio.wait_for(hooks.reached_phase.wait(), 10)
