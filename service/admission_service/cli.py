@@ -163,11 +163,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Imported here: `health` and `token` start faster without SQLAlchemy.
         import sqlalchemy.exc
 
-        if not isinstance(exc, sqlalchemy.exc.OperationalError | sqlalchemy.exc.InterfaceError):
+        from admission_service.storage.database import DatabaseEncodingError
+
+        if isinstance(exc, DatabaseEncodingError):
+            print(f"{PROG}: configuration error: {exc}", file=sys.stderr)
+            return 2
+        import psycopg
+
+        if isinstance(exc, sqlalchemy.exc.OperationalError | sqlalchemy.exc.InterfaceError):
+            cause: BaseException | None = exc.orig
+        elif isinstance(exc, psycopg.OperationalError):
+            cause = exc
+        else:
             raise
         # The driver's own message says which server could not be reached and why; the
         # SQLAlchemy wrapper would add the statement, which an operator does not need.
-        print(f"{PROG}: database unavailable: {str(exc.orig).strip()}", file=sys.stderr)
+        print(f"{PROG}: database unavailable: {str(cause).strip()}", file=sys.stderr)
         return 1
 
 

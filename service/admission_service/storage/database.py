@@ -7,8 +7,10 @@ from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 
+import psycopg
 from alembic import command
 from alembic.config import Config
+from sqlalchemy import event
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
@@ -20,6 +22,21 @@ DEFAULT_DATA_DIR = Path(".data/postgres")
 # as a source checkout does; Alembic finds them through the package, not a path.
 MIGRATIONS_PACKAGE_LOCATION = "admission_service:migrations"
 MIGRATIONS_DIR = Path(str(resources.files("admission_service") / "migrations"))
+
+
+class DatabaseEncodingError(RuntimeError):
+    """The database is not UTF-8: the service's text (identifiers, JSON) would not round-trip."""
+
+
+def require_utf8(connection: psycopg.Connection[object] | psycopg.AsyncConnection[object]) -> None:
+    """Refuse a connection to a database whose encoding is not UTF8 (``SQL_ASCII`` would hand
+    text back as bytes). The server reports its encoding when the connection starts: no query."""
+    encoding = connection.info.parameter_status("server_encoding")
+    if encoding != "UTF8":
+        raise DatabaseEncodingError(
+            f"the database {connection.info.dbname!r} is encoded {encoding}; the service needs "
+            "a UTF8 database (CREATE DATABASE … ENCODING 'UTF8' TEMPLATE template0)"
+        )
 
 
 def normalise_database_url(url: str) -> str:
@@ -76,7 +93,7 @@ def create_engine(
     accepts TCP but does not answer, or its host drops packets, a call fails with UNAVAILABLE
     in seconds instead of hanging until the caller's deadline.
     """
-    return create_async_engine(
+    engine = create_async_engine(
         normalise_database_url(url),
         pool_size=pool_size,
         max_overflow=max_overflow,
@@ -92,6 +109,12 @@ def create_engine(
         },
     )
 
+    @event.listens_for(engine.sync_engine, "connect")
+    def refuse_non_utf8(dbapi_connection: object, _record: object) -> None:
+        require_utf8(dbapi_connection.driver_connection)  # type: ignore[attr-defined]
+
+    return engine
+
 
 def alembic_config(url: str) -> Config:
     """An Alembic config built in code for ``url`` (``migrations/env.py`` reads it from
@@ -105,5 +128,8 @@ def alembic_config(url: str) -> Config:
 
 
 def run_migrations(url: str, revision: str = "head") -> None:
-    """``alembic upgrade <revision>``. Synchronous: from async code, run it in a thread."""
+    """``alembic upgrade <revision>``. Synchronous: from async code, run it in a thread.
+    A database that is not UTF8 is refused first (``DatabaseEncodingError``)."""
+    with psycopg.connect(libpq_url(url), connect_timeout=10) as connection:
+        require_utf8(connection)
     command.upgrade(alembic_config(url), revision)
