@@ -233,3 +233,28 @@ def test_the_configuration_depends_on_no_api_module() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
     )
     assert done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
+def test_quotas_and_idempotency_retention_are_read() -> None:
+    from admission_service.app.limits import Quotas
+
+    settings = Settings.from_env(
+        {
+            "PAS_QUOTA_SESSIONS": "10",
+            "PAS_QUOTA_STORED_BYTES": "1000000",
+            "PAS_QUOTA_CONCURRENT_CALLS": "4",
+            "PAS_QUOTA_USAGE_REFRESH_SECONDS": "0.5",
+            "PAS_IDEMPOTENCY_RETENTION_SECONDS": "3600",
+            "PAS_IDEMPOTENCY_SWEEP_SECONDS": "0",
+            "PAS_LIMIT_MAX_RESPONSE_BYTES": "8388608",
+        }
+    )
+    assert settings.quotas == Quotas(10, 1_000_000, 4, 0.5)
+    assert settings.idempotency_retention_seconds == 3600
+    assert settings.idempotency_sweep_seconds == 0
+    assert settings.limits.max_response_bytes == 8 * 1024 * 1024
+    defaults = Settings.from_env({})
+    assert defaults.quotas == Quotas()  # off
+    assert defaults.idempotency_retention_seconds == 24 * 3600
+    with pytest.raises(ConfigError, match="PAS_QUOTA_SESSIONS"):
+        Settings.from_env({"PAS_QUOTA_SESSIONS": "-1"})
