@@ -6,11 +6,15 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TypeAlias, cast
 
 import grpc
 from promptadmission.v1 import admission_service_pb2 as api
 from promptadmission.v1 import admission_service_pb2_grpc as api_grpc
 from promptadmission.v1 import session_pb2 as pb
+
+if TYPE_CHECKING:  # the generated stub is typed for asyncio as AdmissionServiceAsyncStub
+    Stub: TypeAlias = api_grpc.AdmissionServiceAsyncStub
 
 CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", -1),
@@ -59,8 +63,8 @@ def channel(target: str) -> grpc.aio.Channel:
     return grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
 
 
-def stub(ch: grpc.aio.Channel) -> api_grpc.AdmissionServiceStub:
-    return api_grpc.AdmissionServiceStub(ch)
+def stub(ch: grpc.aio.Channel) -> Stub:
+    return cast("Stub", api_grpc.AdmissionServiceStub(ch))
 
 
 @dataclass
@@ -85,7 +89,7 @@ class Held:
 class Session:
     """One session driven through the public API, counting its surface nodes."""
 
-    stub: api_grpc.AdmissionServiceStub
+    stub: Stub
     session_id: str
     route: pb.Route = field(default_factory=lambda: IN_HISTORY)
     nodes: int = 0
@@ -96,7 +100,7 @@ class Session:
     last_admission: str = ""
 
     @classmethod
-    async def create(cls, stub: api_grpc.AdmissionServiceStub, **kwargs: object) -> Session:
+    async def create(cls, stub: Stub, **kwargs: object) -> Session:
         session_id = f"bench-{uuid.uuid4().hex}"
         await stub.CreateSession(api.CreateSessionRequest(session_id=session_id))
         return cls(stub, session_id, **kwargs)  # type: ignore[arg-type]

@@ -80,7 +80,7 @@ class Floor:
         return time.perf_counter() - started
 
     async def close(self) -> None:
-        await self.channel.close()
+        await self.channel.close(None)
 
 
 async def _timed_blocks(
@@ -467,4 +467,4 @@ async def s5_compact(service: ServerProcess, plan: Plan) -> dict[str, Any]:
 
 
 def rpc_error_text(exc: grpc.RpcError) -> str:
-    return f"{exc.code()}: {exc.details()}"  # type: ignore[attr-defined]
+    return f"{exc.code()}: {exc.details()}"
