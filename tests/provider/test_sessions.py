@@ -170,13 +170,16 @@ async def test_admit_refuses_a_body_the_format_cannot_express(stub: Stub) -> Non
     assert session.session.event_count == 0
 
 
-async def test_no_step_is_admitted_while_a_tool_call_is_unanswered(stub: Stub) -> None:
+async def one_step(
+    stub: Stub, route: pb.Route, assistant: list[pb.ContentBlock], *results: pb.ToolResult
+) -> tuple[str, str]:
+    """A new session with one admitted step and its recorded output: (session, admission)."""
     session_id = await create_session(stub)
     admitted = await stub.Admit(
         api.AdmitRequest(
             session_id=session_id,
             rendered_prompt="A",
-            route=REPLACE_ROUTE,
+            route=route,
             users=[pb.Message(role=pb.MESSAGE_ROLE_USER, content=[text("go")])],
         )
     )
@@ -184,9 +187,19 @@ async def test_no_step_is_admitted_while_a_tool_call_is_unanswered(stub: Stub) -
         api.RecordRequest(
             session_id=session_id,
             admission_id=admitted.admission_id,
-            assistant=pb.Message(role=pb.MESSAGE_ROLE_ASSISTANT, content=[call("c1"), call("c2")]),
-            tool_results=[pb.ToolResult(call_id="c1", content=[text("one")])],
+            assistant=pb.Message(role=pb.MESSAGE_ROLE_ASSISTANT, content=assistant),
+            tool_results=results,
         )
+    )
+    return session_id, admitted.admission_id
+
+
+async def test_no_step_is_admitted_while_a_tool_call_is_unanswered(stub: Stub) -> None:
+    session_id, admission_id = await one_step(
+        stub,
+        REPLACE_ROUTE,
+        [call("c1"), call("c2")],
+        pb.ToolResult(call_id="c1", content=[text("one")]),
     )
     before = await stub.GetSession(api.GetSessionRequest(session_id=session_id))
     next_step = api.AdmitRequest(
@@ -209,7 +222,7 @@ async def test_no_step_is_admitted_while_a_tool_call_is_unanswered(stub: Stub) -
     await stub.Record(
         api.RecordRequest(
             session_id=session_id,
-            admission_id=admitted.admission_id,
+            admission_id=admission_id,
             tool_results=[pb.ToolResult(call_id="c2", content=[text("two")])],
         )
     )
@@ -260,24 +273,7 @@ async def test_record_refuses_what_no_format_can_express(
 
 
 async def test_a_reasoning_signature_round_trips(stub: Stub) -> None:
-    session_id = await create_session(stub)
-    admitted = await stub.Admit(
-        api.AdmitRequest(
-            session_id=session_id,
-            rendered_prompt="A",
-            route=ANTHROPIC_ROUTE,
-            users=[pb.Message(role=pb.MESSAGE_ROLE_USER, content=[text("q")])],
-        )
-    )
-    await stub.Record(
-        api.RecordRequest(
-            session_id=session_id,
-            admission_id=admitted.admission_id,
-            assistant=pb.Message(
-                role=pb.MESSAGE_ROLE_ASSISTANT, content=[reasoning("r", "c2ln"), text("a")]
-            ),
-        )
-    )
+    session_id, _ = await one_step(stub, ANTHROPIC_ROUTE, [reasoning("r", "c2ln"), text("a")])
     inspected = await stub.Inspect(
         api.InspectRequest(session_id=session_id, wire_format=pb.WIRE_FORMAT_ANTHROPIC_MESSAGES)
     )
