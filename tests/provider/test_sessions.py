@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import grpc
 import pytest
+from admission_service.cli import format_inspect
 from promptadmission.v1 import admission_service_pb2 as api
 from promptadmission.v1 import admission_service_pb2_grpc as api_grpc
 from promptadmission.v1 import session_pb2 as pb
@@ -279,3 +280,20 @@ async def test_a_reasoning_signature_round_trips(stub: Stub) -> None:
     )
     assert inspected.request.messages[-1].content[0].reasoning.signature == "c2ln"
     assert '{"type":"thinking","thinking":"r","signature":"c2ln"}' in inspected.request.body_json
+
+
+def test_inspect_on_the_command_line_prints_why_the_body_cannot_be_rendered() -> None:
+    response = api.InspectResponse(
+        session=pb.Session(session_id="s"),
+        effective_prompt=pb.EffectivePrompt(location=pb.PROMPT_LOCATION_NONE),
+        request=pb.DerivedRequest(
+            wire_format=pb.WIRE_FORMAT_ANTHROPIC_MESSAGES,
+            render_error=pb.RenderError(
+                reason="UNSUPPORTED_WIRE_CONTENT",
+                field="messages[1].content[1]",
+                message="messages[1].content[1]: no images (WIRE_FORMAT_ANTHROPIC_MESSAGES)",
+            ),
+        ),
+    )
+    out = format_inspect(response)
+    assert "body: cannot be rendered: messages[1].content[1]: no images" in out
