@@ -321,8 +321,13 @@ async def test_fuzzed_requests(
                 sentinel,
             )
         assert await revisions(stub) == stored_before
-        codes = {key.split(" ", 1)[1].split("/")[0] for key in unauthenticated.outcomes}
-        assert codes == {"UNAUTHENTICATED"}, unauthenticated.outcomes
+        # UNAUTHENTICATED, or gRPC's own RESOURCE_EXHAUSTED (no reason: the body was over the
+        # receive limit, refused before the service saw it).
+        outcomes = {key.split(" ", 1)[1] for key in unauthenticated.outcomes}
+        assert {o.split("/")[0] for o in outcomes} - {"RESOURCE_EXHAUSTED"} == {
+            "UNAUTHENTICATED"
+        }, unauthenticated.outcomes
+        assert not {o for o in outcomes if o.startswith("RESOURCE_EXHAUSTED/")}
         for method in SERVICE.methods_by_name:
             await asyncio.to_thread(
                 fuzz_method,
