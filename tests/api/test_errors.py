@@ -218,6 +218,7 @@ _ABSTRACT_ERRORS = {
     domain.NotFound,
     domain.AlreadyExists,
     domain.Aborted,
+    domain.ResourceExhausted,
 }
 
 

@@ -1,19 +1,19 @@
 """Session bounds (issue 13): nothing a session holds or returns grows without a limit.
 
-Limits are per request (``validation``); these bound what requests add up to. Each check raises
-``ResourceExhausted`` with a reason naming the bound, the bound and the value in its metadata,
+Limits are per request (``validation``); these bound what requests add up to. Each check raises a
+``ResourceExhausted`` whose reason names the bound, with the bound and the value in its metadata
 and a message saying what to do; it runs before the commit, so a refused call commits nothing.
 """
 
 from __future__ import annotations
 
 from admission_service.app.limits import Limits
-from admission_service.domain.errors import ResourceExhausted
+from admission_service.domain.errors import (
+    ResponseTooLarge,
+    SessionSurfaceBytesExceeded,
+    SessionSurfaceNodesExceeded,
+)
 from admission_service.storage.repository import Growth, SessionRecord
-
-SESSION_SURFACE_BYTES = "SESSION_SURFACE_BYTES_EXCEEDED"
-SESSION_SURFACE_NODES = "SESSION_SURFACE_NODES_EXCEEDED"
-RESPONSE_TOO_LARGE = "RESPONSE_TOO_LARGE"
 
 _COMPACT = (
     "compact the session (PlanCompaction, Compact) to free room; a compaction is always allowed"
@@ -26,8 +26,7 @@ def check_session_growth(record: SessionRecord, growth: Growth, limits: Limits) 
     under it."""
     surface_bytes = record.surface_bytes + growth.surface_bytes
     if growth.surface_bytes > 0 and surface_bytes > limits.max_session_surface_bytes:
-        raise ResourceExhausted(
-            SESSION_SURFACE_BYTES,
+        raise SessionSurfaceBytesExceeded(
             f"the session's surface would hold {surface_bytes} bytes, over the bound of "
             f"{limits.max_session_surface_bytes} (PAS_LIMIT_MAX_SESSION_SURFACE_BYTES): {_COMPACT}",
             bound="max_session_surface_bytes",
@@ -36,8 +35,7 @@ def check_session_growth(record: SessionRecord, growth: Growth, limits: Limits) 
         )
     surface_nodes = record.surface_nodes + growth.surface_nodes
     if growth.surface_nodes > 0 and surface_nodes > limits.max_session_surface_nodes:
-        raise ResourceExhausted(
-            SESSION_SURFACE_NODES,
+        raise SessionSurfaceNodesExceeded(
             f"the session's surface would hold {surface_nodes} nodes, over the bound of "
             f"{limits.max_session_surface_nodes} (PAS_LIMIT_MAX_SESSION_SURFACE_NODES): {_COMPACT}",
             bound="max_session_surface_nodes",
@@ -51,8 +49,7 @@ def check_derived_request_size(size: int, limits: Limits) -> None:
     client can receive: gRPC clients refuse messages over 4 MiB unless configured otherwise,
     and would be left unable to read their own session."""
     if size > limits.max_response_bytes:
-        raise ResourceExhausted(
-            RESPONSE_TOO_LARGE,
+        raise ResponseTooLarge(
             f"the derived request is {size} bytes, over the response bound of "
             f"{limits.max_response_bytes} (PAS_LIMIT_MAX_RESPONSE_BYTES): ask for "
             "view=REQUEST_VIEW_DELTA with the held_prefix of your previous response to receive "
@@ -66,8 +63,7 @@ def check_derived_request_size(size: int, limits: Limits) -> None:
 def check_summarization_input_size(size: int, limits: Limits) -> None:
     """Refuse a compaction plan whose summarization input a client could not receive."""
     if size > limits.max_response_bytes:
-        raise ResourceExhausted(
-            RESPONSE_TOO_LARGE,
+        raise ResponseTooLarge(
             f"the summarization input is {size} bytes, over the response bound of "
             f"{limits.max_response_bytes} (PAS_LIMIT_MAX_RESPONSE_BYTES): plan a smaller "
             "range (seq_range, or a larger retain_tokens) and compact in several steps",

@@ -22,19 +22,19 @@ from contextlib import asynccontextmanager
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from admission_service.app.limits import Quotas
-from admission_service.domain.errors import ResourceExhausted
+from admission_service.domain.errors import (
+    ConcurrentCallsQuotaExceeded,
+    ResourceExhausted,
+    SessionsQuotaExceeded,
+    StoredBytesQuotaExceeded,
+)
 from admission_service.storage import usage
-
-SESSIONS_QUOTA = "SESSIONS_QUOTA_EXCEEDED"
-STORED_BYTES_QUOTA = "STORED_BYTES_QUOTA_EXCEEDED"
-CONCURRENT_CALLS_QUOTA = "CONCURRENT_CALLS_QUOTA_EXCEEDED"
 
 
 def _exceeded(
-    reason: str, quota: str, limit: int, message: str, **values: str
+    error: type[ResourceExhausted], quota: str, limit: int, message: str, **values: str
 ) -> ResourceExhausted:
-    return ResourceExhausted(
-        reason,
+    return error(
         f"the tenant's {quota} quota ({limit}, PAS_QUOTA_{quota.upper()}) {message}",
         quota=quota,
         limit=str(limit),
@@ -60,7 +60,7 @@ class TenantQuotas:
         running = self._calls.get(tenant, 0)
         if running >= limit:
             raise _exceeded(
-                CONCURRENT_CALLS_QUOTA,
+                ConcurrentCallsQuotaExceeded,
                 "concurrent_calls",
                 limit,
                 "is reached on this replica: retry when a call has finished",
@@ -85,7 +85,10 @@ class TenantQuotas:
         await usage.lock_tenant_sessions(connection, tenant)
         if await usage.count_sessions(connection, tenant) > limit:
             raise _exceeded(
-                SESSIONS_QUOTA, "sessions", limit, "is reached: delete sessions to create more"
+                SessionsQuotaExceeded,
+                "sessions",
+                limit,
+                "is reached: delete sessions to create more",
             )
 
     async def check_stored_bytes(
@@ -102,7 +105,7 @@ class TenantQuotas:
             self._stored[tenant] = (now, stored)
         if stored + added > limit:
             raise _exceeded(
-                STORED_BYTES_QUOTA,
+                StoredBytesQuotaExceeded,
                 "stored_bytes",
                 limit,
                 f"would be exceeded ({stored} bytes stored, {added} more): delete sessions",

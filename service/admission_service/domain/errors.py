@@ -27,8 +27,14 @@ class InvalidArgument(DomainError):
 
     reason = "INVALID_FIELD"
 
-    def __init__(self, field: str, message: str, *, reason: str | None = None) -> None:
-        super().__init__(f"{field}: {message}", field=field)
+    def __init__(
+        self, field: str, message: str, *, reason: str | None = None, **values: object
+    ) -> None:
+        """``message`` names the offending ``values`` as ``{name}`` (or ``{name!r}``): they are
+        formatted into it and carried in ``metadata`` too, so a client reads them unparsed."""
+        described = message.format(**values) if values else message
+        metadata = {name: str(value) for name, value in values.items()}
+        super().__init__(f"{field}: {described}", field=field, **metadata)
         self.field = field
         if reason is not None:
             self.reason = reason
@@ -47,9 +53,6 @@ class InvalidModelInfo(InvalidArgument):
 
     reason = "INVALID_MODEL_INFO"
 
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(field, message)
-
 
 class SummaryNotSmaller(InvalidArgument):
     """A compaction summary that costs at least as many tokens as the range it replaces."""
@@ -59,8 +62,10 @@ class SummaryNotSmaller(InvalidArgument):
     def __init__(self, summary_tokens: int, shadowed_tokens: int) -> None:
         super().__init__(
             "summary",
-            f"summary costs {summary_tokens} tokens, not fewer than the "
-            f"{shadowed_tokens} tokens it replaces",
+            "summary costs {summary_tokens} tokens, not fewer than the {shadowed_tokens} tokens "
+            "it replaces",
+            summary_tokens=summary_tokens,
+            shadowed_tokens=shadowed_tokens,
         )
 
 
@@ -191,11 +196,31 @@ def fields_under(parent: str) -> Iterator[None]:
 
 
 class ResourceExhausted(DomainError):
-    """A bound or quota would be exceeded (issue 13); nothing was committed. ``reason`` names
-    the bound, ``metadata`` carries its limit and the value it would reach."""
+    """A bound or quota would be exceeded (issue 13); nothing was committed. The subclass's
+    reason names the bound; ``metadata`` carries its limit and the value it would reach."""
 
     reason = "RESOURCE_EXHAUSTED"
 
-    def __init__(self, reason: str, message: str, **metadata: str) -> None:
-        super().__init__(message, **metadata)
-        self.reason = reason
+
+class SessionSurfaceBytesExceeded(ResourceExhausted):
+    reason = "SESSION_SURFACE_BYTES_EXCEEDED"
+
+
+class SessionSurfaceNodesExceeded(ResourceExhausted):
+    reason = "SESSION_SURFACE_NODES_EXCEEDED"
+
+
+class ResponseTooLarge(ResourceExhausted):
+    reason = "RESPONSE_TOO_LARGE"
+
+
+class SessionsQuotaExceeded(ResourceExhausted):
+    reason = "SESSIONS_QUOTA_EXCEEDED"
+
+
+class StoredBytesQuotaExceeded(ResourceExhausted):
+    reason = "STORED_BYTES_QUOTA_EXCEEDED"
+
+
+class ConcurrentCallsQuotaExceeded(ResourceExhausted):
+    reason = "CONCURRENT_CALLS_QUOTA_EXCEEDED"
