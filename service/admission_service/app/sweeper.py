@@ -56,11 +56,12 @@ class IdempotencySweeper:
 
     async def _run(self) -> None:
         while True:
+            # Sleep first: a starting replica (and its pool) serves calls before it sweeps.
+            await asyncio.sleep(self.interval_seconds)
             try:
                 await self.sweep()
             except Exception:  # the database away, a failover: try again next interval
                 _log.warning("idempotency key sweep failed; retrying later", exc_info=True)
-            await asyncio.sleep(self.interval_seconds)
 
     def start(self) -> None:
         if self._task is None and self.interval_seconds > 0:
