@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from admission_service.app.limits import Limits
 from admission_service.domain.errors import (
+    ResourceExhausted,
     ResponseTooLarge,
     SessionSurfaceBytesExceeded,
     SessionSurfaceNodesExceeded,
@@ -24,23 +25,34 @@ def check_session_growth(record: SessionRecord, growth: Growth, limits: Limits) 
     """Refuse a transaction that grows the surface past a bound. One that shrinks it (a
     compaction, a consolidation) passes even above the bound, so a session can always get back
     under it."""
-    surface_bytes = record.surface_bytes + growth.surface_bytes
-    if growth.surface_bytes > 0 and surface_bytes > limits.max_session_surface_bytes:
-        raise SessionSurfaceBytesExceeded(
-            f"the session's surface would hold {surface_bytes} bytes, over the bound of "
-            f"{limits.max_session_surface_bytes} (PAS_LIMIT_MAX_SESSION_SURFACE_BYTES): {_COMPACT}",
-            bound="max_session_surface_bytes",
-            limit=str(limits.max_session_surface_bytes),
-            value=str(surface_bytes),
-        )
-    surface_nodes = record.surface_nodes + growth.surface_nodes
-    if growth.surface_nodes > 0 and surface_nodes > limits.max_session_surface_nodes:
-        raise SessionSurfaceNodesExceeded(
-            f"the session's surface would hold {surface_nodes} nodes, over the bound of "
-            f"{limits.max_session_surface_nodes} (PAS_LIMIT_MAX_SESSION_SURFACE_NODES): {_COMPACT}",
-            bound="max_session_surface_nodes",
-            limit=str(limits.max_session_surface_nodes),
-            value=str(surface_nodes),
+    _check_surface(
+        SessionSurfaceBytesExceeded,
+        "bytes",
+        record.surface_bytes,
+        growth.surface_bytes,
+        limits.max_session_surface_bytes,
+    )
+    _check_surface(
+        SessionSurfaceNodesExceeded,
+        "nodes",
+        record.surface_nodes,
+        growth.surface_nodes,
+        limits.max_session_surface_nodes,
+    )
+
+
+def _check_surface(
+    error: type[ResourceExhausted], unit: str, before: int, growth: int, limit: int
+) -> None:
+    after = before + growth
+    if growth > 0 and after > limit:
+        bound = f"max_session_surface_{unit}"
+        raise error(
+            f"the session's surface would hold {after} {unit}, over the bound of {limit} "
+            f"(PAS_LIMIT_{bound.upper()}): {_COMPACT}",
+            bound=bound,
+            limit=str(limit),
+            value=str(after),
         )
 
 
