@@ -200,7 +200,18 @@ class ToolCallRow(Base):
     """
 
     __tablename__ = "tool_calls"
-    __table_args__ = (_session_fk(),)
+    __table_args__ = (
+        _session_fk(),
+        # Every Admit reads the session's unanswered calls (the tool-call ordering rule): only
+        # those, however many calls the session has made.
+        Index(
+            "ix_tool_calls_open",
+            "tenant_id",
+            "session_id",
+            "call_seq",
+            postgresql_where=text("result_seq IS NULL"),
+        ),
+    )
 
     tenant_id: Mapped[str] = mapped_column(primary_key=True)
     session_id: Mapped[str] = mapped_column(primary_key=True)
