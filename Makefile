@@ -95,7 +95,8 @@ compose-test: install
 # responses, database outage, process crash, hostile input and resource bounds against the real
 # server and PostgreSQL, each ending with the audit. `make test` runs it at the `ci` size (a
 # few minutes); `reliability-full` is the run whose figures docs/RELIABILITY.md reports (about
-# 15 minutes; figures in .data/reliability-full.jsonl, printed as Markdown at the end).
+# 20 minutes, 7 of them the fuzzer's; figures in .data/reliability-full.jsonl, printed as
+# Markdown at the end).
 RELIABILITY_REPORT := .data/reliability-full.jsonl
 .PHONY: reliability reliability-full
 reliability: install
