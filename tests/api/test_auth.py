@@ -107,6 +107,7 @@ def calls(alpha: Alpha) -> dict[str, Callable[[Stub], Awaitable[Any]]]:
         ),
         "Inspect": lambda s: s.Inspect(api.InspectRequest(session_id=sid)),
         "ListEvents": lambda s: s.ListEvents(api.ListEventsRequest(session_id=sid)),
+        "ListTrajectory": lambda s: s.ListTrajectory(api.ListTrajectoryRequest(session_id=sid)),
     }
 
 
@@ -202,6 +203,7 @@ SESSION_RPCS = [
     "Compact",
     "Inspect",
     "ListEvents",
+    "ListTrajectory",
 ]
 
 

@@ -146,6 +146,16 @@ async def test_admits_and_inspects_with_the_catalog_capability(server_target: st
     assert view.revision == admitted.revision
 
 
+def test_the_blocking_client_lists_the_trajectory(sync_client: SyncAdmissionClient) -> None:
+    session_id = new_session_id()
+    sync_client.create_session(pb.CreateSessionRequest(session_id=session_id))
+    sync_client.admit(admit_request(session_id))
+    page = sync_client.list_trajectory(pb.ListTrajectoryRequest(session_id=session_id))
+    (entry,) = page.entries
+    assert entry.header.prompt.system_prompt == "You are terse."
+    assert entry.effective_prompt.text == "You are terse."
+
+
 async def test_errors_carry_the_error_info_reason_and_field_violations(
     server_target: str,
 ) -> None:

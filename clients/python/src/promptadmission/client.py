@@ -207,6 +207,7 @@ class _Client(Generic[_Channel]):
     compact = _Rpc("Compact", pb.CompactRequest, pb.CompactResponse, True)
     inspect = _Rpc("Inspect", pb.InspectRequest, pb.InspectResponse)
     list_events = _Rpc("ListEvents", pb.ListEventsRequest, pb.ListEventsResponse)
+    list_trajectory = _Rpc("ListTrajectory", pb.ListTrajectoryRequest, pb.ListTrajectoryResponse)
 
     def __init__(
         self,
