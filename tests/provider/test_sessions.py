@@ -61,6 +61,10 @@ def reasoning(value: str, signature: str = "") -> pb.ContentBlock:
     return pb.ContentBlock(reasoning=pb.ReasoningBlock(text=value, signature=signature))
 
 
+# The tokenizer each route family prices with (admission_service/tokenizers.py).
+TOKENIZERS = {"deepseek": "deepseek-v4", "anthropic": "claude", "openai": "o200k_base"}
+
+
 class Driver:
     """One session on one route, checking every format's body after each step."""
 
@@ -105,7 +109,7 @@ class Driver:
                 api.InspectRequest(session_id=self.session_id, wire_format=wire)
             )
             request = inspected.request
-            assert inspected.breakdown.tokenizer == "heuristic"
+            assert inspected.breakdown.tokenizer == TOKENIZERS[self.provider]
             if request.HasField("render_error"):
                 assert not request.body_json and request.messages
                 assert request.render_error.reason == "UNSUPPORTED_WIRE_CONTENT"

@@ -63,6 +63,7 @@ from admission_service.domain.accounting import (
     RequestKey,
     RequestTotals,
     TokenBreakdown,
+    TokenCounter,
     forecast_totals,
     message_digest,
     tools_json,
@@ -106,6 +107,7 @@ from admission_service.storage.repository import (
     Shadowed,
     list_sessions,
 )
+from admission_service.tokenizers import counter_for
 
 R = TypeVar("R")
 LEDGER_ROWS = 50
@@ -541,11 +543,12 @@ class AdmissionApp:
         state = rules.AdmissionState(record.next_seq, system_nodes, record.series, open_calls)
         outcome = rules.admit(state, attempt) if first else rules.reconcile(state, attempt)
         await tx.reached(Phase.PROJECT)
-        written = await tx.store.write_events(outcome.events, record.next_position)
+        counter = counter_for(attempt.route.provider)
+        written = await tx.store.write_events(outcome.events, record.next_position, counter)
         shadowed = written.shadowed
         if record.shadowed is not None:
             shadowed = record.shadowed.earliest(shadowed)
-        key = _request_key(attempt.route, attempt.tools)
+        key = _request_key(attempt.route, attempt.tools, counter)
         derived = await self._derive(
             tx.store,
             record,
@@ -730,7 +733,10 @@ class AdmissionApp:
             for call_id in await tx.store.known_tool_calls(calls):
                 index = calls.index(call_id)
                 raise InvalidArgument(
-                    "assistant.content", f"tool call id {call_id!r} (call {index}) is taken"
+                    "assistant.content",
+                    "tool call id {call_id!r} (call {index}) is taken",
+                    call_id=call_id,
+                    index=index,
                 )
             new_events.append(
                 Event(
@@ -764,7 +770,9 @@ class AdmissionApp:
             seq += 1
         await tx.reached(Phase.VALIDATE)
         await tx.reached(Phase.PROJECT)
-        written = await tx.store.write_events(new_events, record.next_position)
+        written = await tx.store.write_events(
+            new_events, record.next_position, _session_counter(record)
+        )
         answers = [
             (result.call_id, seq)
             for result, seq in zip(command.tool_results, result_seqs, strict=True)
@@ -774,7 +782,8 @@ class AdmissionApp:
             if not ok:
                 raise UnknownToolCall(
                     f"tool_results[{index}].call_id",
-                    f"{result.call_id!r} answers no open tool call on the surface",
+                    "{call_id!r} answers no open tool call on the surface",
+                    call_id=result.call_id,
                 )
         if command.usage is not None:
             usage = codec.dumps(_usage_json(command.usage))
@@ -891,9 +900,10 @@ class AdmissionApp:
                 record.next_seq, self._system_nodes(rows, nodes), record.series
             )
             await tx.reached(Phase.VALIDATE)
-            outcome = compact(state, selected, command.summary)
+            counter = _session_counter(record)
+            outcome = compact(state, selected, command.summary, counter=counter)
             await tx.reached(Phase.PROJECT)
-            written = await tx.store.write_events(outcome.events, record.next_position)
+            written = await tx.store.write_events(outcome.events, record.next_position, counter)
             shadowed = written.shadowed
             if record.shadowed is not None:
                 shadowed = record.shadowed.earliest(shadowed)
@@ -972,6 +982,7 @@ class AdmissionApp:
                 degrade=True,
             )
             system_tokens = next((row.tokens for row in reversed(details) if row.tokens > 0), 0)
+            counter = _session_counter(record)
             ledger = tuple(ledger_entry_of(row) for row in await store.ledger(LEDGER_ROWS))
             return InspectResult(
                 session=_session_info(record),
@@ -981,7 +992,10 @@ class AdmissionApp:
                 system_nodes=system_nodes,
                 request=derived.view,
                 breakdown=TokenBreakdown(
-                    system_tokens, tools_tokens(tools), record.surface_tokens - system_tokens
+                    system_tokens,
+                    tools_tokens(tools, counter),
+                    record.surface_tokens - system_tokens,
+                    counter.name,
                 ),
                 series=series,
                 ledger=ledger,
@@ -1126,10 +1140,21 @@ class _Derived:
     prefix: RequestPrefix
 
 
-def _request_key(route: Route, tools: tuple[Tool, ...]) -> RequestKey:
+def _request_key(route: Route, tools: tuple[Tool, ...], counter: TokenCounter) -> RequestKey:
     return RequestKey(
-        route.provider, route.model, message_digest(tools_json(tools).encode()), tools_tokens(tools)
+        route.provider,
+        route.model,
+        message_digest(tools_json(tools).encode()),
+        tools_tokens(tools, counter),
     )
+
+
+def _session_counter(record: SessionRecord) -> TokenCounter:
+    """The tokenizer of the session's route in force (that of its last admission): Record,
+    Compact and Inspect price with it. Nodes keep the price they were written with, so after a
+    change of route family the older nodes stay priced by the earlier family's tokenizer."""
+    context = record.series.last_context
+    return counter_for(context.context.provider if context else "")
 
 
 def _previous(record: SessionRecord) -> tuple[PreviousRequest, RequestPrefix] | None:

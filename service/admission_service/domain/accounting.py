@@ -1,8 +1,12 @@
 """Token accounting and the cache forecast (SPEC §6).
 
-Prices follow the public heuristic of the reference token meter exactly (4 characters per token
-plus fixed overheads; lengths are JavaScript string lengths, i.e. UTF-16 code units), so the
-numbers match the reference for the same content.
+Prices are the reference token meter's (dsh-behaviour §5): fixed overheads per block and per
+message around the token count of each text. The text is counted by a ``TokenCounter``: the
+public heuristic (4 characters per token; lengths are JavaScript string lengths, i.e. UTF-16
+code units), which matches the reference number for number, or a route's real tokenizer, which
+the service injects (``admission_service.tokenizers``; this module stays free of I/O). Images
+are always priced by the heuristic over their JSON: a tokenizer's count of a URI says nothing
+about what the provider charges for the picture.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Protocol
 
 from admission_service.domain.messages import (
     Block,
@@ -39,17 +44,43 @@ def _tokens(text: str) -> int:
     return -(-js_length(text) // CHARS_PER_TOKEN)
 
 
+class TokenCounter(Protocol):
+    """Counts the tokens of a text; ``name`` is what Inspect's breakdown reports."""
+
+    @property
+    def name(self) -> str: ...
+
+    def count(self, text: str) -> int: ...
+
+
+# The name of the reference heuristic (TokenBreakdown.tokenizer on the API).
+HEURISTIC = "heuristic"
+
+
+class _Heuristic:
+    """The reference meter's estimate: ceil(UTF-16 length / 4)."""
+
+    name = HEURISTIC
+
+    @staticmethod
+    def count(text: str) -> int:
+        return _tokens(text)
+
+
+HEURISTIC_COUNTER: TokenCounter = _Heuristic()
+
+
 def _json(value: object) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def block_tokens(block: Block) -> int:
+def block_tokens(block: Block, counter: TokenCounter = HEURISTIC_COUNTER) -> int:
     if isinstance(block, Text | Reasoning):
-        return _tokens(block.text) + BLOCK_OVERHEAD
+        return counter.count(block.text) + BLOCK_OVERHEAD
     if isinstance(block, ToolCall):
-        return _tokens(block.name) + _tokens(block.arguments_json) + BLOCK_OVERHEAD
+        return counter.count(block.name) + counter.count(block.arguments_json) + BLOCK_OVERHEAD
     if isinstance(block, ToolResult):
-        return content_tokens(block.content) + BLOCK_OVERHEAD
+        return content_tokens(block.content, counter) + BLOCK_OVERHEAD
     return BLOCK_OVERHEAD + _tokens(_image_json(block))
 
 
@@ -57,18 +88,18 @@ def _image_json(block: Image) -> str:
     return _json({"type": "image", "uri": block.uri, "mediaType": block.media_type})
 
 
-def content_tokens(content: Sequence[Block]) -> int:
-    return sum(block_tokens(block) for block in content)
+def content_tokens(content: Sequence[Block], counter: TokenCounter = HEURISTIC_COUNTER) -> int:
+    return sum(block_tokens(block, counter) for block in content)
 
 
-def message_tokens(message: Message | None) -> int:
+def message_tokens(message: Message | None, counter: TokenCounter = HEURISTIC_COUNTER) -> int:
     """The price of one derived message; a node deriving to nothing costs nothing."""
     if message is None or not message.content:
         return 0
     if message.role is Role.SYSTEM:
         # A system message has no block overhead: the reference prices its whole text at once.
-        return _tokens(message.text) + ROLE_OVERHEAD
-    return content_tokens(message.content) + ROLE_OVERHEAD
+        return counter.count(message.text) + ROLE_OVERHEAD
+    return content_tokens(message.content, counter) + ROLE_OVERHEAD
 
 
 def tools_json(tools: Sequence[Tool]) -> str:
@@ -81,10 +112,10 @@ def tools_json(tools: Sequence[Tool]) -> str:
     return "[" + ",".join(items) + "]"
 
 
-def tools_tokens(tools: Sequence[Tool]) -> int:
+def tools_tokens(tools: Sequence[Tool], counter: TokenCounter = HEURISTIC_COUNTER) -> int:
     if not tools:
         return 0
-    return _tokens(tools_json(tools)) + BLOCK_OVERHEAD
+    return counter.count(tools_json(tools)) + BLOCK_OVERHEAD
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,10 +125,6 @@ class PricedNode:
     seq: int
     tokens: int
     is_system: bool
-
-
-# The name of the estimate every price here uses (TokenBreakdown.tokenizer on the API).
-HEURISTIC = "heuristic"
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,14 +139,17 @@ class TokenBreakdown:
         return self.system_tokens + self.tools_tokens + self.message_tokens
 
 
-def breakdown(nodes: Sequence[PricedNode], tools: Sequence[Tool]) -> TokenBreakdown:
+def breakdown(
+    nodes: Sequence[PricedNode], tools: Sequence[Tool], counter: TokenCounter = HEURISTIC_COUNTER
+) -> TokenBreakdown:
     """System = the last non-empty system node; every other visible node is a message.
 
     Superseded prompts still visible in history count as messages; dormant empty nodes cost 0.
+    The nodes carry their stored prices; ``counter`` prices the tools and names the breakdown.
     """
     system = next((n.tokens for n in reversed(nodes) if n.is_system and n.tokens > 0), 0)
     total = sum(node.tokens for node in nodes)
-    return TokenBreakdown(system, tools_tokens(tools), total - system)
+    return TokenBreakdown(system, tools_tokens(tools, counter), total - system, counter.name)
 
 
 class DivergenceReason(StrEnum):

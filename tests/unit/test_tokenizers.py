@@ -1,0 +1,76 @@
+"""The per-route token counters (admission_service/tokenizers.py): real tokenizers that count
+with no network, and the heuristic when a tokenizer package is missing."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from admission_service import tokenizers
+from admission_service.domain.accounting import HEURISTIC_COUNTER
+
+# Loads every family's tokenizer in a fresh interpreter where any socket use fails and the
+# Hugging Face hub is told to stay offline, then counts a sample with each.
+_OFFLINE = textwrap.dedent(
+    """
+    import os, socket
+    os.environ["HF_HUB_OFFLINE"] = "1"
+
+    def no_network(*args, **kwargs):
+        raise OSError("network access attempted")
+
+    socket.socket.connect = no_network
+    socket.socket.connect_ex = no_network
+    socket.create_connection = no_network
+    socket.getaddrinfo = no_network
+
+    from admission_service.tokenizers import counter_for
+
+    for provider in ("deepseek", "anthropic", "openai"):
+        counter = counter_for(provider)
+        print(provider, counter.name, counter.count("提示词准入服务 admits prompts."))
+    """
+)
+
+
+def test_every_tokenizer_loads_and_counts_offline() -> None:
+    done = subprocess.run(
+        [sys.executable, "-W", "ignore::DeprecationWarning", "-c", _OFFLINE],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert "unavailable" not in done.stderr, done.stderr
+    counted = {line.split()[0]: line.split()[1:] for line in done.stdout.splitlines()}
+    assert {provider: name for provider, (name, _) in counted.items()} == {
+        "deepseek": "deepseek-v4",
+        "anthropic": "claude",
+        "openai": "o200k_base",
+    }
+    assert all(int(count) > 0 for _, count in counted.values())
+
+
+def test_a_missing_tokenizer_package_falls_back_to_the_heuristic_logged_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(tokenizers, "_loaded", {})
+    monkeypatch.setitem(sys.modules, "anthropic_tokenizer", None)  # as if not installed
+    with caplog.at_level(logging.WARNING, logger=tokenizers.__name__):
+        first = tokenizers.counter_for("anthropic")
+        again = tokenizers.counter_for("anthropic")
+    assert first is again is HEURISTIC_COUNTER
+    assert first.name == "heuristic"
+    warnings = [r for r in caplog.records if "unavailable" in r.getMessage()]
+    assert len(warnings) == 1
+    assert (
+        "claude" in warnings[0].getMessage() and "ModuleNotFoundError" in warnings[0].getMessage()
+    )
+
+
+def test_an_unknown_provider_gets_the_heuristic() -> None:
+    assert tokenizers.counter_for("mistral") is HEURISTIC_COUNTER
+    assert tokenizers.counter_for("") is HEURISTIC_COUNTER
