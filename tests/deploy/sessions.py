@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import urllib.request
 import uuid
+from typing import Protocol
 
 from admission_service.domain.surface import SessionLog
 from prometheus_client.parser import text_string_to_metric_families
@@ -25,6 +26,14 @@ PROMPT_CHANGES = {0: "P0", 2: "P1", 4: "P2"}  # step -> the prompt from that ste
 # In every prompt and user message: the logs must never show it.
 SECRET = "TOPOLOGY-SECRET-" + uuid.uuid4().hex
 SERVICE = "promptadmission.v1.AdmissionService"
+
+
+class StepCaller(Protocol):
+    """What running a step needs: a ``SyncAdmissionClient``, or a wrapper around one."""
+
+    def admit(self, request: api.AdmitRequest) -> api.AdmitResponse: ...
+
+    def record(self, request: api.RecordRequest) -> api.RecordResponse: ...
 
 
 def assistant(text: str) -> pb.Message:
@@ -48,7 +57,7 @@ def prompt_at(step: int) -> str:
     return f"{PROMPT_CHANGES[max(s for s in PROMPT_CHANGES if s <= step)]} {SECRET}"
 
 
-def run_step(client: SyncAdmissionClient, session_id: str, n: int, step: int) -> int:
+def run_step(client: StepCaller, session_id: str, n: int, step: int) -> int:
     """Admit and record one step of session ``n``; the number of Admit calls made (step 3 is
     admitted twice with the same request id: the retry, wherever it lands, replays exactly)."""
     request = api.AdmitRequest(
@@ -76,7 +85,7 @@ def run_step(client: SyncAdmissionClient, session_id: str, n: int, step: int) ->
     return admits
 
 
-def drive(client: SyncAdmissionClient, session_id: str, n: int, steps: range) -> int:
+def drive(client: StepCaller, session_id: str, n: int, steps: range) -> int:
     """Run ``steps`` of session ``n``; the number of Admit calls made."""
     return sum(run_step(client, session_id, n, step) for step in steps)
 
