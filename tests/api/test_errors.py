@@ -132,6 +132,24 @@ MAPPINGS: list[tuple[Callable[[], BaseException], grpc.StatusCode, str]] = [
         grpc.StatusCode.ABORTED,
         "CONCURRENT_MODIFICATION",
     ),
+    # The timeouts a call's deadline sets on its transaction (storage/deadline.py).
+    (
+        lambda: sqlalchemy.exc.OperationalError(
+            "SELECT … FOR UPDATE", {}, psycopg.errors.LockNotAvailable("lock timeout")
+        ),
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        "DATABASE_TIMEOUT",
+    ),
+    (
+        lambda: psycopg.errors.QueryCanceled("canceling statement due to statement timeout"),
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        "DATABASE_TIMEOUT",
+    ),
+    (
+        lambda: psycopg.errors.IdleInTransactionSessionTimeout("idle-in-transaction timeout"),
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        "DATABASE_TIMEOUT",
+    ),
     (_sqlalchemy_operational, grpc.StatusCode.UNAVAILABLE, "DATABASE_UNAVAILABLE"),
     (_invalidated, grpc.StatusCode.UNAVAILABLE, "DATABASE_UNAVAILABLE"),
     (
