@@ -16,6 +16,8 @@ batch read is meant to read every shard, is off for the run).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import random
 import time
 from collections.abc import Callable
@@ -29,7 +31,7 @@ from tests.citus.cluster import CitusCluster
 from tests.reliability.checks import audit_book
 from tests.reliability.conftest import StartService
 from tests.reliability.harness import Book, Caller, HarnessLoop, harness_client
-from tests.reliability.process import CHANNEL_OPTIONS
+from tests.reliability.process import CHANNEL_OPTIONS, ServiceProcess
 from tests.reliability.scenario import create_sessions, plain_stub
 from tests.reliability.stats import CallStats, Figures, counting_channel
 
@@ -44,6 +46,17 @@ def single_shard_only(url: str) -> str:
     # No space in the value: libpq does not decode "+" in a URL (the health probe connects so).
     options = "--citus.multi_task_query_log_level=error"
     return make_url(url).update_query_dict({"options": options}).render_as_string(False)
+
+
+def failures_logged(service: ServiceProcess) -> str:
+    """The service's error lines (a definite failure's cause), the last few."""
+    found = []
+    for line in service.log_path.read_text(errors="replace").splitlines():
+        with contextlib.suppress(ValueError):
+            record = json.loads(line)
+            if record.get("level") == "ERROR":
+                found.append(f"{record['message']}: {record.get('exception', '')[-600:]}")
+    return "\n".join(found[-5:])
 
 
 async def test_a_worker_restarts_mid_run_and_no_acknowledged_step_is_lost(
@@ -85,7 +98,10 @@ async def test_a_worker_restarts_mid_run_and_no_acknowledged_step_is_lost(
             restarted_at = cluster.now(database)
             await asyncio.sleep(AFTER_SECONDS)
             stop.set()
-            await asyncio.wait_for(running, timeout=300)
+            try:
+                await asyncio.wait_for(running, timeout=300)
+            except Exception as error:  # a definite failure: show what the service logged
+                raise AssertionError(f"{error!r}\n{failures_logged(service)}") from error
             steps_after = sum(loop.steps_done for loop in loops) - steps_before
         audited = await audit_book(stub, fresh_database, book)
         # The guard is live: the one RPC that reads every shard fails on this service.
@@ -113,7 +129,9 @@ async def test_a_worker_restarts_mid_run_and_no_acknowledged_step_is_lost(
         audit=audited.as_dict(),
     )
     report.finish()
-    assert set(errors) <= {"UNAVAILABLE", "ABORTED"}, f"non-retryable failures: {errors}"
+    assert set(errors) <= {"UNAVAILABLE", "ABORTED"}, (
+        f"non-retryable failures: {errors}\n{failures_logged(service)}"
+    )
     assert steps_before > 0 and steps_after > 0 and after_restart
     assert since[restarted.name] > 0, f"no session on {restarted.name} carried on: {since}"
     assert audited.sessions == SESSIONS
