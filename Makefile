@@ -114,7 +114,9 @@ reliability-full: install
 # cluster (a coordinator and two workers on loopback, torn down afterwards, also on failure) and
 # runs on it: the distribution and router-plan tests, the reliability harness across both
 # workers with one restarted, the API guarantees and bounds, and the cross-language test.
-CITUS_TARBALL ?= $(CURDIR)/../shared/vendor/citus-14.0.1.tar.gz
+# The first of: beside this checkout (../shared/vendor), the workplace's shared folder.
+CITUS_SOURCES := $(CURDIR)/../shared/vendor/citus-14.0.1.tar.gz /work/shared/vendor/citus-14.0.1.tar.gz
+CITUS_TARBALL ?= $(firstword $(wildcard $(CITUS_SOURCES)) $(CITUS_SOURCES))
 CITUS_REPORT  := .data/citus-test.jsonl
 CITUS_PLANS   := .data/citus-router-plans.txt
 .PHONY: citus-build citus-test
