@@ -101,6 +101,11 @@ class ConfigError(ValueError):
     """A setting is invalid; the service refuses to start and prints this message."""
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity, not the machine's count)."""
+    return len(os.sched_getaffinity(0))
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     listen: str = DEFAULT_LISTEN
@@ -132,7 +137,8 @@ class Settings:
     log_format: str = "json"
     log_payloads: bool = False
     tracing_exporter: str = "none"
-    workers: int = 1  # serve's worker processes (api/workers.py); from_env: the usable cores
+    # serve's worker processes (api/workers.py): one per usable core unless PAS_WORKERS says.
+    workers: int = field(default_factory=usable_cores)
     share_port: bool = False  # set by serve for its workers: bind the port with SO_REUSEPORT
     reflection: bool = True
     page_token_keys: tuple[str, ...] = ()
@@ -179,7 +185,7 @@ class Settings:
             log_format=reader.choice("PAS_LOG_FORMAT", "json", LOG_FORMATS),
             log_payloads=reader.boolean("PAS_LOG_PAYLOADS", False),
             tracing_exporter=reader.choice("PAS_TRACING_EXPORTER", "none", TRACING_EXPORTERS),
-            workers=reader.integer("PAS_WORKERS", len(os.sched_getaffinity(0)), minimum=1),
+            workers=reader.integer("PAS_WORKERS", usable_cores(), minimum=1),
             reflection=reader.boolean("PAS_REFLECTION", True),
             page_token_keys=reader.secrets("PAS_PAGE_TOKEN_KEYS", PAGE_TOKEN_KEY_CHARS),
             limits=reader.limits(),
