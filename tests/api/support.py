@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, cast
@@ -115,6 +116,18 @@ class RichError:
         return [v.field for request in self.bad_requests for v in request.field_violations]
 
 
+_QUOTED = re.compile(r"'((?:[^'\\]|\\.)*)'")
+_NUMBER = re.compile(r"(?<![\w.\[])-?\d+(?![\w\]])")
+
+
+def message_values(message: str) -> set[str]:
+    """The values an error message quotes ('…') or counts (numbers outside field paths such as
+    ``users[2]``): each must also be in ``ErrorInfo.metadata``, for clients that act on them."""
+    quoted = set(_QUOTED.findall(message))
+    rest = _QUOTED.sub("", message)
+    return quoted | set(_NUMBER.findall(rest))
+
+
 def rich_error(error: grpc.aio.AioRpcError) -> RichError:
     """The ``google.rpc.Status`` an error carries, checked against the call's own status."""
     raw: list[bytes] = []
@@ -141,6 +154,8 @@ def rich_error(error: grpc.aio.AioRpcError) -> RichError:
     for info in infos:
         assert info.reason in KNOWN_REASONS, f"{info.reason} is not an ErrorReason value"
         assert status.message.startswith(f"{info.reason}: "), status.message
+        missing = message_values(status.message) - set(info.metadata.values())
+        assert not missing, f"{sorted(missing)} of {status.message!r} not in {info.metadata}"
     return RichError(error.code(), error.details() or "", status, infos, bad_requests)
 
 

@@ -282,6 +282,26 @@ async def test_an_unknown_reason_is_logged_as_a_bug(
     unknown_error_reasons.clear()
 
 
+async def test_the_values_of_a_message_are_in_the_metadata(
+    errors_channel: grpc.aio.Channel, raiser: Raiser
+) -> None:
+    error = rich_error(
+        await call_raising(
+            errors_channel,
+            raiser,
+            lambda: domain.InvalidArgument(
+                "tools[1].name", "duplicates tool {name!r} ({limit} at most)", name="t", limit=64
+            ),
+        )
+    )
+    assert error.message == "INVALID_FIELD: tools[1].name: duplicates tool 't' (64 at most)"
+    assert dict(error.error_infos[0].metadata) == {
+        "field": "tools[1].name",
+        "name": "t",
+        "limit": "64",
+    }
+
+
 async def test_subclasses_keep_their_reason(
     errors_channel: grpc.aio.Channel, raiser: Raiser
 ) -> None:

@@ -160,10 +160,10 @@ def _enum_in(
     try:
         return table[value]
     except KeyError:
-        message = f"{value} is not a {enum_name} value"
+        message = "{value} is not a " + enum_name + " value"
         if model_info:
-            raise InvalidModelInfo(field, message) from None
-        raise InvalidArgument(field, message) from None
+            raise InvalidModelInfo(field, message, value=value) from None
+        raise InvalidArgument(field, message, value=value) from None
 
 
 def wire_format_from_proto(value: int, field: str = "wire_format") -> WireFormat:
@@ -265,7 +265,7 @@ def _check_role(
     if role in (expected, pb.MESSAGE_ROLE_UNSPECIFIED):
         return
     if role not in pb.MessageRole.values():
-        raise InvalidArgument(field, f"{role} is not a MessageRole value")
+        raise InvalidArgument(field, "{value} is not a MessageRole value", value=role)
     raise InvalidArgument(
         field, f"must be {pb.MessageRole.Name(expected)}, not {pb.MessageRole.Name(role)}"
     )

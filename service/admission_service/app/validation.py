@@ -46,9 +46,11 @@ def check_session_id(session_id: str, limits: Limits, field: str = "session_id")
     if not session_id:
         raise InvalidArgument(field, "is required")
     if len(session_id) > limits.max_session_id_length:
-        raise InvalidArgument(field, f"is longer than {limits.max_session_id_length} characters")
+        raise InvalidArgument(
+            field, "is longer than {limit} characters", limit=limits.max_session_id_length
+        )
     if not SESSION_ID.fullmatch(session_id):
-        raise InvalidArgument(field, "may hold only letters, digits, '.', '_' and '-'")
+        raise InvalidArgument(field, "may hold only letters, digits, dots, underscores and hyphens")
 
 
 def _check_no_nul(value: str, field: str) -> None:
@@ -61,7 +63,7 @@ def _check_no_nul(value: str, field: str) -> None:
 def check_request_id(request_id: str, limits: Limits) -> None:
     if len(request_id) > limits.max_request_id_length:
         raise InvalidArgument(
-            "request_id", f"is longer than {limits.max_request_id_length} characters"
+            "request_id", "is longer than {limit} characters", limit=limits.max_request_id_length
         )
     _check_no_nul(request_id, "request_id")
 
@@ -75,12 +77,14 @@ def _check_count(value: int, field: str, *, maximum: int = INT64_MAX) -> None:
     if value < 0:
         raise InvalidArgument(field, "must not be negative")
     if value > maximum:
-        raise InvalidArgument(field, f"must be at most {maximum}")
+        raise InvalidArgument(field, "must be at most {limit}", limit=maximum)
 
 
 def _check_json_object(text: str, field: str, max_depth: int) -> None:
     too_deep = InvalidArgument(
-        field, f"is nested deeper than {max_depth} levels (max_json_depth, a JSON depth limit)"
+        field,
+        "is nested deeper than {limit} levels (max_json_depth, a JSON depth limit)",
+        limit=max_depth,
     )
     too_deep.metadata["max_json_depth"] = str(max_depth)
     try:
@@ -114,14 +118,16 @@ def check_route(route: RouteRequest, limits: Limits) -> None:
             raise InvalidArgument(f"route.{name}", "is required")
         if len(value) > limits.max_route_name_length:
             raise InvalidArgument(
-                f"route.{name}", f"is longer than {limits.max_route_name_length} characters"
+                f"route.{name}",
+                "is longer than {limit} characters",
+                limit=limits.max_route_name_length,
             )
     _check_count(route.context_window, "route.context_window")
 
 
 def check_tools(tools: Sequence[Tool], limits: Limits) -> None:
     if len(tools) > limits.max_tools:
-        raise InvalidArgument("tools", f"holds more than {limits.max_tools} tools")
+        raise InvalidArgument("tools", "holds more than {limit} tools", limit=limits.max_tools)
     names: set[str] = set()
     for index, tool in enumerate(tools):
         field = f"tools[{index}]"
@@ -129,15 +135,19 @@ def check_tools(tools: Sequence[Tool], limits: Limits) -> None:
             raise InvalidArgument(f"{field}.name", "is required")
         if len(tool.name) > limits.max_tool_name_length:
             raise InvalidArgument(
-                f"{field}.name", f"is longer than {limits.max_tool_name_length} characters"
+                f"{field}.name",
+                "is longer than {limit} characters",
+                limit=limits.max_tool_name_length,
             )
         if tool.name in names:
-            raise InvalidArgument(f"{field}.name", f"duplicates tool {tool.name!r}")
+            raise InvalidArgument(f"{field}.name", "duplicates tool {name!r}", name=tool.name)
         names.add(tool.name)
         if _utf8_size(tool.parameters_json) + _utf8_size(tool.description) > (
             limits.max_tool_schema_bytes
         ):
-            raise InvalidArgument(field, f"is larger than {limits.max_tool_schema_bytes} bytes")
+            raise InvalidArgument(
+                field, "is larger than {limit} bytes", limit=limits.max_tool_schema_bytes
+            )
         if tool.parameters_json:  # empty means "no parameters"
             _check_json_object(
                 tool.parameters_json, f"{field}.parameters_json", limits.max_json_depth
@@ -169,7 +179,9 @@ def _check_image(image: Image, field: str) -> None:
     if image.media_type and image.media_type.lower() != inline.media_type:
         raise InvalidArgument(
             f"{field}.media_type",
-            f"{image.media_type!r} differs from the data: URI's {inline.media_type!r}",
+            "{media_type!r} differs from the data: URI, whose media type is {uri_media_type!r}",
+            media_type=image.media_type,
+            uri_media_type=inline.media_type,
         )
 
 
@@ -178,10 +190,12 @@ def check_message(message: Message, field: str, limits: Limits, allowed: tuple[t
         raise InvalidArgument(f"{field}.content", "must hold at least one block")
     if len(message.content) > limits.max_blocks_per_message:
         raise InvalidArgument(
-            f"{field}.content", f"holds more than {limits.max_blocks_per_message} blocks"
+            f"{field}.content",
+            "holds more than {limit} blocks",
+            limit=limits.max_blocks_per_message,
         )
     if sum(_block_size(block) for block in message.content) > limits.max_message_bytes:
-        raise InvalidArgument(field, f"is larger than {limits.max_message_bytes} bytes")
+        raise InvalidArgument(field, "is larger than {limit} bytes", limit=limits.max_message_bytes)
     for index, block in enumerate(message.content):
         where = f"{field}.content[{index}]"
         if not isinstance(block, allowed):
@@ -203,18 +217,24 @@ def check_message(message: Message, field: str, limits: Limits, allowed: tuple[t
 
 def check_config(config: Sequence[tuple[str, str]], limits: Limits) -> None:
     if len(config) > limits.max_config_entries:
-        raise InvalidArgument("config", f"holds more than {limits.max_config_entries} entries")
+        raise InvalidArgument(
+            "config", "holds more than {limit} entries", limit=limits.max_config_entries
+        )
     for key, value in config:
         if not key:
             raise InvalidArgument("config", "has an empty key")
         if len(key) > limits.max_config_key_length:
             raise InvalidArgument(
-                "config", f"has a key longer than {limits.max_config_key_length} characters"
+                "config",
+                "has a key longer than {limit} characters",
+                limit=limits.max_config_key_length,
             )
         _check_no_nul(key, "config")
         if _utf8_size(value) > limits.max_config_value_bytes:
             raise InvalidArgument(
-                f"config[{key}]", f"is larger than {limits.max_config_value_bytes} bytes"
+                f"config[{key}]",
+                "is larger than {limit} bytes",
+                limit=limits.max_config_value_bytes,
             )
 
 
@@ -224,12 +244,14 @@ def check_admit(command: AdmitCommand, limits: Limits) -> None:
     _check_count(command.turn, "turn")
     _check_count(command.step, "step")
     if _utf8_size(command.rendered_prompt) > limits.max_prompt_bytes:
-        raise InvalidArgument("rendered_prompt", f"is larger than {limits.max_prompt_bytes} bytes")
+        raise InvalidArgument(
+            "rendered_prompt", "is larger than {limit} bytes", limit=limits.max_prompt_bytes
+        )
     check_tools(command.tools, limits)
     check_config(command.config, limits)
     check_route(command.route, limits)
     if len(command.users) > limits.max_users:
-        raise InvalidArgument("users", f"holds more than {limits.max_users} messages")
+        raise InvalidArgument("users", "holds more than {limit} messages", limit=limits.max_users)
     for index, user in enumerate(command.users):
         if user.role is not Role.USER:
             raise InvalidArgument(f"users[{index}].role", "must be USER")
@@ -241,7 +263,9 @@ def check_admission_id(admission_id: str, limits: Limits) -> None:
         raise InvalidArgument("admission_id", "is required")
     if len(admission_id) > limits.max_admission_id_length:
         raise InvalidArgument(
-            "admission_id", f"is longer than {limits.max_admission_id_length} characters"
+            "admission_id",
+            "is longer than {limit} characters",
+            limit=limits.max_admission_id_length,
         )
     _check_no_nul(admission_id, "admission_id")
 
@@ -274,7 +298,9 @@ def check_record(command: RecordCommand, limits: Limits) -> None:
         if len(set(ids)) != len(ids):
             raise InvalidArgument("assistant.content", "repeats a tool call id")
     if len(command.tool_results) > limits.max_tool_results:
-        raise InvalidArgument("tool_results", f"holds more than {limits.max_tool_results} results")
+        raise InvalidArgument(
+            "tool_results", "holds more than {limit} results", limit=limits.max_tool_results
+        )
     answered: set[str] = set()
     for index, result in enumerate(command.tool_results):
         field = f"tool_results[{index}]"
@@ -282,7 +308,9 @@ def check_record(command: RecordCommand, limits: Limits) -> None:
             raise InvalidArgument(f"{field}.call_id", "is required")
         _check_no_nul(result.call_id, f"{field}.call_id")
         if result.call_id in answered:
-            raise InvalidArgument(f"{field}.call_id", f"answers {result.call_id!r} twice")
+            raise InvalidArgument(
+                f"{field}.call_id", "answers {call_id!r} twice", call_id=result.call_id
+            )
         answered.add(result.call_id)
         wrapped = Message(Role.TOOL, result.content)
         check_message(wrapped, field, limits, (Text, Image))
@@ -314,7 +342,9 @@ def check_compact(command: CompactCommand, limits: Limits) -> None:
     if not command.summary:
         raise InvalidArgument("summary", "is required")
     if _utf8_size(command.summary) > limits.max_summary_bytes:
-        raise InvalidArgument("summary", f"is larger than {limits.max_summary_bytes} bytes")
+        raise InvalidArgument(
+            "summary", "is larger than {limit} bytes", limit=limits.max_summary_bytes
+        )
 
 
 def check_page_size(page_size: int, limits: Limits) -> int:
