@@ -3,6 +3,7 @@ seeding a session to a given surface length through the public API."""
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -20,9 +21,12 @@ CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", -1),
     ("grpc.max_send_message_length", -1),
 ]
-IN_HISTORY = pb.Route(provider="deepseek", model="deepseek-flash", context_window=128_000)
+# The routes' provider decides the tokenizer that prices every node (admission_service/
+# tokenizers.py); BENCH_PROVIDER=other prices with the heuristic, to measure what counting costs.
+PROVIDER = os.environ.get("BENCH_PROVIDER", "deepseek")
+IN_HISTORY = pb.Route(provider=PROVIDER, model="deepseek-flash", context_window=128_000)
 REPLACE = pb.Route(
-    provider="deepseek",
+    provider=PROVIDER,
     model="deepseek-flash",
     context_window=128_000,
     system_prompt_update=pb.SYSTEM_PROMPT_UPDATE_REPLACE,

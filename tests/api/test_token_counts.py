@@ -115,3 +115,39 @@ async def test_the_summary_size_rule_counts_with_the_routes_tokenizer(
     await stub.Compact(
         api.CompactRequest(session_id=session_id, plan_token=plan.plan_token, summary=CHINESE)
     )
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+@pytest.mark.parametrize("provider", ["anthropic", "deepseek"])
+async def test_inspect_reports_the_estimate_against_the_providers_count(
+    stub: api_grpc.AdmissionServiceAsyncStub, provider: str
+) -> None:
+    """Per request in the ledger and per route in the breakdown: observed prompt tokens over
+    the estimate. Anthropic reports cached input apart from input_tokens; DeepSeek (like
+    OpenAI) includes it."""
+    session_id = await create_session(stub)
+    admitted = await stub.Admit(admit_request(session_id, "p", ENGLISH, route=route(provider)))
+    estimated = admitted.forecast.total_tokens
+    usage = pb.Usage(input_tokens=300, output_tokens=5, cache_read_tokens=100, cache_write_tokens=7)
+    await stub.Record(
+        api.RecordRequest(
+            session_id=session_id,
+            admission_id=admitted.admission_id,
+            assistant=pb.Message(
+                role=pb.MESSAGE_ROLE_ASSISTANT,
+                content=[pb.ContentBlock(text=pb.TextBlock(text="done"))],
+            ),
+            usage=usage,
+        )
+    )
+    observed = 407 if provider == "anthropic" else 300
+    # A second request, on another provider, does not count towards this route's calibration.
+    await stub.Admit(admit_request(session_id, "p", "more", step=1, route=route("mistral")))
+    await stub.Admit(admit_request(session_id, "p", "again", step=2, route=route(provider)))
+
+    inspected = await stub.Inspect(api.InspectRequest(session_id=session_id))
+    first = inspected.ledger[0]
+    assert first.observed_input_ratio == pytest.approx(observed / estimated)
+    assert [entry.observed_input_ratio for entry in inspected.ledger[1:]] == [0.0, 0.0]
+    assert inspected.breakdown.calibration_requests == 1
+    assert inspected.breakdown.observed_input_ratio == pytest.approx(observed / estimated)

@@ -543,6 +543,8 @@ def breakdown_to_proto(breakdown: TokenBreakdown) -> pb.TokenBreakdown:
         message_tokens=breakdown.message_tokens,
         total_tokens=breakdown.total_tokens,
         tokenizer=breakdown.tokenizer,
+        observed_input_ratio=breakdown.calibration.ratio,
+        calibration_requests=breakdown.calibration.requests,
     )
 
 
@@ -648,6 +650,7 @@ def ledger_entry_to_proto(entry: app.LedgerEntry) -> pb.LedgerEntry:
         attempt=entry.attempt,
         forecast=forecast_to_proto(entry.forecast),
         drift_tokens=entry.drift_tokens,
+        observed_input_ratio=entry.observed_input_ratio,
     )
     if entry.observed is not None:
         proto.observed.CopyFrom(usage_to_proto(entry.observed))

@@ -9,7 +9,11 @@ from enum import StrEnum
 from typing import Generic, TypeVar, overload
 
 from admission_service.domain import protowire
-from admission_service.domain.accounting import CacheForecast, TokenBreakdown
+from admission_service.domain.accounting import (
+    CacheForecast,
+    TokenBreakdown,
+    observed_input_tokens,
+)
 from admission_service.domain.admission import AppliedCommit
 from admission_service.domain.catalog import Capability
 from admission_service.domain.compaction import CompactionPlan
@@ -278,6 +282,9 @@ class LedgerEntry:
     attempt: int
     forecast: CacheForecast
     observed: Usage | None
+    # The route's provider when the request was derived ("" for requests stored before it was
+    # kept): it says how to read the usage and which tokenizer priced the estimate.
+    provider: str = ""
 
     @property
     def drift_tokens(self) -> int:
@@ -285,6 +292,24 @@ class LedgerEntry:
         if self.observed is None:
             return 0
         return self.observed.cache_read_tokens - self.forecast.reused_tokens
+
+    @property
+    def observed_input_tokens(self) -> int | None:
+        """The prompt tokens the provider reported for this request (None until recorded)."""
+        if self.observed is None:
+            return None
+        usage = self.observed
+        return observed_input_tokens(
+            self.provider, usage.input_tokens, usage.cache_read_tokens, usage.cache_write_tokens
+        )
+
+    @property
+    def observed_input_ratio(self) -> float:
+        """Observed prompt tokens / the forecast's estimated total (0 until recorded)."""
+        observed = self.observed_input_tokens
+        if observed is None or not self.forecast.total_tokens:
+            return 0.0
+        return observed / self.forecast.total_tokens
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ passed — leaves the transaction block without a commit, so nothing is written.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -58,6 +59,7 @@ from admission_service.domain import admission as rules
 from admission_service.domain import codec, protowire
 from admission_service.domain.accounting import (
     CacheForecast,
+    Calibration,
     DivergenceReason,
     PreviousRequest,
     RequestKey,
@@ -596,8 +598,13 @@ class AdmissionApp:
         self, tx: Transaction, admission_id: str, attempt: int, result: AttemptResult
     ) -> None:
         # The ledger row keeps the request's log position beside its forecast (ListTrajectory
-        # folds the log up to it); rows written before it existed have none.
-        stored = {**_forecast_json(result.forecast), "log_seq": result.log_seq}
+        # folds the log up to it); rows written before it existed have none. The provider says
+        # how to read the usage recorded later, for the calibration Inspect reports.
+        stored = {
+            **_forecast_json(result.forecast),
+            "log_seq": result.log_seq,
+            "provider": result.route.provider,
+        }
         await tx.store.add_request(
             tx.record.request_count, admission_id, attempt, codec.dumps(stored)
         )
@@ -993,9 +1000,10 @@ class AdmissionApp:
                 request=derived.view,
                 breakdown=TokenBreakdown(
                     system_tokens,
-                    tools_tokens(tools, counter),
+                    _tools_price(tools, counter),
                     record.surface_tokens - system_tokens,
                     counter.name,
+                    calibration_of(ledger, route.provider),
                 ),
                 series=series,
                 ledger=ledger,
@@ -1062,13 +1070,26 @@ class AdmissionApp:
 
 def ledger_entry_of(row: Any) -> LedgerEntry:
     """A ``requests`` row as a ledger entry."""
+    stored = codec.loads(row.forecast)
     return LedgerEntry(
         row.request_index,
         row.admission_id,
         row.attempt,
-        _forecast_from_json(codec.loads(row.forecast)),
+        _forecast_from_json(stored),
         Usage(**codec.loads(row.observed)) if row.observed is not None else None,
+        stored.get("provider", ""),
     )
+
+
+def calibration_of(ledger: Sequence[LedgerEntry], provider: str) -> Calibration:
+    """The estimate against the provider's counts over the ledger's requests on ``provider``
+    whose usage was recorded."""
+    calibration = Calibration()
+    for entry in ledger:
+        observed = entry.observed_input_tokens
+        if observed is not None and entry.provider == provider:
+            calibration = calibration.add(observed, entry.forecast.total_tokens)
+    return calibration
 
 
 def event_of(row: Any) -> Event:
@@ -1145,8 +1166,15 @@ def _request_key(route: Route, tools: tuple[Tool, ...], counter: TokenCounter) -
         route.provider,
         route.model,
         message_digest(tools_json(tools).encode()),
-        tools_tokens(tools, counter),
+        _tools_price(tools, counter),
     )
+
+
+@functools.lru_cache(maxsize=256)
+def _tools_price(tools: tuple[Tool, ...], counter: TokenCounter) -> int:
+    """``tools_tokens``, remembered: a harness sends the same tool set every step, and a real
+    tokenizer over kilobytes of schemas would otherwise cost a millisecond a step."""
+    return tools_tokens(tools, counter)
 
 
 def _session_counter(record: SessionRecord) -> TokenCounter:

@@ -45,12 +45,15 @@ def _tokens(text: str) -> int:
 
 
 class TokenCounter(Protocol):
-    """Counts the tokens of a text; ``name`` is what Inspect's breakdown reports."""
+    """Counts the tokens of a text; ``name`` is what Inspect's breakdown reports. Hashable, so
+    a price can be remembered per counter."""
 
     @property
     def name(self) -> str: ...
 
     def count(self, text: str) -> int: ...
+
+    def __hash__(self) -> int: ...
 
 
 # The name of the reference heuristic (TokenBreakdown.tokenizer on the API).
@@ -127,12 +130,48 @@ class PricedNode:
     is_system: bool
 
 
+# Providers whose usage reports cached input apart from ``input_tokens`` (Anthropic's
+# cache_read_input_tokens and cache_creation_input_tokens); OpenAI's and DeepSeek's prompt
+# tokens include the cached ones.
+_INPUT_EXCLUDES_CACHE = frozenset({"anthropic"})
+
+
+def observed_input_tokens(
+    provider: str, input_tokens: int, cache_read_tokens: int, cache_write_tokens: int
+) -> int:
+    """The whole prompt as the provider counted it, from the usage it reported."""
+    if provider in _INPUT_EXCLUDES_CACHE:
+        return input_tokens + cache_read_tokens + cache_write_tokens
+    return input_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """The estimate against the provider's count: observed prompt tokens over the estimated
+    request totals, summed over the requests whose usage was recorded."""
+
+    requests: int = 0
+    observed_tokens: int = 0
+    estimated_tokens: int = 0
+
+    @property
+    def ratio(self) -> float:
+        """Observed / estimated (0 when nothing was observed): 1.0 is a perfect estimate."""
+        return self.observed_tokens / self.estimated_tokens if self.estimated_tokens else 0.0
+
+    def add(self, observed: int, estimated: int) -> Calibration:
+        return Calibration(
+            self.requests + 1, self.observed_tokens + observed, self.estimated_tokens + estimated
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class TokenBreakdown:
     system_tokens: int
     tools_tokens: int
     message_tokens: int
     tokenizer: str = HEURISTIC
+    calibration: Calibration = Calibration()
 
     @property
     def total_tokens(self) -> int:

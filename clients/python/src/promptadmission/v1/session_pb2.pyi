@@ -1176,6 +1176,8 @@ class TokenBreakdown(google.protobuf.message.Message):
     MESSAGE_TOKENS_FIELD_NUMBER: builtins.int
     TOTAL_TOKENS_FIELD_NUMBER: builtins.int
     TOKENIZER_FIELD_NUMBER: builtins.int
+    OBSERVED_INPUT_RATIO_FIELD_NUMBER: builtins.int
+    CALIBRATION_REQUESTS_FIELD_NUMBER: builtins.int
     system_tokens: builtins.int
     """system_tokens is the price of the last non-empty surviving system node."""
     tools_tokens: builtins.int
@@ -1188,8 +1190,21 @@ class TokenBreakdown(google.protobuf.message.Message):
     """total_tokens is the sum of system_tokens, tools_tokens and message_tokens."""
     tokenizer: builtins.str
     """tokenizer names how the figures were estimated: `heuristic` is the public heuristic of the
-    reference token meter (4 characters per token plus fixed overheads per block and message).
+    reference token meter (4 characters per token plus fixed overheads per block and message);
+    `o200k_base`, `claude` and `deepseek-v4` are the real tokenizers of the openai, anthropic
+    and deepseek route families, counting each text inside the same overheads. It is the
+    tokenizer of the session's current route; each node keeps the price it was written with.
     """
+    observed_input_ratio: builtins.float
+    """observed_input_ratio is the calibration of the estimate on the current route's provider:
+    the prompt tokens the provider reported (Usage.input_tokens; on an anthropic route plus
+    cache_read_tokens and cache_write_tokens, which Anthropic reports apart) summed over the
+    ledger's requests on that provider with recorded usage, divided by the summed
+    CacheForecast.total_tokens of those requests. 1.0 is an exact estimate; 0 when no usage
+    was recorded.
+    """
+    calibration_requests: builtins.int
+    """calibration_requests is how many requests observed_input_ratio sums over."""
     def __init__(
         self,
         *,
@@ -1198,8 +1213,10 @@ class TokenBreakdown(google.protobuf.message.Message):
         message_tokens: builtins.int = ...,
         total_tokens: builtins.int = ...,
         tokenizer: builtins.str = ...,
+        observed_input_ratio: builtins.float = ...,
+        calibration_requests: builtins.int = ...,
     ) -> None: ...
-    def ClearField(self, field_name: typing.Literal["message_tokens", b"message_tokens", "system_tokens", b"system_tokens", "tokenizer", b"tokenizer", "tools_tokens", b"tools_tokens", "total_tokens", b"total_tokens"]) -> None: ...
+    def ClearField(self, field_name: typing.Literal["calibration_requests", b"calibration_requests", "message_tokens", b"message_tokens", "observed_input_ratio", b"observed_input_ratio", "system_tokens", b"system_tokens", "tokenizer", b"tokenizer", "tools_tokens", b"tools_tokens", "total_tokens", b"total_tokens"]) -> None: ...
 
 global___TokenBreakdown = TokenBreakdown
 
@@ -1292,6 +1309,7 @@ class LedgerEntry(google.protobuf.message.Message):
     FORECAST_FIELD_NUMBER: builtins.int
     OBSERVED_FIELD_NUMBER: builtins.int
     DRIFT_TOKENS_FIELD_NUMBER: builtins.int
+    OBSERVED_INPUT_RATIO_FIELD_NUMBER: builtins.int
     request_index: builtins.int
     """request_index is the zero-based index of the derived request within the session."""
     admission_id: builtins.str
@@ -1303,6 +1321,11 @@ class LedgerEntry(google.protobuf.message.Message):
     drift_tokens: builtins.int
     """drift_tokens is observed cache_read_tokens minus forecast reused_tokens; 0 when observed
     is absent.
+    """
+    observed_input_ratio: builtins.float
+    """observed_input_ratio is the prompt tokens the provider reported for this request (see
+    TokenBreakdown.observed_input_ratio) divided by forecast.total_tokens; 0 when observed is
+    absent.
     """
     @property
     def forecast(self) -> global___CacheForecast:
@@ -1321,9 +1344,10 @@ class LedgerEntry(google.protobuf.message.Message):
         forecast: global___CacheForecast | None = ...,
         observed: global___Usage | None = ...,
         drift_tokens: builtins.int = ...,
+        observed_input_ratio: builtins.float = ...,
     ) -> None: ...
     def HasField(self, field_name: typing.Literal["forecast", b"forecast", "observed", b"observed"]) -> builtins.bool: ...
-    def ClearField(self, field_name: typing.Literal["admission_id", b"admission_id", "attempt", b"attempt", "drift_tokens", b"drift_tokens", "forecast", b"forecast", "observed", b"observed", "request_index", b"request_index"]) -> None: ...
+    def ClearField(self, field_name: typing.Literal["admission_id", b"admission_id", "attempt", b"attempt", "drift_tokens", b"drift_tokens", "forecast", b"forecast", "observed", b"observed", "observed_input_ratio", b"observed_input_ratio", "request_index", b"request_index"]) -> None: ...
 
 global___LedgerEntry = LedgerEntry
 
