@@ -218,15 +218,23 @@ async def test_invalid_argument_names_the_field(
         await call_raising(
             errors_channel,
             raiser,
-            lambda: domain.InvalidArgument("users[2].content[0]", "is empty"),
+            lambda: domain.InvalidArgument(
+                "users[2].content[0]", "is empty ({kind!r}, {limit} at most)", kind="t", limit=4
+            ),
         )
     )
     assert error.code is grpc.StatusCode.INVALID_ARGUMENT
     assert error.reason == "INVALID_FIELD"
     assert error.violated_fields == ["users[2].content[0]"]
-    assert error.bad_requests[0].field_violations[0].description == "is empty"
-    assert error.error_infos[0].metadata["field"] == "users[2].content[0]"
-    assert error.message == "INVALID_FIELD: users[2].content[0]: is empty"
+    described = "is empty ('t', 4 at most)"
+    assert error.bad_requests[0].field_violations[0].description == described
+    # the values the message names are in the metadata too
+    assert dict(error.error_infos[0].metadata) == {
+        "field": "users[2].content[0]",
+        "kind": "t",
+        "limit": "4",
+    }
+    assert error.message == f"INVALID_FIELD: users[2].content[0]: {described}"
 
 
 # Raised only as their subclasses, whose reasons are specific.
@@ -280,26 +288,6 @@ async def test_an_unknown_reason_is_logged_as_a_bug(
     assert error.code() is grpc.StatusCode.FAILED_PRECONDITION
     assert unknown_error_reasons == ["NOT_IN_THE_PROTO"]  # every other test fails on this
     unknown_error_reasons.clear()
-
-
-async def test_the_values_of_a_message_are_in_the_metadata(
-    errors_channel: grpc.aio.Channel, raiser: Raiser
-) -> None:
-    error = rich_error(
-        await call_raising(
-            errors_channel,
-            raiser,
-            lambda: domain.InvalidArgument(
-                "tools[1].name", "duplicates tool {name!r} ({limit} at most)", name="t", limit=64
-            ),
-        )
-    )
-    assert error.message == "INVALID_FIELD: tools[1].name: duplicates tool 't' (64 at most)"
-    assert dict(error.error_infos[0].metadata) == {
-        "field": "tools[1].name",
-        "name": "t",
-        "limit": "64",
-    }
 
 
 async def test_subclasses_keep_their_reason(

@@ -45,10 +45,7 @@ def _utf8_size(text: str) -> int:
 def check_session_id(session_id: str, limits: Limits, field: str = "session_id") -> None:
     if not session_id:
         raise InvalidArgument(field, "is required")
-    if len(session_id) > limits.max_session_id_length:
-        raise InvalidArgument(
-            field, "is longer than {limit} characters", limit=limits.max_session_id_length
-        )
+    _check_length(session_id, field, limits.max_session_id_length)
     if not SESSION_ID.fullmatch(session_id):
         raise InvalidArgument(field, "may hold only letters, digits, dots, underscores and hyphens")
 
@@ -60,11 +57,13 @@ def _check_no_nul(value: str, field: str) -> None:
         raise InvalidArgument(field, "must not contain NUL characters")
 
 
+def _check_length(value: str, field: str, limit: int) -> None:
+    if len(value) > limit:
+        raise InvalidArgument(field, "is longer than {limit} characters", limit=limit)
+
+
 def check_request_id(request_id: str, limits: Limits) -> None:
-    if len(request_id) > limits.max_request_id_length:
-        raise InvalidArgument(
-            "request_id", "is longer than {limit} characters", limit=limits.max_request_id_length
-        )
+    _check_length(request_id, "request_id", limits.max_request_id_length)
     _check_no_nul(request_id, "request_id")
 
 
@@ -116,12 +115,7 @@ def check_route(route: RouteRequest, limits: Limits) -> None:
     for name, value in (("provider", route.provider), ("model", route.model)):
         if not value:
             raise InvalidArgument(f"route.{name}", "is required")
-        if len(value) > limits.max_route_name_length:
-            raise InvalidArgument(
-                f"route.{name}",
-                "is longer than {limit} characters",
-                limit=limits.max_route_name_length,
-            )
+        _check_length(value, f"route.{name}", limits.max_route_name_length)
     _check_count(route.context_window, "route.context_window")
 
 
@@ -133,12 +127,7 @@ def check_tools(tools: Sequence[Tool], limits: Limits) -> None:
         field = f"tools[{index}]"
         if not tool.name:
             raise InvalidArgument(f"{field}.name", "is required")
-        if len(tool.name) > limits.max_tool_name_length:
-            raise InvalidArgument(
-                f"{field}.name",
-                "is longer than {limit} characters",
-                limit=limits.max_tool_name_length,
-            )
+        _check_length(tool.name, f"{field}.name", limits.max_tool_name_length)
         if tool.name in names:
             raise InvalidArgument(f"{field}.name", "duplicates tool {name!r}", name=tool.name)
         names.add(tool.name)
@@ -261,12 +250,7 @@ def check_admit(command: AdmitCommand, limits: Limits) -> None:
 def check_admission_id(admission_id: str, limits: Limits) -> None:
     if not admission_id:
         raise InvalidArgument("admission_id", "is required")
-    if len(admission_id) > limits.max_admission_id_length:
-        raise InvalidArgument(
-            "admission_id",
-            "is longer than {limit} characters",
-            limit=limits.max_admission_id_length,
-        )
+    _check_length(admission_id, "admission_id", limits.max_admission_id_length)
     _check_no_nul(admission_id, "admission_id")
 
 
