@@ -415,8 +415,13 @@ def format_inspect(response: api.InspectResponse, *, ledger_rows: int = 10) -> s
     add("")
     add(
         f"tokens: system {tokens.system_tokens}, tools {tokens.tools_tokens}, "
-        f"messages {tokens.message_tokens}, total {tokens.total_tokens}"
+        f"messages {tokens.message_tokens}, total {tokens.total_tokens} ({tokens.tokenizer})"
     )
+    if tokens.calibration_requests:
+        add(
+            f"calibration: observed / estimated input {tokens.observed_input_ratio:.3f} "
+            f"over {tokens.calibration_requests} request(s)"
+        )
 
     series = response.series
     add("")
