@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from admission_service.domain.accounting import (
+    Calibration,
     Divergence,
     DivergenceReason,
     PreviousRequest,
@@ -12,6 +13,7 @@ from admission_service.domain.accounting import (
     forecast,
     js_length,
     message_tokens,
+    observed_input_tokens,
     tools_tokens,
 )
 from admission_service.domain.messages import (
@@ -45,6 +47,42 @@ def test_heuristic_prices_match_the_reference() -> None:
     json_length = len('{"type":"image","uri":"u","mediaType":"image/png"}')
     assert message_tokens(image) == 4 + -(-json_length // 4) + 4
     assert message_tokens(Message(Role.ASSISTANT, ())) == 0
+
+
+class WordCounter:
+    """A stand-in tokenizer (one token per word) to show what a counter replaces."""
+
+    name = "words"
+
+    def count(self, text: str) -> int:
+        return len(text.split())
+
+
+def test_a_counter_replaces_only_the_text_count_inside_the_reference_overheads() -> None:
+    words = WordCounter()
+    assert message_tokens(Message(Role.USER, (Text("one two three"),)), words) == 3 + 4 + 4
+    assert message_tokens(system_message("one two"), words) == 2 + 4
+    assistant = Message(Role.ASSISTANT, (Reasoning("a b"), ToolCall("c1", "lookup", '{"q": "x"}')))
+    assert message_tokens(assistant, words) == (2 + 4) + (1 + 2 + 4) + 4
+    result = Message(Role.TOOL, (ToolResult("c1", (Text("x y z"),)),))
+    assert message_tokens(result, words) == ((3 + 4) + 4) + 4
+    # Images keep the heuristic price of their JSON whatever the counter.
+    image = Message(Role.USER, (Image("u", "image/png"),))
+    assert message_tokens(image, words) == message_tokens(image)
+    tool = Tool("a", "b c", "{}")
+    assert tools_tokens((tool,), words) == 2 + 4  # the JSON array splits at "b c"
+    assert breakdown([], (tool,), words).tokenizer == "words"
+    assert breakdown([], ()).tokenizer == "heuristic"
+
+
+def test_calibration_sums_observed_over_estimated() -> None:
+    assert Calibration().ratio == 0.0
+    calibration = Calibration().add(110, 100).add(90, 100)
+    assert (calibration.requests, calibration.ratio) == (2, 1.0)
+    # Anthropic reports cached input apart from input_tokens; the others include it.
+    assert observed_input_tokens("anthropic", 10, 20, 5) == 35
+    assert observed_input_tokens("openai", 10, 20, 5) == 10
+    assert observed_input_tokens("deepseek", 10, 20, 5) == 10
 
 
 def test_lengths_are_javascript_lengths() -> None:
