@@ -154,7 +154,9 @@ def rich_error(error: grpc.aio.AioRpcError) -> RichError:
     for info in infos:
         assert info.reason in KNOWN_REASONS, f"{info.reason} is not an ErrorReason value"
         assert status.message.startswith(f"{info.reason}: "), status.message
-        missing = message_values(status.message) - set(info.metadata.values())
+        # a value quoted with !r shows escaped (control characters, backslashes)
+        shown = {form for v in info.metadata.values() for form in (v, repr(v)[1:-1])}
+        missing = message_values(status.message) - shown
         assert not missing, f"{sorted(missing)} of {status.message!r} not in {info.metadata}"
     return RichError(error.code(), error.details() or "", status, infos, bad_requests)
 
