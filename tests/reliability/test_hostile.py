@@ -36,7 +36,7 @@ from promptadmission.v1 import admission_service_pb2 as api
 from promptadmission.v1 import admission_service_pb2_grpc as api_grpc
 from promptadmission.v1 import session_pb2 as pb
 
-from tests.api.support import IN_HISTORY_ROUTE, rich_error, user
+from tests.api.support import DETAILS_KEY, IN_HISTORY_ROUTE, rich_error, user
 
 from .checks import audit_book
 from .conftest import StartService
@@ -59,7 +59,8 @@ def check_status(error: grpc.RpcError) -> str:
     """``error``'s code and reason, asserted to be documented together; "CODE/REASON"."""
     code = error.code()
     assert code not in NEVER, f"{code.name}: {error.details()}"
-    if code is grpc.StatusCode.RESOURCE_EXHAUSTED:
+    trailers: Any = error.trailing_metadata() or ()  # grpc.aio.Metadata; the stubs disagree
+    if code is grpc.StatusCode.RESOURCE_EXHAUSTED and all(k != DETAILS_KEY for k, _ in trailers):
         return code.name  # gRPC's own receive limit, before the service sees the request
     rich = rich_error(error)  # type: ignore[arg-type]
     assert REASONS.get(rich.reason) == code.name, f"{code.name} with reason {rich.reason}"
@@ -566,8 +567,12 @@ async def test_oversized_messages(
         await attempt("prompt of 1 MiB + 1 byte", admit("p" * (mib + 1)))
         await attempt("65 users", admit("p", *["u"] * 65))
         await attempt("user of 1 MiB + 1 byte", admit("p", "u" * (mib + 1)))
+        # Within every request limit, but its derived request (9 MiB, all of it new, so DELTA
+        # carries it too) is over the 4 MiB response bound a default client can receive:
+        # refused before the commit.
         await attempt(
-            "prompt and 8 users of 1 MiB each (legal)", admit("p" * mib, *["u" * mib] * 8)
+            "prompt and 8 users of 1 MiB each (over the response bound)",
+            admit("p" * mib, *["u" * mib] * 8),
         )
         await attempt(
             "tool schema of 256 KiB + 1",
@@ -587,4 +592,7 @@ async def test_oversized_messages(
     report.finish()
     assert outcomes["20 MiB prompt (over the 16 MiB receive limit)"] == "RESOURCE_EXHAUSTED"
     assert outcomes["prompt of 1 MiB + 1 byte"].endswith("['rendered_prompt']")
-    assert outcomes["prompt and 8 users of 1 MiB each (legal)"] == "OK"
+    assert outcomes["prompt and 8 users of 1 MiB each (over the response bound)"] == (
+        "RESOURCE_EXHAUSTED/RESPONSE_TOO_LARGE"
+    )
+    assert not events.events, "a refused admission committed something"
