@@ -21,6 +21,7 @@ that did not count them.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ctypes
 import logging
@@ -108,6 +109,14 @@ def counter_for(provider: str) -> TokenCounter:
             found = _load(provider, *family)
             _loaded[provider] = found
     return found
+
+
+async def load_off_the_loop(provider: str) -> None:
+    """Load ``provider``'s counter in a thread if it is not loaded yet, so the first request of
+    a family does not hold the worker's event loop for the load (a dict lookup otherwise)."""
+    if provider in _loaded or provider not in _FAMILIES:
+        return
+    await asyncio.to_thread(counter_for, provider)
 
 
 def _load(provider: str, name: str, loader: Callable[[], Callable[[str], int]]) -> TokenCounter:

@@ -109,7 +109,7 @@ from admission_service.storage.repository import (
     Shadowed,
     list_sessions,
 )
-from admission_service.tokenizers import counter_for
+from admission_service.tokenizers import counter_for, load_off_the_loop
 
 R = TypeVar("R")
 LEDGER_ROWS = 50
@@ -428,6 +428,7 @@ class AdmissionApp:
             with fields_under("previous_output"):
                 validation.check_record(output, self.limits)
         route = self._route(command.route)
+        await load_off_the_loop(route.provider)
 
         async def work(tx: Transaction) -> AttemptResult:
             if output is None:
@@ -490,6 +491,7 @@ class AdmissionApp:
     ) -> bytes:
         validation.check_reconcile(command, self.limits)
         route = self._route(command.route)
+        await load_off_the_loop(route.provider)
 
         async def work(tx: Transaction) -> AttemptResult:
             admitted = await tx.store.admission(command.admission_id)
