@@ -151,3 +151,34 @@ async def test_inspect_reports_the_estimate_against_the_providers_count(
     assert [entry.observed_input_ratio for entry in inspected.ledger[1:]] == [0.0, 0.0]
     assert inspected.breakdown.calibration_requests == 1
     assert inspected.breakdown.observed_input_ratio == pytest.approx(observed / estimated)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+async def test_a_change_of_route_family_prices_every_node_with_the_new_tokenizer(
+    stub: api_grpc.AdmissionServiceAsyncStub,
+) -> None:
+    """DeepSeek, then Claude: the nodes written on the DeepSeek route are priced again."""
+    session_id = await create_session(stub)
+    await stub.Admit(admit_request(session_id, CHINESE, ENGLISH, route=route("deepseek")))
+    before = (await stub.Inspect(api.InspectRequest(session_id=session_id))).breakdown
+    assert before.system_tokens == _deepseek(CHINESE) + ROLE_OVERHEAD
+
+    admitted = await stub.Admit(
+        admit_request(session_id, CHINESE, CHINESE, step=1, route=route("anthropic"))
+    )
+    after = (await stub.Inspect(api.InspectRequest(session_id=session_id))).breakdown
+    assert after.tokenizer == "claude"
+    assert after.system_tokens == _claude(CHINESE) + ROLE_OVERHEAD
+    user_overhead = ROLE_OVERHEAD + BLOCK_OVERHEAD
+    assert after.message_tokens == _claude(ENGLISH) + _claude(CHINESE) + 2 * user_overhead
+    assert admitted.forecast.total_tokens == after.total_tokens
+
+    # Back on DeepSeek: the forecast, which extends the previous request's stored prefix price,
+    # agrees with the breakdown again.
+    again = await stub.Admit(
+        admit_request(session_id, CHINESE, "next", step=2, route=route("deepseek"))
+    )
+    final = (await stub.Inspect(api.InspectRequest(session_id=session_id))).breakdown
+    assert final.tokenizer == "deepseek-v4"
+    assert final.system_tokens == _deepseek(CHINESE) + ROLE_OVERHEAD
+    assert again.forecast.total_tokens == final.total_tokens

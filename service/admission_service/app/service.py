@@ -68,6 +68,7 @@ from admission_service.domain.accounting import (
     TokenCounter,
     forecast_totals,
     message_digest,
+    message_tokens,
     tools_json,
     tools_tokens,
 )
@@ -537,6 +538,9 @@ class AdmissionApp:
         *,
         first: bool,
     ) -> AttemptResult:
+        counter = counter_for(attempt.route.provider)
+        if tx.record.surface_nodes and _session_counter(tx.record).name != counter.name:
+            await self._reprice(tx, counter)
         record = tx.record
         # One statement reads the system nodes and the frames the request needs if this attempt
         # shadows nothing (the usual case); a replacement reads the frames again below.
@@ -547,7 +551,6 @@ class AdmissionApp:
         state = rules.AdmissionState(record.next_seq, system_nodes, record.series, open_calls)
         outcome = rules.admit(state, attempt) if first else rules.reconcile(state, attempt)
         await tx.reached(Phase.PROJECT)
-        counter = counter_for(attempt.route.provider)
         written = await tx.store.write_events(outcome.events, record.next_position, counter)
         shadowed = written.shadowed
         if record.shadowed is not None:
@@ -595,6 +598,31 @@ class AdmissionApp:
             route=attempt.route,
             log_seq=record.next_seq + len(outcome.events),
         )
+
+    @staticmethod
+    async def _reprice(tx: Transaction, counter: TokenCounter) -> None:
+        """A change of route family (another tokenizer): price every surviving node again with
+        the new route's tokenizer, so the breakdown, ``retain_tokens``, the summary-size rule
+        and the forecast never mix two tokenizers. Costs one pass over the surface, once per
+        change of family; leaves ``tx.record`` with the new running price and prefix price."""
+        record = tx.record
+        rows = await tx.store.surface(with_empty=False)
+        prices = [
+            (row.seq, message_tokens(_decode(row.message), counter))
+            for row in rows
+            if row.message is not None
+        ]
+        await tx.store.reprice(prices)
+        total = sum(price for _, price in prices)
+        prefix = record.prefix
+        if prefix is not None:
+            before_end = sum(
+                price
+                for row, (_, price) in zip(rows, prices, strict=True)
+                if row.position < prefix.end_position
+            )
+            prefix = replace(prefix, tokens=before_end)
+        tx.record = replace(record, surface_tokens=total, prefix=prefix)
 
     async def _add_request(
         self, tx: Transaction, admission_id: str, attempt: int, result: AttemptResult

@@ -79,6 +79,13 @@ _ANSWER = text(
     " RETURNING c.call_id, c.result_seq"
 )
 
+# A change of route family prices every surviving node again (app/service.py: _reprice).
+_REPRICE = text(
+    "UPDATE surface_nodes AS n SET tokens = u.tokens"
+    " FROM unnest(CAST(:seqs AS bigint[]), CAST(:tokens AS bigint[])) AS u(seq, tokens)"
+    " WHERE n.tenant_id = :t AND n.session_id = :s AND n.seq = u.seq"
+)
+
 # PostgreSQL concatenates the frames (``string_agg`` in position order over the unique
 # (tenant, session, position) index): no per-row work in Python, whatever the surface length.
 # Sent with psycopg's binary result format (see ``frames``), in its placeholder syntax.
@@ -773,6 +780,21 @@ class SessionStore:
         }
 
     # ---- tool calls -------------------------------------------------------------------
+
+    async def reprice(self, prices: Sequence[tuple[int, int]]) -> None:
+        """Set the stored price of each ``(seq, tokens)`` surface node, in one statement."""
+        await self.flush()
+        if not prices:
+            return
+        await self.connection.execute(
+            _REPRICE,
+            {
+                "t": self.tenant,
+                "s": self.session_id,
+                "seqs": [seq for seq, _ in prices],
+                "tokens": [tokens for _, tokens in prices],
+            },
+        )
 
     async def known_tool_calls(self, call_ids: Sequence[str]) -> set[str]:
         """Which of ``call_ids`` were already made in this session (on the surface or not)."""

@@ -1193,7 +1193,8 @@ class TokenBreakdown(google.protobuf.message.Message):
     reference token meter (4 characters per token plus fixed overheads per block and message);
     `o200k_base`, `claude` and `deepseek-v4` are the real tokenizers of the openai, anthropic
     and deepseek route families, counting each text inside the same overheads. It is the
-    tokenizer of the session's current route; each node keeps the price it was written with.
+    tokenizer of the session's current route (a change of route family prices every node
+    again).
     """
     observed_input_ratio: builtins.float
     """observed_input_ratio is the calibration of the estimate on the current route's provider:

@@ -909,7 +909,8 @@ export type TokenBreakdown = Message$1<"promptadmission.v1.TokenBreakdown"> & {
    * reference token meter (4 characters per token plus fixed overheads per block and message);
    * `o200k_base`, `claude` and `deepseek-v4` are the real tokenizers of the openai, anthropic
    * and deepseek route families, counting each text inside the same overheads. It is the
-   * tokenizer of the session's current route; each node keeps the price it was written with.
+   * tokenizer of the session's current route (a change of route family prices every node
+   * again).
    *
    * @generated from field: string tokenizer = 5;
    */
