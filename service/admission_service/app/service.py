@@ -1208,9 +1208,9 @@ def _tools_price(tools: tuple[Tool, ...], counter: TokenCounter) -> int:
 
 
 def _session_counter(record: SessionRecord) -> TokenCounter:
-    """The tokenizer of the session's route in force (that of its last admission): Record,
-    Compact and Inspect price with it. Nodes keep the price they were written with, so after a
-    change of route family the older nodes stay priced by the earlier family's tokenizer."""
+    """The tokenizer of the session's route in force (that of its last admission), which
+    priced every surviving node (``AdmissionApp._reprice``): Record, Compact and Inspect price
+    with it."""
     context = record.series.last_context
     return counter_for(context.context.provider if context else "")
 
