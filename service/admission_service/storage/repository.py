@@ -595,8 +595,8 @@ class SessionStore:
         """Log ``new_events`` and apply their surface operations, in order.
 
         Consecutive appended nodes (and their tool calls) are inserted in one statement each.
-        Each new node is priced once, here, with ``counter`` (the session's route's tokenizer),
-        and keeps that price while it survives.
+        Each new node is priced here with ``counter`` (the session's route's tokenizer); only a
+        change of route family prices it again (``reprice``).
         """
         shadowed: Shadowed | None = None
         tokens = 0
