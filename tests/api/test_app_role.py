@@ -16,6 +16,9 @@ from sqlalchemy.engine import make_url
 from tests.api.support import admit_request, create_session, start_client
 from tests.conftest import TestDatabases
 
+# The role's password: the embedded server authenticates by password (scram), not trust.
+ROLE_PASSWORD = secrets.token_hex(16)
+
 
 @pytest.fixture
 def app_role(test_databases: TestDatabases) -> Iterator[str]:
@@ -23,7 +26,7 @@ def app_role(test_databases: TestDatabases) -> Iterator[str]:
     role = f"pas_app_{secrets.token_hex(4)}"
     admin = libpq_url(test_databases.server_url)
     with psycopg.connect(admin, autocommit=True) as connection:
-        connection.execute(f"CREATE ROLE {role} LOGIN")
+        connection.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{ROLE_PASSWORD}'")
     yield role
     with psycopg.connect(admin, autocommit=True) as connection:
         connection.execute(f"DROP ROLE {role}")
@@ -38,7 +41,8 @@ def owned_database(test_databases: TestDatabases, app_role: str) -> Iterator[str
 
 
 def as_role(url: str, role: str) -> str:
-    return make_url(url).set(username=role, password=None).render_as_string(hide_password=False)
+    replica = make_url(url).set(username=role, password=ROLE_PASSWORD)
+    return replica.render_as_string(hide_password=False)
 
 
 async def test_a_server_connected_as_the_granted_role_serves_but_cannot_change_the_schema(
