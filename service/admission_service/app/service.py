@@ -1041,17 +1041,27 @@ class AdmissionApp:
 
         return await self._read_session(tenant, session_id, inspect)
 
-    async def list_events(
-        self, tenant: str, session_id: str, page_size: int, page_token: str
-    ) -> Page[EventView]:
+    def _session_page(
+        self, kind: str, tenant: str, session_id: str, page_size: int, page_token: str
+    ) -> tuple[int, str, int]:
+        """A paged read of one session's ``kind``: the page size, the page tokens' scope and
+        the position the page starts after (-1 for the first page)."""
         limit = validation.check_page_size(page_size, self.limits)
         # Before the token is checked: its scope holds the session id (a 64 KiB one broke the
         # token's signature, INTERNAL; found by the fuzzer).
         validation.check_session_id(session_id, self.limits)
-        scope = f"events/{tenant}/{session_id}"
+        scope = f"{kind}/{tenant}/{session_id}"
         after = -1
         if page_token:
             after = int(self.page_tokens.decode(scope, page_token, "page_token")["after"])
+        return limit, scope, after
+
+    async def list_events(
+        self, tenant: str, session_id: str, page_size: int, page_token: str
+    ) -> Page[EventView]:
+        limit, scope, after = self._session_page(
+            "events", tenant, session_id, page_size, page_token
+        )
 
         async def page(store: SessionStore, record: SessionRecord) -> Page[EventView]:
             budget = self.limits.max_events_page_bytes
@@ -1066,14 +1076,9 @@ class AdmissionApp:
         self, tenant: str, session_id: str, page_size: int, page_token: str
     ) -> Page[TrajectoryEntry]:
         """One page of the session's derived requests with the prompt each saw (a read)."""
-        limit = validation.check_page_size(page_size, self.limits)
-        # Before the token is checked: its scope holds the session id (a 64 KiB one broke the
-        # token's signature, INTERNAL; found by the fuzzer).
-        validation.check_session_id(session_id, self.limits)
-        scope = f"trajectory/{tenant}/{session_id}"
-        after = -1
-        if page_token:
-            after = int(self.page_tokens.decode(scope, page_token, "page_token")["after"])
+        limit, scope, after = self._session_page(
+            "trajectory", tenant, session_id, page_size, page_token
+        )
 
         async def page(store: SessionStore, record: SessionRecord) -> Page[TrajectoryEntry]:
             # The request before the page (if any) bounds what its first entry introduced.
