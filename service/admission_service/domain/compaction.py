@@ -110,7 +110,9 @@ def plan_range(nodes: Sequence[CompactionNode], start_seq: int, end_seq: int) ->
     if start > end:
         raise InvalidArgument("range", "start_seq comes after end_seq in surface order")
     if start < first_compactable_index(nodes):
-        raise InvalidArgument("range.start_seq", "the system head (node 0) cannot be compacted")
+        raise InvalidArgument(
+            "range.start_seq", "the system head (the first node) cannot be compacted"
+        )
     split = _split_boundaries(nodes)
     if split[start] or split[end + 1]:
         raise InvalidArgument("range", "the range would split a tool call from its result")
