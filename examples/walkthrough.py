@@ -130,7 +130,7 @@ def run(target: str) -> None:
         b = inspected.breakdown
         print(
             f"tokens: system {b.system_tokens}, tools {b.tools_tokens}, "
-            f"messages {b.message_tokens}, total {b.total_tokens}"
+            f"messages {b.message_tokens}, total {b.total_tokens} (tokenizer {b.tokenizer})"
         )
 
 
