@@ -91,6 +91,9 @@ _FAMILIES: dict[str, tuple[str, Callable[[], Callable[[str], int]]]] = {
     "deepseek": ("deepseek-v4", _load_deepseek_v4),
 }
 
+# The providers with a real tokenizer (any other provider is priced by the heuristic).
+TOKENIZER_FAMILIES = tuple(_FAMILIES)
+
 _loaded: dict[str, TokenCounter] = {}
 _lock = threading.Lock()
 
