@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import re
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -20,6 +22,7 @@ from admission_service.domain import errors as domain
 from promptadmission.v1 import admission_service_pb2 as api
 from promptadmission.v1 import admission_service_pb2_grpc as api_grpc
 from promptadmission.v1 import session_pb2 as pb
+from promptadmission.v1.error_reasons import Reason as ClientReason
 
 from tests.api.support import (
     StartApi,
@@ -259,9 +262,9 @@ def _takes_its_reason(cls: type[domain.DomainError]) -> bool:
     return parameter is not None and parameter.default is inspect.Parameter.empty
 
 
-def test_every_reason_the_server_raises_is_an_error_reason() -> None:
-    """Domain errors, authentication and the interceptor's own reasons all come from the
-    proto's ErrorReason: a new reason must be added there (one line) before the server uses it."""
+def _raised_reasons() -> set[str]:
+    """Every reason the server can send: the domain errors' (domain/errors.py), authentication's
+    and the interceptor's own (a database conflict, timeout or outage; INTERNAL)."""
     service_errors = {
         sub
         for sub in _all_subclasses(domain.DomainError) - _ABSTRACT_ERRORS
@@ -271,10 +274,49 @@ def test_every_reason_the_server_raises_is_an_error_reason() -> None:
     assert map_exception(domain.SurfaceViolation("x")).reason == "INTERNAL"
     raised = {sub.reason for sub in service_errors - {domain.SurfaceViolation}}
     raised |= {tenancy.MISSING_CREDENTIALS, tenancy.INVALID_TOKEN}
-    raised |= {reason for _, _, reason in MAPPINGS}
-    assert raised - KNOWN_REASONS == set()
-    # and the enum documents nothing the server never sends
-    assert KNOWN_REASONS - raised == set()
+    return raised | {reason for _, _, reason in MAPPINGS}
+
+
+REPO = Path(__file__).resolve().parents[2]
+# One enum value a line: `  NAME = 6;` in the proto, `  NAME = 6,` in protobuf-es' TypeScript.
+_ENUM_VALUE = re.compile(r"^\s+([A-Z][A-Z0-9_]*) = \d+[;,]$", re.MULTILINE)
+
+
+def _enum_values(path: str, opening: str) -> set[str]:
+    """The value names of the enum that ``opening`` starts in the file at ``path``."""
+    text = (REPO / path).read_text()
+    body = text[text.index(opening) :].split("}", 1)[0]
+    return set(_ENUM_VALUE.findall(body)) - {"ERROR_REASON_UNSPECIFIED"}
+
+
+# Where a reason has to be for a client to know it: the proto's enum itself, and the constants
+# each client has from it (Python's generated Reason; TypeScript's Reason is built from the
+# generated ErrorReason enum). tests/test_generated_code.py keeps the generated files current.
+REASON_SOURCES: dict[str, Callable[[], set[str]]] = {
+    "proto/promptadmission/v1/error_reason.proto": lambda: _enum_values(
+        "proto/promptadmission/v1/error_reason.proto", "enum ErrorReason {"
+    ),
+    "the Python client's Reason": lambda: {str(member) for member in ClientReason},
+    "the TypeScript client's ErrorReason": lambda: _enum_values(
+        "clients/typescript/src/gen/promptadmission/v1/error_reason_pb.ts",
+        "export enum ErrorReason {",
+    ),
+}
+
+
+@pytest.mark.parametrize("source", REASON_SOURCES)
+def test_every_reason_the_server_raises_is_an_error_reason(source: str) -> None:
+    """A reason the server raises is in the proto's ErrorReason and in both clients' constants
+    (a new reason is one line in the enum, then `make generate`), and none of them lists a
+    reason the server never sends."""
+    known = REASON_SOURCES[source]()
+    raised = _raised_reasons()
+    assert raised - known == set(), f"raised by the server but missing from {source}"
+    assert known - raised == set(), f"in {source} but never sent by the server"
+
+
+def test_the_interceptor_knows_the_reasons_of_the_proto() -> None:
+    assert REASON_SOURCES["proto/promptadmission/v1/error_reason.proto"]() == KNOWN_REASONS
 
 
 class _MadeUp(domain.FailedPrecondition):
