@@ -119,21 +119,29 @@ class _Settings:
 
 
 class _Attempts:
-    """The call strategy of both flavours, without I/O: each attempt's timeout within the
-    call's deadline, and after a failure either the wait before the next attempt or the
-    ``AdmissionError`` to raise."""
+    """The call strategy of both flavours, without I/O: the request (a mutating one with its
+    ``request_id``), each attempt's timeout within the call's deadline and metadata, and after
+    a failure either the wait before the next attempt or the ``AdmissionError`` to raise."""
 
-    def __init__(self, settings: _Settings, timeout: float | None) -> None:
+    def __init__(
+        self, client: _Client[Any], rpc: _Rpc[Any, Any], request: Any, timeout: float | None
+    ) -> None:
+        settings = client._settings
         budget = settings.timeout if timeout is None else timeout
         self._deadline = None if budget is None else time.monotonic() + budget
         self._retry = settings.retry
+        self._metadata = settings.metadata
+        self._stub_method = getattr(client.stub, rpc.stub_method)
+        self._request = rpc.prepare(request)
         self._attempt = 0
 
-    def next_timeout(self) -> float | None:
+    def call(self) -> Any:
+        """Starts the next attempt: the stub's response (an awaitable of it on grpc.aio)."""
         self._attempt += 1
-        if self._deadline is None:
-            return None
-        return max(self._deadline - time.monotonic(), 0.001)
+        timeout = None
+        if self._deadline is not None:
+            timeout = max(self._deadline - time.monotonic(), 0.001)
+        return self._stub_method(self._request, timeout=timeout, metadata=self._metadata)
 
     def wait_after(self, exc: grpc.RpcError) -> float:
         """Seconds to wait before the next attempt; raises the typed error when it is final."""
@@ -191,8 +199,8 @@ class _Rpc(Generic[_Req, _Resp]):
 
 
 class _Client(Generic[_Channel]):
-    """The constructor and the methods both flavours share; ``_open`` and ``_call`` are the
-    flavour's own (a grpc or grpc.aio channel; a blocking or an awaitable call).
+    """The constructor and the methods both flavours share; ``_open`` and ``_run`` are the
+    flavour's own (a grpc or grpc.aio channel; the attempts of a call run blocking or awaited).
 
     Adding an RPC is one line here, with the generated request and response types."""
 
@@ -239,6 +247,10 @@ class _Client(Generic[_Channel]):
     def _call(
         self, rpc: _Rpc[Any, Any], request: Any = None, *, timeout: float | None = None
     ) -> Any:
+        return self._run(_Attempts(self, rpc, request, timeout))
+
+    def _run(self, attempts: _Attempts) -> Any:
+        """The attempts' calls and waits, blocking or awaitable."""
         raise NotImplementedError
 
 
@@ -296,20 +308,12 @@ class AdmissionClient(_Client[grpc.aio.Channel]):
         if self._owns_channel:
             await self.channel.close(None)
 
-    async def _call(
-        self, rpc: _Rpc[Any, Any], request: Any = None, *, timeout: float | None = None
-    ) -> Any:
-        stub_method = getattr(self.stub, rpc.stub_method)
-        request, attempts = rpc.prepare(request), _Attempts(self._settings, timeout)
+    async def _run(self, attempts: _Attempts) -> Any:
         while True:
             try:
-                call_timeout = attempts.next_timeout()
-                return await stub_method(
-                    request, timeout=call_timeout, metadata=self._settings.metadata
-                )
+                return await attempts.call()
             except grpc.aio.AioRpcError as exc:
-                wait = attempts.wait_after(exc)
-            await asyncio.sleep(wait)
+                await asyncio.sleep(attempts.wait_after(exc))
 
     async def all_events(
         self, session_id: str, *, timeout: float | None = None
@@ -351,18 +355,12 @@ class SyncAdmissionClient(_Client[grpc.Channel]):
         if self._owns_channel:
             self.channel.close()
 
-    def _call(
-        self, rpc: _Rpc[Any, Any], request: Any = None, *, timeout: float | None = None
-    ) -> Any:
-        stub_method = getattr(self.stub, rpc.stub_method)
-        request, attempts = rpc.prepare(request), _Attempts(self._settings, timeout)
+    def _run(self, attempts: _Attempts) -> Any:
         while True:
             try:
-                call_timeout = attempts.next_timeout()
-                return stub_method(request, timeout=call_timeout, metadata=self._settings.metadata)
+                return attempts.call()
             except grpc.RpcError as exc:
-                wait = attempts.wait_after(exc)
-            time.sleep(wait)
+                time.sleep(attempts.wait_after(exc))
 
     def all_events(
         self, session_id: str, *, timeout: float | None = None
