@@ -81,6 +81,21 @@ def assert_concurrent_modification(error: grpc.aio.AioRpcError) -> None:
     assert rich_error(error).reason == "CONCURRENT_MODIFICATION"
 
 
+async def wait_until_blocked(database_url: str, backend_pid: int) -> None:
+    """Returns once the backend ``backend_pid`` waits for a lock another one holds."""
+    async with second_connection(database_url) as watcher:
+        await watcher.set_autocommit(True)  # each poll sees the lock table as it is now
+        async with asyncio.timeout(30):
+            while True:
+                cursor = await watcher.execute(
+                    "SELECT cardinality(pg_blocking_pids(%s)) > 0", (backend_pid,)
+                )
+                row = await cursor.fetchone()
+                if row is not None and row[0]:
+                    return
+                await asyncio.sleep(0.01)  # polling: another server process's state
+
+
 async def test_a_deadlock_is_aborted_concurrent_modification(
     start_api: StartApi, database_url: str
 ) -> None:
@@ -92,16 +107,16 @@ async def test_a_deadlock_is_aborted_concurrent_modification(
                 # This side waits longer before looking for a deadlock: the call finds it.
                 await other.execute("SET deadlock_timeout = '20s'")
                 await other.execute("LOCK TABLE events IN SHARE MODE")
-                locked.set()
+                locked.set_result(other.info.backend_pid)
                 await other.execute(
                     "SELECT 1 FROM sessions WHERE session_id = %s FOR UPDATE", (sid,)
                 )
                 await other.rollback()
 
-        locked = asyncio.Event()
+        locked: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         blocker_done.append(asyncio.create_task(blocker()))
-        await locked.wait()
-        await asyncio.sleep(0.2)  # the blocker now waits for the call's session row lock
+        # The blocker holds the events table and now waits for the call's session row lock.
+        await wait_until_blocked(database_url, await locked)
 
     error = await admit_during(
         start_api, database_url, Phase.DERIVE, lock_then_wait_for_the_session
