@@ -63,8 +63,15 @@ def tool_result(call_id: str, content: str) -> pb.ToolResult:
     )
 
 
-def channel(target: str) -> grpc.aio.Channel:
-    return grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
+def channel(target: str, *, own_connection: bool = False) -> grpc.aio.Channel:
+    """A channel to ``target``. Channels of one process share one connection per target
+    unless ``own_connection``: then it opens its own, as a separate harness would — which
+    matters with several workers, since the kernel hands each connection to one worker
+    (``SO_REUSEPORT``) and every call on it stays there."""
+    options = CHANNEL_OPTIONS
+    if own_connection:
+        options = [*CHANNEL_OPTIONS, ("grpc.use_local_subchannel_pool", 1)]
+    return grpc.aio.insecure_channel(target, options=options)
 
 
 def stub(ch: grpc.aio.Channel) -> Stub:

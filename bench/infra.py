@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 from admission_service.storage.database import normalise_database_url
@@ -110,11 +111,35 @@ class ServerProcess:
         """VmRSS of the largest worker process (``/proc/<pid>/status``), in MiB."""
         return max(_rss_mib(pid) for pid in self.workers())
 
+    def memory(self) -> dict[str, Any]:
+        """Every process's RSS, PSS and USS (``/proc/<pid>/smaps_rollup``), in MiB: the
+        workers', the largest of each, and the whole server's (a supervising parent included).
+        RSS counts the pages a worker shares with the parent and its siblings (copy-on-write
+        after the fork) in full in every worker; PSS divides each shared page among the
+        processes sharing it, so the server's PSS total is what it really occupies; USS is
+        what a worker alone holds (what ending it would free)."""
+        workers = [memory_mib(pid) for pid in self.workers()]
+        processes = [*workers]
+        if self.workers() != [self.pid]:
+            processes.append(memory_mib(self.pid))
+        return {
+            "workers": workers,
+            "rss_max_mib": max(w["rss"] for w in workers),
+            "pss_max_mib": max(w["pss"] for w in workers),
+            "uss_max_mib": max(w["uss"] for w in workers),
+            "server_pss_mib": round(sum(p["pss"] for p in processes), 1),
+            "server_rss_mib": round(sum(p["rss"] for p in processes), 1),
+        }
+
     def cpu_seconds(self) -> float:
         """User + system CPU time the server's processes have used (``/proc/<pid>/stat``),
         the workers' and a supervising parent's."""
         pids = {self.pid, *self.workers()}
         return sum(_cpu_seconds(pid) for pid in pids)
+
+    def cpu_by_worker(self) -> dict[int, float]:
+        """Each worker's user + system CPU seconds so far, by pid."""
+        return {pid: _cpu_seconds(pid) for pid in self.workers()}
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -132,6 +157,21 @@ def _is_worker(pid: int) -> bool:
         return b"resource_tracker" not in Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
+
+
+def memory_mib(pid: int) -> dict[str, float]:
+    """RSS, PSS and USS (private clean + private dirty) of ``pid``, in MiB."""
+    fields: dict[str, int] = {}
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:]:
+        key, _, value = line.partition(":")
+        if value.strip().endswith("kB"):
+            fields[key] = int(value.split()[0])
+    return {
+        "pid": pid,
+        "rss": round(fields["Rss"] / 1024, 1),
+        "pss": round(fields["Pss"] / 1024, 1),
+        "uss": round((fields["Private_Clean"] + fields["Private_Dirty"]) / 1024, 1),
+    }
 
 
 def _rss_mib(pid: int) -> float:
@@ -175,8 +215,11 @@ def _wait_line(server: ServerProcess, timeout: float) -> None:
         raise RuntimeError(f"{server.name} did not start: see {server.log}")
 
 
-def start_service(database_url: str, log_dir: Path, pool_size: int = 10) -> ServerProcess:
-    """``admission-service serve`` on a free port against ``database_url`` (migrating it)."""
+def start_service(
+    database_url: str, log_dir: Path, pool_size: int = 10, env: dict[str, str] | None = None
+) -> ServerProcess:
+    """``admission-service serve`` on a free port against ``database_url`` (migrating it);
+    ``env`` adds to or overrides its environment."""
     port = free_port()
     log = log_dir / "service.log"
     env = {
@@ -189,6 +232,7 @@ def start_service(database_url: str, log_dir: Path, pool_size: int = 10) -> Serv
         # S3 measures FULL requests of 100 000 nodes (28 MB) on purpose: above the default
         # response bound, which exists to steer harnesses to the DELTA view.
         "PAS_LIMIT_MAX_RESPONSE_BYTES": str(256 * 1024 * 1024),
+        **(env or {}),
     }
     with log.open("wb") as out:
         process = subprocess.Popen(

@@ -174,6 +174,9 @@ def headline(results: dict[str, Any]) -> dict[str, Any]:
             "s2_steps_per_s_16": results["s2"]["steps_per_s"],
             "s6_rss_mib": results["s6"]["rss_after_mib"],
             "s6_rss_second_half_growth_mib": results["s6"]["rss_second_half_growth_mib"],
+            "s6_pss_mib": results["s6"]["pss_after_mib"],
+            "s6_uss_mib": results["s6"]["uss_after_mib"],
+            "s6_server_pss_mib": results["s6"]["server_pss_after_mib"],
         }
     if "s3" in results:
         s3 = results["s3"]

@@ -284,10 +284,12 @@ async def s2_throughput_and_s6_memory(
     physical_rate = await _floor_rate(physical_server, plan, workers)
     floor_rate = await _floor_rate(floor_server, plan, workers)
 
-    async with channel(service.target) as ch:
-        admission = stub(ch)
-        sessions = await _step_sessions(admission, workers, 10)
-        pairs = await _step_sessions(admission, workers, 10)
+    # One connection per caller, as 16 harnesses would open: the kernel hands each connection
+    # to one of the service's workers (SO_REUSEPORT), so one shared channel would load only one.
+    channels = [channel(service.target, own_connection=True) for _ in range(workers)]
+    try:
+        sessions = [(await _step_sessions(stub(ch), 1, 10))[0] for ch in channels]
+        pairs = [(await _step_sessions(stub(ch), 1, 10))[0] for ch in channels]
 
         async def service_step(worker: int) -> None:
             session = sessions[worker]
@@ -308,12 +310,18 @@ async def s2_throughput_and_s6_memory(
 
         sampler = asyncio.create_task(sample_rss())
         rss_before = service.rss_mib()
+        cpu_before = service.cpu_by_worker()
         rate = await _throughput(workers, plan.s2_seconds, plan.s2_warmup, service_step)
         sampler.cancel()
         rss_after = service.rss_mib()
+        memory_after = service.memory()
+        cpu_after = service.cpu_by_worker()
         two_call_rate = await _throughput(
             workers, plan.s2_seconds / 3, plan.s2_warmup, two_call_step
         )
+    finally:
+        for ch in channels:
+            await ch.close(None)
     half = [value for at, value in rss if at >= (plan.s2_seconds + plan.s2_warmup) / 2]
     s2 = {
         "workers": workers,
@@ -328,12 +336,22 @@ async def s2_throughput_and_s6_memory(
         "two_call_steps_per_s": round(two_call_rate, 1),
         "two_call_steps_ratio_physical": round(two_call_rate / physical_rate, 3),
         "surface_nodes_at_end": max(s.nodes for s in sessions),
+        # Each worker's CPU seconds over the one-call run: every worker served its share.
+        "worker_cpu_seconds": [
+            round(cpu_after[pid] - cpu_before.get(pid, 0.0), 2) for pid in sorted(cpu_after)
+        ],
     }
     s6 = {
         "rss_before_mib": round(rss_before, 1),
         "rss_after_mib": round(rss_after, 1),
         "rss_peak_mib": round(max(v for _, v in rss), 1),
         "rss_second_half_growth_mib": round(max(half) - min(half), 1) if half else 0.0,
+        # RSS counts the pages shared with the parent (forked after the tokenizers' preload) in
+        # every worker; PSS shares them out, USS is a worker's own (bench/infra.py).
+        "pss_after_mib": memory_after["pss_max_mib"],
+        "uss_after_mib": memory_after["uss_max_mib"],
+        "server_pss_after_mib": memory_after["server_pss_mib"],
+        "processes_after": memory_after["workers"],
         "samples": [(round(at, 1), round(v, 1)) for at, v in rss],
     }
     return s2, s6

@@ -18,6 +18,11 @@
 | ``PAS_WORKERS`` | usable cores | ``serve`` worker processes sharing the port (``SO_REUSEPORT``),
   each with its own event loop and its own pool of ``PAS_DB_POOL_SIZE`` (+ overflow)
   connections; metrics on ``PAS_METRICS_LISTEN``'s port + worker index (docs/SCALING.md) |
+| ``PAS_TOKENIZER_PRELOAD`` | the catalog's families | route families (``openai``, ``anthropic``,
+  ``deepseek``; comma or space separated, ``none`` for none) whose tokenizer ``serve`` loads
+  before it starts its workers, so they share its memory and no first Admit waits for a load;
+  another family still loads on its first request. Default: the families the model catalog
+  names (``deepseek`` for the built-in one) |
 | ``PAS_AUTH_TOKENS`` | unset | ``tenant=sha256:<hex>`` entries (comma or space separated): the
   hashed bearer tokens and their tenants (``admission-service token TENANT`` makes one) |
 | ``PAS_AUTH_TOKENS_FILE`` | unset | a file of such entries, one per line, ``#`` comments; read
@@ -140,6 +145,9 @@ class Settings:
     # serve's worker processes (api/workers.py): one per usable core unless PAS_WORKERS says.
     workers: int = field(default_factory=usable_cores)
     share_port: bool = False  # set by serve for its workers: bind the port with SO_REUSEPORT
+    # The route families whose tokenizers serve loads before its workers start (tokenizers.py);
+    # None: the families the model catalog names.
+    tokenizer_preload: tuple[str, ...] | None = None
     reflection: bool = True
     page_token_keys: tuple[str, ...] = ()
     limits: Limits = field(default_factory=Limits)
@@ -186,6 +194,7 @@ class Settings:
             log_payloads=reader.boolean("PAS_LOG_PAYLOADS", False),
             tracing_exporter=reader.choice("PAS_TRACING_EXPORTER", "none", TRACING_EXPORTERS),
             workers=reader.integer("PAS_WORKERS", usable_cores(), minimum=1),
+            tokenizer_preload=reader.families("PAS_TOKENIZER_PRELOAD"),
             reflection=reader.boolean("PAS_REFLECTION", True),
             page_token_keys=reader.secrets("PAS_PAGE_TOKEN_KEYS", PAGE_TOKEN_KEY_CHARS),
             limits=reader.limits(),
@@ -349,6 +358,21 @@ class _Reader:
         if any(len(value) < minimum_chars for value in values):
             # Never echo the value: it is a secret.
             raise ConfigError(f"{name}: every key must be at least {minimum_chars} characters")
+        return values
+
+    def families(self, name: str) -> tuple[str, ...] | None:
+        """Route families with a real tokenizer, comma or space separated; ``none``: the
+        empty tuple; unset: None (the default is decided by the caller)."""
+        from admission_service.tokenizers import TOKENIZER_FAMILIES
+
+        raw = self.text(name).lower()
+        if not raw:
+            return None
+        values = tuple(dict.fromkeys(raw.replace(",", " ").split()))
+        if values == ("none",):
+            return ()
+        if any(value not in TOKENIZER_FAMILIES for value in values):
+            raise self._fail(name, f"none or a list of {', '.join(TOKENIZER_FAMILIES)}")
         return values
 
     def tenant(self, name: str) -> str:

@@ -9,14 +9,21 @@ its own health service (it goes NOT_SERVING when it drains) and its own metrics 
 the workers (``SO_REUSEPORT``); a connection stays with the worker that accepted it.
 
 The parent does what must happen once: it starts the embedded PostgreSQL (when no
-``DATABASE_URL`` is set) and runs the migrations, then spawns the workers with the resolved URL
-and supervises them. SIGTERM or SIGINT (and SIGHUP, the token reload) are forwarded to every
-worker; each drains as a single server does (refuses new calls, lets in-flight calls finish for
+``DATABASE_URL`` is set) and runs the migrations, imports the service and loads the tokenizers
+of ``PAS_TOKENIZER_PRELOAD`` (default: the model catalog's families), then forks the workers
+with the resolved URL and supervises them. Forked, the workers share the parent's pages
+copy-on-write: the tokenizers' tables (tens of MiB each, read-only after the load) and the
+imported modules (frozen out of the garbage collector's reach, ``gc.freeze``, so collections do
+not write to them) are in memory once per server, not once per worker, and no worker's first
+Admit of a preloaded family waits for its load. The parent creates no gRPC object, event loop,
+thread or database connection before the fork, so the workers inherit none.
+
+SIGTERM or SIGINT (and SIGHUP, the token reload) are forwarded to every worker; each drains as
+a single server does (refuses new calls, lets in-flight calls finish for
 ``PAS_SHUTDOWN_GRACE_SECONDS``) and the parent exits when all have. A worker that exits on its
 own is a failure: the parent stops the others and exits non-zero, for the supervisor above it
 (systemd, Kubernetes) to restart the whole server; a parent that dies (``kill -9``) takes its
-workers with it. With one worker there is no parent: the
-process serves itself, as before.
+workers with it. With one worker there is no parent: the process serves itself, as before.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import gc
 import logging
 import multiprocessing
 import os
@@ -47,9 +55,35 @@ def serve_workers(settings: Settings) -> int:
     from admission_service.api.server import serve
 
     if settings.workers <= 1:
+        preload_tokenizers(settings)
         asyncio.run(serve(settings))
         return 0
-    return _Supervisor(_shared(settings)).run()
+    shared = _shared(settings)
+    preload_tokenizers(shared)
+    # Objects alive now stay out of every later collection, so the workers' collections do
+    # not write to (and un-share) the pages the parent's imports and tokenizers filled.
+    gc.collect()
+    gc.freeze()
+    return _Supervisor(shared).run()
+
+
+def preload_families(settings: Settings) -> tuple[str, ...]:
+    """The route families whose tokenizers ``serve`` loads before serving:
+    ``PAS_TOKENIZER_PRELOAD``, or the families the model catalog names."""
+    from admission_service.catalog.loader import load_catalog
+    from admission_service.tokenizers import catalog_families
+
+    if settings.tokenizer_preload is not None:
+        return settings.tokenizer_preload
+    catalog = load_catalog(settings.model_catalog)
+    return catalog_families(info.provider for info in catalog.models.values())
+
+
+def preload_tokenizers(settings: Settings) -> None:
+    """Load the preloaded families' tokenizers in this process (the parent, before the fork)."""
+    from admission_service.tokenizers import preload
+
+    preload(preload_families(settings))
 
 
 def _shared(settings: Settings) -> Settings:
@@ -106,6 +140,9 @@ def _worker_main(settings: Settings, index: int, count: int, parent: int) -> Non
     """A worker process: one server on the shared port, until SIGTERM/SIGINT."""
     from admission_service.api.server import serve
 
+    # Forked from the parent while its forwarding handlers were installed.
+    for sig in FORWARDED:
+        signal.signal(sig, signal.SIG_DFL)
     _die_with_parent(parent)
     # Until the server installs its own handlers: a terminal's Ctrl-C reaches the whole
     # process group, and the parent forwards it as SIGTERM anyway.
@@ -118,7 +155,8 @@ def _worker_main(settings: Settings, index: int, count: int, parent: int) -> Non
 
 class _Supervisor:
     def __init__(self, settings: Settings) -> None:
-        context = multiprocessing.get_context("spawn")  # no state forked from the parent
+        # Forked: the workers share the parent's imports and preloaded tokenizers (above).
+        context = multiprocessing.get_context("fork")
         self.settings = settings
         self.workers: list[BaseProcess] = [
             context.Process(
