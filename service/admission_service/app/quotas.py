@@ -19,16 +19,14 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from sqlalchemy.ext.asyncio import AsyncConnection
-
 from admission_service.app.limits import Quotas
+from admission_service.app.ports import TenantUsage
 from admission_service.domain.errors import (
     ConcurrentCallsQuotaExceeded,
     ResourceExhausted,
     SessionsQuotaExceeded,
     StoredBytesQuotaExceeded,
 )
-from admission_service.storage import usage
 
 
 def _exceeded(
@@ -75,15 +73,15 @@ class TenantQuotas:
             else:
                 del self._calls[tenant]
 
-    async def check_new_session(self, connection: AsyncConnection, tenant: str) -> None:
+    async def check_new_session(self, usage: TenantUsage) -> None:
         """After inserting a new session, in the creating transaction (so a retried create
         that replays is never refused): the count, the new one included, under the tenant's
         lock, which also sees every creation committed before it."""
         limit = self.quotas.sessions
         if not limit:
             return
-        await usage.lock_tenant_sessions(connection, tenant)
-        if await usage.count_sessions(connection, tenant) > limit:
+        await usage.lock_sessions()
+        if await usage.count_sessions() > limit:
             raise _exceeded(
                 SessionsQuotaExceeded,
                 "sessions",
@@ -91,9 +89,7 @@ class TenantQuotas:
                 "is reached: delete sessions to create more",
             )
 
-    async def check_stored_bytes(
-        self, connection: AsyncConnection, tenant: str, added: int
-    ) -> None:
+    async def check_stored_bytes(self, usage: TenantUsage, tenant: str, added: int) -> None:
         """Before committing a write that adds ``added`` bytes to the tenant's event logs."""
         limit = self.quotas.stored_bytes
         if not limit or added <= 0:
@@ -101,7 +97,7 @@ class TenantQuotas:
         now = time.monotonic()
         read_at, stored = self._stored.get(tenant, (float("-inf"), 0))
         if now - read_at >= self.quotas.usage_refresh_seconds:
-            stored = await usage.stored_bytes(connection, tenant)
+            stored = await usage.stored_bytes()
             self._stored[tenant] = (now, stored)
         if stored + added > limit:
             raise _exceeded(

@@ -18,17 +18,17 @@ the rebuilt response is checked against the SHA-256 of the original before it is
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from admission_service.app.commands import AttemptResult, EncodedMessages
+from admission_service.app.ports import SessionRepository
+from admission_service.app.rows import event_of
 from admission_service.domain import codec, protowire
 from admission_service.domain.errors import DomainError, WireFormatError
-from admission_service.domain.events import Event
 from admission_service.domain.surface import SessionLog
 from admission_service.domain.wire import WireFormat, render
-from admission_service.storage.repository import SessionStore, StoredResponse
+from admission_service.storage.repository import StoredResponse
 
 
 @runtime_checkable
@@ -113,14 +113,8 @@ def stored_form(
     return encode.head(result), recipe.to_json()
 
 
-async def replayed(
-    store: SessionStore,
-    stored: StoredResponse,
-    encode: object,
-    event_of: Callable[[Any], Event],
-) -> bytes:
-    """The bytes of the stored response, its derived request rebuilt from the surface
-    (``event_of`` decodes an ``events`` row)."""
+async def replayed(store: SessionRepository, stored: StoredResponse, encode: object) -> bytes:
+    """The bytes of the stored response, its derived request rebuilt from the surface."""
     if stored.derived_request is None:
         return stored.response
     assert isinstance(encode, SplitEncoder), "a split record is replayed by a split encoder"
@@ -138,7 +132,7 @@ async def replayed(
     return payload
 
 
-async def _rendered(store: SessionStore, recipe: Recipe, frames: bytes) -> str:
+async def _rendered(store: SessionRepository, recipe: Recipe, frames: bytes) -> str:
     """The provider body as the derivation rendered it ('' where it could not: the stored head
     carries that error)."""
     wire = WireFormat(recipe.wire_format)

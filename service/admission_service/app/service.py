@@ -1,25 +1,24 @@
 """The use cases (SPEC §3, §4): one method per RPC, each one database transaction.
 
-Every mutation follows the same shape (``_mutate``): lock the session row, replay a stored
-response for a repeated ``request_id``, check ``expected_revision``, run the pure domain
-transition, write its events and the new session state, store the response, commit. Any
+Every mutation follows the same shape (``_mutate``, one ``UnitOfWork``): lock the session row,
+replay a stored response for a repeated ``request_id``, check ``expected_revision``, run the pure
+domain transition, write its events and the new session state, store the response, commit. Any
 exception — including the cancellation of a call whose client went away or whose deadline
-passed — leaves the transaction block without a commit, so nothing is written.
+passed — leaves the unit of work without a commit, so nothing is written.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, TypeVar
 
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
-from admission_service.app import bounds, replay, validation
+from admission_service.app import bounds, validation
 from admission_service.app.commands import (
     FULL_VIEW,
     AdmitCommand,
@@ -31,7 +30,6 @@ from admission_service.app.commands import (
     EventView,
     Idempotency,
     InspectResult,
-    LedgerEntry,
     Page,
     PlanCompactionCommand,
     PlanResult,
@@ -43,29 +41,39 @@ from admission_service.app.commands import (
     RouteRequest,
     SessionInfo,
     SystemNodeView,
-    Usage,
 )
+from admission_service.app.database import PostgresStorage
 from admission_service.app.gate import SessionGate
 from admission_service.app.hooks import NO_HOOKS, Phase, PhaseHooks
 from admission_service.app.limits import Limits, Quotas
 from admission_service.app.page_tokens import PageTokens
+from admission_service.app.ports import SessionRepository, Storage
 from admission_service.app.quotas import TenantQuotas
+from admission_service.app.rows import (
+    calibration_of,
+    decode_message,
+    event_of,
+    forecast_json,
+    ledger_entry_of,
+    session_info,
+    usage_json,
+)
 from admission_service.app.trajectory import (
     TrajectoryEntry,
     request_log_seq,
     trajectory_entries,
 )
+from admission_service.app.unit_of_work import UnitOfWork
 from admission_service.domain import admission as rules
 from admission_service.domain import codec, protowire
+from admission_service.domain import record as recording
 from admission_service.domain.accounting import (
-    CacheForecast,
-    Calibration,
-    DivergenceReason,
     PreviousRequest,
+    PricedNode,
     RequestKey,
     RequestTotals,
-    TokenBreakdown,
     TokenCounter,
+    breakdown,
     forecast_totals,
     message_digest,
     message_tokens,
@@ -84,31 +92,23 @@ from admission_service.domain.errors import (
     AdmissionNotFound,
     InvalidArgument,
     NothingToCompact,
-    RequestIdReused,
-    RevisionMismatch,
-    SessionAlreadyExists,
     SessionNotFound,
     StaleCompactionPlan,
-    UnknownToolCall,
     WireFormatError,
     fields_under,
 )
-from admission_service.domain.events import Append, Event, EventKind, Replace
-from admission_service.domain.messages import Message, Role, Tool
+from admission_service.domain.messages import Tool
 from admission_service.domain.projection import SystemNode
 from admission_service.domain.series import Route
-from admission_service.domain.surface import effective_prompt
+from admission_service.domain.surface import effective_prompt, fold_system_nodes
 from admission_service.domain.wire import WireFormat, render
-from admission_service.storage.deadline import bound_by_deadline
 from admission_service.storage.repository import (
     NO_FRAMES,
     Frames,
     NodeRecord,
     RequestPrefix,
     SessionRecord,
-    SessionStore,
     Shadowed,
-    list_sessions,
 )
 from admission_service.tokenizers import counter_for, load_off_the_loop
 
@@ -118,27 +118,6 @@ LEDGER_ROWS = 50
 # from the previous request's digest chains over the frames appended since (see _derive).
 DIGEST_SEED = b"promptadmission.v1/derived-request"
 _SESSION_NAMESPACE = uuid.UUID("6f1d8a52-3c1e-4c55-9a7e-8e0f1f3b7a10")
-
-
-@dataclass(slots=True)
-class Transaction:
-    """What a use case sees inside ``_mutate``: the store, the locked row, the phase hook."""
-
-    store: SessionStore
-    record: SessionRecord
-    method: str
-    hooks: PhaseHooks
-    validate_only: bool
-
-    async def reached(self, phase: Phase) -> None:
-        await self.hooks.reached(self.method, phase)
-
-
-class _ValidateOnly(Exception):
-    """Leaves the transaction block so it rolls back, carrying the would-be response."""
-
-    def __init__(self, payload: bytes) -> None:
-        self.payload = payload
 
 
 _PLAN_FIELDS = ("generation", "next_seq", "start", "end")
@@ -152,52 +131,6 @@ def _plan_cursor(cursor: dict[str, Any]) -> dict[str, int]:
     return cursor
 
 
-def _forecast_json(value: CacheForecast) -> dict[str, Any]:
-    return {
-        "reused_messages": value.reused_messages,
-        "reused_tokens": value.reused_tokens,
-        "total_messages": value.total_messages,
-        "total_tokens": value.total_tokens,
-        "divergence_index": value.divergence_index,
-        "divergence_reason": value.divergence_reason.value,
-    }
-
-
-def _forecast_from_json(data: dict[str, Any]) -> CacheForecast:
-    return CacheForecast(
-        data["reused_messages"],
-        data["reused_tokens"],
-        data["total_messages"],
-        data["total_tokens"],
-        data["divergence_index"],
-        DivergenceReason(data["divergence_reason"]),
-    )
-
-
-def _usage_json(usage: Usage) -> dict[str, int]:
-    return {
-        "input_tokens": usage.input_tokens,
-        "output_tokens": usage.output_tokens,
-        "cache_read_tokens": usage.cache_read_tokens,
-        "cache_write_tokens": usage.cache_write_tokens,
-    }
-
-
-def _session_info(record: SessionRecord) -> SessionInfo:
-    return SessionInfo(
-        record.session_id,
-        record.create_time,
-        record.update_time,
-        record.revision,
-        record.next_seq,
-        record.series.replace_generation,
-    )
-
-
-def _decode(message: bytes) -> Message:
-    return codec.message_from_json(codec.loads(message))
-
-
 class AdmissionApp:
     """Every mutating method takes the caller's ``Idempotency`` (or None) and an ``encode``
     function turning its result into the response bytes; it returns those bytes. The bytes are
@@ -206,15 +139,24 @@ class AdmissionApp:
 
     def __init__(
         self,
-        engine: AsyncEngine,
+        engine: AsyncEngine | None,
         catalog: Catalog,
         limits: Limits | None = None,
         hooks: PhaseHooks = NO_HOOKS,
         quotas: Quotas | None = None,
         page_tokens: PageTokens | None = None,
+        *,
+        storage: Storage | None = None,
     ) -> None:
-        self.engine = engine
-        self.page_tokens = page_tokens or PageTokens.configured((), engine.url)
+        """On PostgreSQL through ``engine``, or on another ``storage`` (the tests' fake)."""
+        if storage is None:
+            assert engine is not None, "an engine or a storage"
+            storage = PostgresStorage(engine)
+        self.storage = storage
+        if page_tokens is None:
+            assert engine is not None, "page tokens are configured with a storage"
+            page_tokens = PageTokens.configured((), engine.url)
+        self.page_tokens = page_tokens
         self.catalog = catalog
         self.limits = limits or Limits()
         self.hooks = hooks
@@ -223,6 +165,30 @@ class AdmissionApp:
 
     # ---- the transaction shapes ---------------------------------------------------------
 
+    def _unit(
+        self,
+        method: str,
+        tenant: str,
+        session_id: str,
+        idempotency: Idempotency | None,
+        *,
+        validate_only: bool = False,
+        create: bool = False,
+    ) -> UnitOfWork:
+        return UnitOfWork(
+            self.storage,
+            self.gate,
+            self.quotas,
+            self.limits,
+            self.hooks,
+            method,
+            tenant,
+            session_id,
+            idempotency,
+            validate_only=validate_only,
+            create=create,
+        )
+
     async def _mutate(
         self,
         method: str,
@@ -230,89 +196,45 @@ class AdmissionApp:
         session_id: str,
         idempotency: Idempotency | None,
         expected_revision: int | None,
-        work: Callable[[Transaction], Awaitable[R]],
+        work: Callable[[UnitOfWork], Awaitable[R]],
         encode: Callable[[R], bytes],
         *,
         validate_only: bool = False,
+        create: bool = False,
     ) -> bytes:
+        """One mutation: ``work`` runs in a unit of work that commits its result unless
+        ``validate_only`` (or an exception, or a cancellation)."""
         if idempotency is not None:
             validation.check_request_id(idempotency.request_id, self.limits)
-        try:
-            async with (
-                self.quotas.call(tenant),  # waiting at the gate counts: bounds the queue
-                self.gate.hold(tenant, session_id),
-                self.engine.connect() as connection,
-                connection.begin(),
-            ):
-                await bound_by_deadline(connection)
-                store = SessionStore(connection, tenant, session_id)
-                record = await store.read(lock=True)
-                await self.hooks.reached(method, Phase.LOAD)
-                if idempotency is not None and not validate_only:
-                    replayed = await self._replay(store, method, idempotency, encode)
-                    if replayed is not None:
-                        return replayed
-                if record is None:
-                    raise SessionNotFound(session_id)
-                if expected_revision is not None and expected_revision != record.revision:
-                    raise RevisionMismatch(expected_revision, record.revision)
-                transaction = Transaction(store, record, method, self.hooks, validate_only)
-                result = await work(transaction)
-                payload = encode(result)
-                bounds.check_session_growth(record, store.growth, self.limits)
-                await self.quotas.check_stored_bytes(connection, tenant, store.growth.log_bytes)
-                if validate_only:
-                    raise _ValidateOnly(payload)
-                if idempotency is not None:
-                    through_seq = record.next_seq + store.growth.events - 1
-                    await store.store_response(
-                        idempotency.request_id,
-                        method,
-                        idempotency.request_digest,
-                        *replay.stored_form(result, payload, encode, through_seq),
-                    )
-                await store.flush()
-                await self.hooks.reached(method, Phase.COMMIT)
-        except _ValidateOnly as rolled_back:
-            return rolled_back.payload
-        await self.hooks.reached(method, Phase.COMMITTED)
+        async with self._unit(
+            method, tenant, session_id, idempotency, validate_only=validate_only, create=create
+        ) as uow:
+            replayed = await uow.replayed(encode)
+            if replayed is not None:
+                return replayed
+            uow.load(expected_revision)
+            result = await work(uow)
+            payload = encode(result)
+            await uow.check_growth()
+            if not validate_only:
+                await uow.commit(result, payload, encode)
         return payload
-
-    async def _replay(
-        self, store: SessionStore, method: str, idempotency: Idempotency, encode: object
-    ) -> bytes | None:
-        stored = await store.stored_response(idempotency.request_id)
-        if stored is None:
-            return None
-        if stored.method != method or stored.request_digest != idempotency.request_digest:
-            raise RequestIdReused(idempotency.request_id)
-        return await replay.replayed(store, stored, encode, event_of)
-
-    async def _read(self, work: Callable[[AsyncConnection], Awaitable[R]]) -> R:
-        """A read-only snapshot: every statement sees the same committed state."""
-        async with self.engine.connect() as connection:
-            await connection.execution_options(isolation_level="REPEATABLE READ")
-            async with connection.begin():
-                await bound_by_deadline(connection)
-                return await work(connection)
 
     async def _read_session(
         self,
         tenant: str,
         session_id: str,
-        work: Callable[[SessionStore, SessionRecord], Awaitable[R]],
+        work: Callable[[SessionRepository, SessionRecord], Awaitable[R]],
     ) -> R:
         validation.check_session_id(session_id, self.limits)
-
-        async def read(connection: AsyncConnection) -> R:
-            store = SessionStore(connection, tenant, session_id)
-            record = await store.read(lock=False)
+        async with (
+            self.quotas.call(tenant),
+            self.storage.unit(tenant, session_id, snapshot=True) as unit,
+        ):
+            record = await unit.store.read(lock=False)
             if record is None:
                 raise SessionNotFound(session_id)
-            return await work(store, record)
-
-        async with self.quotas.call(tenant):
-            return await self._read(read)
+            return await work(unit.store, record)
 
     # ---- session lifecycle --------------------------------------------------------------
 
@@ -334,33 +256,18 @@ class AdmissionApp:
                 else str(uuid.uuid4())
             )
         validation.check_session_id(session_id, self.limits)
-        async with (
-            self.quotas.call(tenant),
-            self.engine.connect() as connection,
-            connection.begin(),
-        ):
-            await bound_by_deadline(connection)
-            store = SessionStore(connection, tenant, session_id)
-            record = await store.create()
-            if record is None:
-                if idempotency is not None:
-                    replayed = await self._replay(store, "CreateSession", idempotency, encode)
-                    if replayed is not None:
-                        return replayed
-                raise SessionAlreadyExists(session_id)
-            await self.quotas.check_new_session(connection, tenant)
-            payload = encode(_session_info(record))
-            if idempotency is not None:
-                await store.store_response(
-                    idempotency.request_id, "CreateSession", idempotency.request_digest, payload
-                )
-            await store.flush()
-            await self.hooks.reached("CreateSession", Phase.COMMIT)
-        return payload
+
+        async def create(uow: UnitOfWork) -> SessionInfo:
+            await uow.check_new_session()
+            return session_info(uow.record)
+
+        return await self._mutate(
+            "CreateSession", tenant, session_id, idempotency, None, create, encode, create=True
+        )
 
     async def get_session(self, tenant: str, session_id: str) -> SessionInfo:
-        async def get(store: SessionStore, record: SessionRecord) -> SessionInfo:
-            return _session_info(record)
+        async def get(store: SessionRepository, record: SessionRecord) -> SessionInfo:
+            return session_info(record)
 
         return await self._read_session(tenant, session_id, get)
 
@@ -373,18 +280,15 @@ class AdmissionApp:
             cursor = self.page_tokens.decode(f"sessions/{tenant}", page_token, "page_token")
             after = (datetime.fromisoformat(cursor["t"]), str(cursor["i"]))
 
-        async def page(connection: AsyncConnection) -> Page[SessionInfo]:
-            records = await list_sessions(connection, tenant, after, limit + 1)
-            items = tuple(_session_info(r) for r in records[:limit])
-            token = ""
-            if len(records) > limit:
-                last = records[limit - 1]
-                cursor = {"t": last.create_time.isoformat(), "i": last.session_id}
-                token = self.page_tokens.encode(f"sessions/{tenant}", cursor)
-            return Page(items, token)
-
-        async with self.quotas.call(tenant):
-            return await self._read(page)
+        async with self.quotas.call(tenant), self.storage.unit(tenant, snapshot=True) as unit:
+            records = await unit.list_sessions(after, limit + 1)
+        items = tuple(session_info(r) for r in records[:limit])
+        token = ""
+        if len(records) > limit:
+            last = records[limit - 1]
+            cursor = {"t": last.create_time.isoformat(), "i": last.session_id}
+            token = self.page_tokens.encode(f"sessions/{tenant}", cursor)
+        return Page(items, token)
 
     async def delete_session(
         self,
@@ -397,7 +301,7 @@ class AdmissionApp:
         validation.check_session_id(session_id, self.limits)
         validation.check_expected_revision(expected_revision)
 
-        async def delete(tx: Transaction) -> None:
+        async def delete(tx: UnitOfWork) -> None:
             await tx.store.delete()
 
         return await self._mutate(
@@ -431,7 +335,7 @@ class AdmissionApp:
         route = self._route(command.route)
         await load_off_the_loop(route.provider)
 
-        async def work(tx: Transaction) -> AttemptResult:
+        async def work(tx: UnitOfWork) -> AttemptResult:
             if output is None:
                 return await admit(tx)
             # One call per step: Record's transition, then Admit's, in this one transaction.
@@ -442,7 +346,7 @@ class AdmissionApp:
             await tx.store.flush()
             return replace(await admit(tx), recorded=recorded)
 
-        async def admit(tx: Transaction) -> AttemptResult:
+        async def admit(tx: UnitOfWork) -> AttemptResult:
             admission_id = "" if tx.validate_only else uuid.uuid4().hex
             attempt = rules.Attempt(
                 admission_id=admission_id,
@@ -494,7 +398,7 @@ class AdmissionApp:
         route = self._route(command.route)
         await load_off_the_loop(route.provider)
 
-        async def work(tx: Transaction) -> AttemptResult:
+        async def work(tx: UnitOfWork) -> AttemptResult:
             admitted = await tx.store.admission(command.admission_id)
             if admitted is None:
                 raise AdmissionNotFound(command.admission_id)
@@ -530,7 +434,7 @@ class AdmissionApp:
 
     async def _attempt(
         self,
-        tx: Transaction,
+        tx: UnitOfWork,
         attempt: rules.Attempt,
         number: int,
         wire: WireFormat,
@@ -581,7 +485,7 @@ class AdmissionApp:
             request_count=record.request_count + 1,
             surface_tokens=record.surface_tokens + written.tokens,
         )
-        prompt = effective_prompt(_apply_system_events(system_nodes, outcome.events))
+        prompt = effective_prompt(fold_system_nodes(system_nodes, outcome.events))
         await tx.reached(Phase.DERIVE)
         return AttemptResult(
             admission_id=attempt.admission_id,
@@ -600,7 +504,7 @@ class AdmissionApp:
         )
 
     @staticmethod
-    async def _reprice(tx: Transaction, counter: TokenCounter) -> None:
+    async def _reprice(tx: UnitOfWork, counter: TokenCounter) -> None:
         """A change of route family (another tokenizer): price every surviving node again with
         the new route's tokenizer, so the breakdown, ``retain_tokens``, the summary-size rule
         and the forecast never mix two tokenizers. Costs one pass over the surface, once per
@@ -608,7 +512,7 @@ class AdmissionApp:
         record = tx.record
         rows = await tx.store.surface(with_empty=False)
         prices = [
-            (row.seq, message_tokens(_decode(row.message), counter))
+            (row.seq, message_tokens(decode_message(row.message), counter))
             for row in rows
             if row.message is not None
         ]
@@ -625,13 +529,13 @@ class AdmissionApp:
         tx.record = replace(record, surface_tokens=total, prefix=prefix)
 
     async def _add_request(
-        self, tx: Transaction, admission_id: str, attempt: int, result: AttemptResult
+        self, tx: UnitOfWork, admission_id: str, attempt: int, result: AttemptResult
     ) -> None:
         # The ledger row keeps the request's log position beside its forecast (ListTrajectory
         # folds the log up to it); rows written before it existed have none. The provider says
         # how to read the usage recorded later, for the calibration Inspect reports.
         stored = {
-            **_forecast_json(result.forecast),
+            **forecast_json(result.forecast),
             "log_seq": result.log_seq,
             "provider": result.route.provider,
         }
@@ -641,7 +545,7 @@ class AdmissionApp:
 
     async def _derive(
         self,
-        store: SessionStore,
+        store: SessionRepository,
         record: SessionRecord,
         route: Route,
         tools: tuple[Tool, ...],
@@ -741,7 +645,7 @@ class AdmissionApp:
     ) -> bytes:
         validation.check_record(command, self.limits)
 
-        async def work(tx: Transaction) -> RecordResult:
+        async def work(tx: UnitOfWork) -> RecordResult:
             return await self._record_output(tx, command)
 
         return await self._mutate(
@@ -754,7 +658,7 @@ class AdmissionApp:
             encode,
         )
 
-    async def _record_output(self, tx: Transaction, command: RecordCommand) -> RecordResult:
+    async def _record_output(self, tx: UnitOfWork, command: RecordCommand) -> RecordResult:
         """Record's transition inside ``tx`` (Record, and an Admit's previous_output). Leaves
         ``tx.record`` as the session row it saved, so a transition after it in the same
         transaction starts from there."""
@@ -762,73 +666,28 @@ class AdmissionApp:
         if admitted is None:
             raise AdmissionNotFound(command.admission_id)
         record = tx.record
-        new_events: list[Event] = []
-        seq = record.next_seq
-        assistant_seq = None
-        if command.assistant is not None:
-            calls = command.assistant.tool_call_ids()
-            for call_id in await tx.store.known_tool_calls(calls):
-                index = calls.index(call_id)
-                raise InvalidArgument(
-                    "assistant.content",
-                    "tool call id {call_id!r} (call {index}) is taken",
-                    call_id=call_id,
-                    index=index,
-                )
-            new_events.append(
-                Event(
-                    seq,
-                    EventKind.ASSISTANT_MESSAGE,
-                    admitted.turn,
-                    admitted.step,
-                    Append(),
-                    (),
-                    command.assistant,
-                    admission_id=admitted.admission_id,
-                )
-            )
-            assistant_seq, seq = seq, seq + 1
-        result_seqs = []
-        for result in command.tool_results:
-            message = Message(Role.TOOL, (result,))
-            new_events.append(
-                Event(
-                    seq,
-                    EventKind.TOOL_RESULT,
-                    admitted.turn,
-                    admitted.step,
-                    Append(),
-                    (),
-                    message,
-                    admission_id=admitted.admission_id,
-                )
-            )
-            result_seqs.append(seq)
-            seq += 1
+        calls = command.assistant.tool_call_ids() if command.assistant is not None else ()
+        outcome = recording.record(
+            record.next_seq,
+            recording.Admitted(admitted.admission_id, admitted.turn, admitted.step),
+            command.assistant,
+            command.tool_results,
+            taken_call_ids=await tx.store.known_tool_calls(calls) if calls else (),
+        )
         await tx.reached(Phase.VALIDATE)
         await tx.reached(Phase.PROJECT)
         written = await tx.store.write_events(
-            new_events, record.next_position, _session_counter(record)
+            outcome.events, record.next_position, _session_counter(record)
         )
-        answers = [
-            (result.call_id, seq)
-            for result, seq in zip(command.tool_results, result_seqs, strict=True)
-        ]
-        answered = await tx.store.answer_tool_calls(answers)
-        for index, (result, ok) in enumerate(zip(command.tool_results, answered, strict=True)):
-            if not ok:
-                raise UnknownToolCall(
-                    f"tool_results[{index}].call_id",
-                    "{call_id!r} answers no open tool call on the surface",
-                    call_id=result.call_id,
-                )
+        answered = await tx.store.answer_tool_calls(outcome.answers(command.tool_results))
+        recording.check_answered(command.tool_results, answered)
         if command.usage is not None:
-            usage = codec.dumps(_usage_json(command.usage))
+            usage = codec.dumps(usage_json(command.usage))
             await tx.store.observe_usage(admitted.admission_id, usage)
         await tx.reached(Phase.DERIVE)
         revision = await tx.store.save(
             record,
-            next_seq=seq,
+            next_seq=outcome.next_seq,
             next_position=written.next_position,
             series=record.series,
             last_request=_previous(record),
@@ -839,11 +698,11 @@ class AdmissionApp:
         tx.record = replace(
             record,
             revision=revision,
-            next_seq=seq,
+            next_seq=outcome.next_seq,
             next_position=written.next_position,
             surface_tokens=record.surface_tokens + written.tokens,
         )
-        return RecordResult(revision, assistant_seq, tuple(result_seqs))
+        return RecordResult(revision, outcome.assistant_seq, outcome.tool_result_seqs)
 
     # ---- compaction -----------------------------------------------------------------------
 
@@ -851,7 +710,7 @@ class AdmissionApp:
     def _compaction_nodes(rows: list[NodeRecord]) -> list[CompactionNode]:
         result = []
         for row in rows:
-            message = _decode(row.message) if row.message is not None else None
+            message = decode_message(row.message) if row.message is not None else None
             result.append(
                 CompactionNode(
                     row.seq,
@@ -878,7 +737,7 @@ class AdmissionApp:
         validation.check_plan(command, self.limits)
         scope = f"compaction/{tenant}/{command.session_id}"
 
-        async def plan(store: SessionStore, record: SessionRecord) -> PlanResult:
+        async def plan(store: SessionRepository, record: SessionRecord) -> PlanResult:
             nodes = self._compaction_nodes(await store.surface())
             if command.seq_range is not None:
                 selected = plan_range(nodes, *command.seq_range)
@@ -923,7 +782,7 @@ class AdmissionApp:
         scope = f"compaction/{tenant}/{command.session_id}"
         token = _plan_cursor(self.page_tokens.decode(scope, command.plan_token, "plan_token"))
 
-        async def work(tx: Transaction) -> CompactResult:
+        async def work(tx: UnitOfWork) -> CompactResult:
             record = tx.record
             if (token["generation"], token["next_seq"]) != (
                 record.series.replace_generation,
@@ -983,7 +842,7 @@ class AdmissionApp:
         the token breakdown comes from the session's running price, and only the derived
         request reads the surface (just the tail for a DELTA with a current held prefix)."""
 
-        async def inspect(store: SessionStore, record: SessionRecord) -> InspectResult:
+        async def inspect(store: SessionRepository, record: SessionRecord) -> InspectResult:
             details = await store.system_node_details()
             system_nodes = tuple(
                 SystemNodeView(
@@ -1018,22 +877,21 @@ class AdmissionApp:
                 end_position=record.next_position,
                 degrade=True,
             )
-            system_tokens = next((row.tokens for row in reversed(details) if row.tokens > 0), 0)
             counter = _session_counter(record)
             ledger = tuple(ledger_entry_of(row) for row in await store.ledger(LEDGER_ROWS))
             return InspectResult(
-                session=_session_info(record),
+                session=session_info(record),
                 effective_prompt=effective_prompt(
                     tuple(SystemNode(n.seq, n.text) for n in system_nodes)
                 ),
                 system_nodes=system_nodes,
                 request=derived.view,
-                breakdown=TokenBreakdown(
-                    system_tokens,
-                    _tools_price(tools, counter),
-                    record.surface_tokens - system_tokens,
-                    counter.name,
-                    calibration_of(ledger, route.provider),
+                breakdown=breakdown(
+                    [PricedNode(row.seq, row.tokens, True) for row in details],
+                    tools,
+                    counter,
+                    total=record.surface_tokens,
+                    calibration=calibration_of(ledger, route.provider),
                 ),
                 series=series,
                 ledger=ledger,
@@ -1063,7 +921,7 @@ class AdmissionApp:
             "events", tenant, session_id, page_size, page_token
         )
 
-        async def page(store: SessionStore, record: SessionRecord) -> Page[EventView]:
+        async def page(store: SessionRepository, record: SessionRecord) -> Page[EventView]:
             budget = self.limits.max_events_page_bytes
             rows, more = await store.events_page(after, limit, budget)
             items = tuple(EventView(event_of(row), row.commit_time) for row in rows)
@@ -1080,9 +938,9 @@ class AdmissionApp:
             "trajectory", tenant, session_id, page_size, page_token
         )
 
-        async def page(store: SessionStore, record: SessionRecord) -> Page[TrajectoryEntry]:
+        async def page(store: SessionRepository, record: SessionRecord) -> Page[TrajectoryEntry]:
             # The request before the page (if any) bounds what its first entry introduced.
-            rows = await store.requests_from(max(after, 0), limit + 2)
+            rows = list(await store.requests_from(max(after, 0), limit + 2))
             before = rows.pop(0) if after >= 0 and rows and rows[0].request_index == after else None
             more, rows = len(rows) > limit, rows[:limit]
             if not rows:
@@ -1101,58 +959,6 @@ class AdmissionApp:
             return Page(entries, token)
 
         return await self._read_session(tenant, session_id, page)
-
-
-def ledger_entry_of(row: Any) -> LedgerEntry:
-    """A ``requests`` row as a ledger entry."""
-    stored = codec.loads(row.forecast)
-    return LedgerEntry(
-        row.request_index,
-        row.admission_id,
-        row.attempt,
-        _forecast_from_json(stored),
-        Usage(**codec.loads(row.observed)) if row.observed is not None else None,
-        stored.get("provider", ""),
-    )
-
-
-def calibration_of(ledger: Sequence[LedgerEntry], provider: str) -> Calibration:
-    """The estimate against the provider's counts over the ledger's requests on ``provider``
-    whose usage was recorded."""
-    calibration = Calibration()
-    for entry in ledger:
-        observed = entry.observed_input_tokens
-        if observed is not None and entry.provider == provider:
-            calibration = calibration.add(observed, entry.forecast.total_tokens)
-    return calibration
-
-
-def event_of(row: Any) -> Event:
-    """An ``events`` row as a domain event."""
-    return codec.event_from_json(
-        {
-            "seq": row.seq,
-            "kind": row.kind,
-            "turn": row.turn,
-            "step": row.step,
-            "surface_op": _surface_op(row),
-            "source_seqs": list(row.source_seqs),
-            "admission_id": row.admission_id or "",
-            "payload": codec.loads(row.payload),
-        }
-    )
-
-
-def _surface_op(row: Any) -> dict[str, Any] | None:
-    if row.surface_op == "append":
-        return {"op": "append"}
-    if row.surface_op == "replace":
-        return {"op": "replace", "start_seq": row.replace_start_seq, "end_seq": row.replace_end_seq}
-    return None
-
-
-def request_digest(serialized: bytes) -> bytes:
-    return hashlib.sha256(serialized).digest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -1201,15 +1007,8 @@ def _request_key(route: Route, tools: tuple[Tool, ...], counter: TokenCounter) -
         route.provider,
         route.model,
         message_digest(tools_json(tools).encode()),
-        _tools_price(tools, counter),
+        tools_tokens(tools, counter),
     )
-
-
-@functools.lru_cache(maxsize=256)
-def _tools_price(tools: tuple[Tool, ...], counter: TokenCounter) -> int:
-    """``tools_tokens``, remembered: a harness sends the same tool set every step, and a real
-    tokenizer over kilobytes of schemas would otherwise cost a millisecond a step."""
-    return tools_tokens(tools, counter)
 
 
 def _session_counter(record: SessionRecord) -> TokenCounter:
@@ -1224,21 +1023,3 @@ def _previous(record: SessionRecord) -> tuple[PreviousRequest, RequestPrefix] | 
     if record.last_request is None or record.prefix is None:
         return None
     return record.last_request, record.prefix
-
-
-def _apply_system_events(
-    nodes: tuple[SystemNode, ...], new_events: Sequence[Event]
-) -> tuple[SystemNode, ...]:
-    """The surviving system nodes after an attempt's system commits (appends, and replaces of
-    exactly one system node), without reading them again."""
-    result = list(nodes)
-    for event in new_events:
-        if not event.is_system:
-            continue
-        node = SystemNode(event.seq, event.system_text)
-        if isinstance(event.op, Replace):
-            index = next(i for i, n in enumerate(result) if n.seq == event.op.start_seq)
-            result[index] = node
-        else:
-            result.append(node)
-    return tuple(result)

@@ -11,6 +11,7 @@ about what the provider charges for the picture.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Sequence
@@ -116,6 +117,13 @@ def tools_json(tools: Sequence[Tool]) -> str:
 
 
 def tools_tokens(tools: Sequence[Tool], counter: TokenCounter = HEURISTIC_COUNTER) -> int:
+    """The price of a tool set, remembered: a harness sends the same tool set every step, and a
+    real tokenizer over kilobytes of schemas would otherwise cost a millisecond a step."""
+    return _tools_tokens(tuple(tools), counter)
+
+
+@functools.lru_cache(maxsize=256)
+def _tools_tokens(tools: tuple[Tool, ...], counter: TokenCounter) -> int:
     if not tools:
         return 0
     return counter.count(tools_json(tools)) + BLOCK_OVERHEAD
@@ -179,16 +187,27 @@ class TokenBreakdown:
 
 
 def breakdown(
-    nodes: Sequence[PricedNode], tools: Sequence[Tool], counter: TokenCounter = HEURISTIC_COUNTER
+    nodes: Sequence[PricedNode],
+    tools: Sequence[Tool],
+    counter: TokenCounter = HEURISTIC_COUNTER,
+    *,
+    total: int | None = None,
+    calibration: Calibration | None = None,
 ) -> TokenBreakdown:
     """System = the last non-empty system node; every other visible node is a message.
 
     Superseded prompts still visible in history count as messages; dormant empty nodes cost 0.
     The nodes carry their stored prices; ``counter`` prices the tools and names the breakdown.
+    ``nodes`` is the whole surface in order, or only its system nodes when ``total`` gives the
+    whole surface's price (the running price a session keeps, so Inspect reads no other node).
     """
     system = next((n.tokens for n in reversed(nodes) if n.is_system and n.tokens > 0), 0)
-    total = sum(node.tokens for node in nodes)
-    return TokenBreakdown(system, tools_tokens(tools, counter), total - system, counter.name)
+    if total is None:
+        total = sum(node.tokens for node in nodes)
+    tools_price = tools_tokens(tools, counter)
+    return TokenBreakdown(
+        system, tools_price, total - system, counter.name, calibration or Calibration()
+    )
 
 
 class DivergenceReason(StrEnum):

@@ -83,6 +83,20 @@ def apply_surface_op(nodes: list[int], event: Event) -> None:
         nodes[start_idx : end_idx + 1] = [event.seq]
 
 
+def fold_system_nodes(
+    nodes: tuple[SystemNode, ...], new_events: Iterable[Event]
+) -> tuple[SystemNode, ...]:
+    """The surviving system nodes after ``new_events`` whose system events only append or
+    replace system nodes (an attempt's system commits), folded without reading them again."""
+    seqs = [node.seq for node in nodes]
+    texts = {node.seq: node.text for node in nodes}
+    for event in new_events:
+        if event.is_system:
+            apply_surface_op(seqs, event)
+            texts[event.seq] = event.system_text
+    return tuple(SystemNode(seq, texts[seq]) for seq in seqs)
+
+
 class SessionLog:
     """One session's event log with its folded surface and replace generation."""
 

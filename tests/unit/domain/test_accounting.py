@@ -112,6 +112,9 @@ def test_breakdown_prices_the_last_non_empty_system_node_as_system() -> None:
     assert result.tools_tokens == tools_tokens((Tool("a", "b", "{}"),))
     assert result.total_tokens == 7 + 18 + result.tools_tokens
     assert breakdown([], ()).total_tokens == 0
+    # The system nodes alone with the surface's running price give the same breakdown.
+    system_only = [node for node in nodes if node.is_system]
+    assert breakdown(system_only, (Tool("a", "b", "{}"),), total=25) == result
 
 
 KEY = RequestKey("p", "m", "t", 10)

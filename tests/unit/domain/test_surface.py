@@ -6,8 +6,9 @@ import pytest
 from admission_service.domain.errors import SurfaceViolation
 from admission_service.domain.events import Append, Event, EventKind, Replace, system_event
 from admission_service.domain.messages import Message, Role, Text
+from admission_service.domain.projection import SystemNode
 from admission_service.domain.series import ContextLog, RequestContext
-from admission_service.domain.surface import SessionLog, effective_prompt
+from admission_service.domain.surface import SessionLog, effective_prompt, fold_system_nodes
 
 from .sim import user
 
@@ -128,3 +129,21 @@ def test_effective_prompt_location() -> None:
     assert (log.effective_prompt().text, log.effective_prompt().seq) == ("B", 2)
     assert log.effective_prompt().location == "in_history"
     assert effective_prompt(()).seq is None
+
+
+def test_an_attempts_system_commits_fold_onto_the_system_nodes() -> None:
+    nodes = (SystemNode(0, "A"), SystemNode(3, "B"))
+    events = [
+        system_event(5, "B2", Replace(3, 3), turn=1, step=1),
+        system_event(6, "C", Append(), turn=1, step=1),
+    ]
+    folded = fold_system_nodes(nodes, events)
+    assert folded == (SystemNode(0, "A"), SystemNode(5, "B2"), SystemNode(6, "C"))
+    log = SessionLog(
+        [
+            system_event(0, "A", Append(), turn=1, step=1),
+            system_event(1, "B", Append(), turn=1, step=1),
+            system_event(2, "B2", Replace(1, 1), turn=1, step=1),
+        ]
+    )
+    assert fold_system_nodes(log.system_nodes()[:1], log.events[1:]) == log.system_nodes()

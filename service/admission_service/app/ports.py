@@ -1,0 +1,156 @@
+"""What the use cases need from storage, as protocols (the ports).
+
+``SessionRepository`` is one session's reads and writes inside one transaction; PostgreSQL's
+``storage.repository.SessionStore`` satisfies it, and so does the in-memory fake the service-layer
+tests use (``tests/fakes``). ``tests/contract`` runs one suite against both. ``Storage`` opens
+transactions (``StorageUnit``); the app's ``UnitOfWork`` (``unit_of_work.py``) wraps one with
+the session gate, the row lock, idempotent replay and the commit.
+
+Rows the reads return are typed by the adapter; the app reads them by attribute name only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from types import TracebackType
+from typing import Any, Protocol, Self
+
+from admission_service.domain.accounting import PreviousRequest, TokenCounter
+from admission_service.domain.events import Event
+from admission_service.domain.messages import Tool
+from admission_service.domain.projection import SystemNode
+from admission_service.domain.series import SeriesState
+from admission_service.storage.repository import (
+    AdmissionRecord,
+    Frames,
+    Growth,
+    NodeRecord,
+    RequestPrefix,
+    SessionRecord,
+    Shadowed,
+    StoredResponse,
+    Written,
+)
+
+
+class SessionRepository(Protocol):
+    """One (tenant, session) within the caller's transaction. Writes may be deferred until
+    ``flush`` (every read but ``frames`` flushes first); nothing here commits."""
+
+    growth: Growth  # what this transaction's writes added to the session's running sizes
+
+    async def flush(self) -> None: ...
+
+    # the session row
+    async def create(self) -> SessionRecord | None: ...
+    async def read(self, *, lock: bool) -> SessionRecord | None: ...
+    async def save(
+        self,
+        record: SessionRecord,
+        *,
+        next_seq: int,
+        next_position: int,
+        series: SeriesState,
+        last_request: tuple[PreviousRequest, RequestPrefix] | None,
+        shadowed: Shadowed | None,
+        request_count: int,
+        surface_tokens: int,
+    ) -> int: ...
+    async def delete(self) -> None: ...
+
+    # idempotency
+    async def stored_response(self, request_id: str) -> StoredResponse | None: ...
+    async def store_response(
+        self,
+        request_id: str,
+        method: str,
+        request_digest: bytes,
+        response: bytes,
+        derived_request: bytes | None = None,
+    ) -> None: ...
+
+    # the event log and the surface
+    async def write_events(
+        self, new_events: Sequence[Event], next_position: int, counter: TokenCounter = ...
+    ) -> Written: ...
+    async def system_nodes(self) -> tuple[SystemNode, ...]: ...
+    async def surface(self, *, with_empty: bool = True) -> list[NodeRecord]: ...
+    async def system_nodes_and_frames(
+        self, from_position: int, split_position: int | None
+    ) -> tuple[tuple[SystemNode, ...], Frames, tuple[str, ...]]: ...
+    async def frames(self, from_position: int, split_position: int | None) -> Frames: ...
+    async def frames_as_of(self, through_seq: int, first_message: int) -> bytes | None: ...
+    async def reprice(self, prices: Sequence[tuple[int, int]]) -> None: ...
+
+    # tool calls
+    async def known_tool_calls(self, call_ids: Sequence[str]) -> set[str]: ...
+    async def answer_tool_calls(self, answers: Sequence[tuple[str, int]]) -> list[bool]: ...
+
+    # admissions and the ledger
+    async def add_admission(
+        self,
+        admission_id: str,
+        turn: int,
+        step: int,
+        rendered: str,
+        tools: tuple[Tool, ...],
+        user_seqs: Sequence[int],
+    ) -> None: ...
+    async def admission(self, admission_id: str) -> AdmissionRecord | None: ...
+    async def count_attempt(self, admission_id: str) -> None: ...
+    async def add_request(
+        self, request_index: int, admission_id: str, attempt: int, forecast: bytes
+    ) -> None: ...
+    async def observe_usage(self, admission_id: str, observed: bytes) -> None: ...
+    async def ledger(self, limit: int) -> Sequence[Any]: ...
+
+    # reads for Inspect, ListEvents, ListTrajectory and replays
+    async def system_node_details(self) -> Sequence[Any]: ...
+    async def events_page(
+        self, after_seq: int, limit: int, budget: int
+    ) -> tuple[Sequence[Any], bool]: ...
+    async def requests_from(self, first_index: int, limit: int) -> Sequence[Any]: ...
+    async def prompt_events(self, before_seq: int) -> Sequence[Any]: ...
+    async def events_after(self, after_seq: int, limit: int) -> Sequence[Any]: ...
+
+
+class TenantUsage(Protocol):
+    """The tenant-wide figures the quotas read, in the unit's transaction."""
+
+    async def lock_sessions(self) -> None:
+        """Serialise the tenant's session creations until the transaction ends."""
+        ...
+
+    async def count_sessions(self) -> int: ...
+    async def stored_bytes(self) -> int: ...
+
+
+class StorageUnit(Protocol):
+    """One transaction: rolled back on leaving the block unless ``commit`` was awaited."""
+
+    @property
+    def store(self) -> SessionRepository: ...
+    @property
+    def usage(self) -> TenantUsage: ...
+
+    async def __aenter__(self) -> Self: ...
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None: ...
+    async def commit(self) -> None: ...
+    async def list_sessions(
+        self, after: tuple[datetime, str] | None, limit: int
+    ) -> list[SessionRecord]:
+        """The tenant's sessions in creation order, after the keyset ``after``."""
+        ...
+
+
+class Storage(Protocol):
+    def unit(self, tenant: str, session_id: str = "", *, snapshot: bool = False) -> StorageUnit:
+        """A transaction on ``(tenant, session_id)``; ``snapshot``: a read-only snapshot
+        (every statement sees the same committed state)."""
+        ...

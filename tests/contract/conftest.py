@@ -1,0 +1,17 @@
+"""The repository contract runs against the in-memory fake and PostgreSQL (through the real
+migrations, ``tests/conftest.py``): one suite, two adapters of the app's storage port."""
+
+from __future__ import annotations
+
+import pytest
+from admission_service.app.database import PostgresStorage
+from admission_service.app.ports import Storage
+
+from tests.fakes.storage import FakeStorage
+
+
+@pytest.fixture(params=["fake", "postgres"])
+def storage(request: pytest.FixtureRequest) -> Storage:
+    if request.param == "fake":
+        return FakeStorage()
+    return PostgresStorage(request.getfixturevalue("engine"))

@@ -1,0 +1,276 @@
+"""What the use cases rely on from ``SessionRepository`` (``app/ports.py``), for every adapter."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from admission_service.app.ports import Storage
+from admission_service.domain import protowire
+from admission_service.domain.events import Append, Event, EventKind, Replace, system_event
+from admission_service.domain.messages import Message, Role, Text, ToolCall, ToolResult
+
+TENANT = "contract"
+
+
+def _sid() -> str:
+    return f"c-{uuid.uuid4().hex}"
+
+
+def user(seq: int, text: str, op: Append | Replace | None = None) -> Event:
+    message = Message(Role.USER, (Text(text),))
+    sources = (op.start_seq, op.end_seq) if isinstance(op, Replace) else ()
+    return Event(seq, EventKind.USER_MESSAGE, 1, 1, op or Append(), sources, message)
+
+
+def calling(seq: int, *call_ids: str) -> Event:
+    calls = tuple(ToolCall(call_id, "f", "{}") for call_id in call_ids)
+    message = Message(Role.ASSISTANT, calls)
+    return Event(seq, EventKind.ASSISTANT_MESSAGE, 1, 1, Append(), (), message)
+
+
+def answer(seq: int, call_id: str) -> Event:
+    message = Message(Role.TOOL, (ToolResult(call_id, (Text("ok"),)),))
+    return Event(seq, EventKind.TOOL_RESULT, 1, 1, Append(), (), message)
+
+
+async def new_session(storage: Storage, *events: Event) -> str:
+    """A committed session holding ``events`` (their seqs from 0)."""
+    session_id = _sid()
+    async with storage.unit(TENANT, session_id) as unit:
+        record = await unit.store.create()
+        assert record is not None
+        written = await unit.store.write_events(events, 0)
+        await unit.store.save(
+            record,
+            next_seq=len(events),
+            next_position=written.next_position,
+            series=record.series,
+            last_request=None,
+            shadowed=written.shadowed,
+            request_count=0,
+            surface_tokens=written.tokens,
+        )
+        await unit.commit()
+    return session_id
+
+
+async def test_a_created_session_reads_back_and_is_created_once(storage: Storage) -> None:
+    session_id = _sid()
+    async with storage.unit(TENANT, session_id) as unit:
+        record = await unit.store.create()
+        assert record is not None
+        assert (record.session_id, record.revision, record.next_seq) == (session_id, 0, 0)
+        assert await unit.store.create() is None
+        await unit.commit()
+    async with storage.unit(TENANT, session_id, snapshot=True) as unit:
+        read = await unit.store.read(lock=False)
+        assert read is not None and read.revision == 0
+    async with storage.unit("another tenant", session_id, snapshot=True) as unit:
+        assert await unit.store.read(lock=False) is None
+
+
+async def test_leaving_a_unit_without_commit_writes_nothing(storage: Storage) -> None:
+    session_id = _sid()
+    async with storage.unit(TENANT, session_id) as unit:
+        assert await unit.store.create() is not None
+    with pytest.raises(RuntimeError):  # noqa: PT012 (the raise leaves the unit)
+        async with storage.unit(TENANT, session_id) as unit:
+            assert await unit.store.create() is not None
+            raise RuntimeError("rolled back")
+    async with storage.unit(TENANT, session_id, snapshot=True) as unit:
+        assert await unit.store.read(lock=False) is None
+
+
+async def test_the_revision_moves_only_when_events_were_logged(storage: Storage) -> None:
+    session_id = await new_session(storage, user(0, "a"))
+    async with storage.unit(TENANT, session_id) as unit:
+        record = await unit.store.read(lock=True)
+        assert record is not None and record.revision == 1 and record.next_seq == 1
+        assert record.surface_nodes == 1 and record.log_bytes > 0
+        assert record.surface_bytes == len(protowire.frame(user(0, "a").message))  # type: ignore[arg-type]
+        same = await unit.store.save(
+            record,
+            next_seq=1,
+            next_position=record.next_position,
+            series=record.series,
+            last_request=None,
+            shadowed=None,
+            request_count=5,
+            surface_tokens=record.surface_tokens,
+        )
+        assert same == 1
+        await unit.commit()
+    async with storage.unit(TENANT, session_id, snapshot=True) as unit:
+        read = await unit.store.read(lock=False)
+        assert read is not None and (read.revision, read.request_count) == (1, 5)
+
+
+async def test_appended_nodes_are_the_tail_until_flushed(storage: Storage) -> None:
+    session_id = await new_session(storage, user(0, "a"))
+    async with storage.unit(TENANT, session_id) as unit:
+        written = await unit.store.write_events([user(1, "b"), user(2, "c")], 1)
+        assert written.next_position == 3 and written.shadowed is None
+        assert written.tail.messages == 2 and written.tail.tokens == written.tokens
+        before = await unit.store.frames(0, None)
+        assert before.messages == 1  # the tail is not read back before the flush
+        assert before.frames + written.tail.frames == b"".join(
+            protowire.frame(e.message)  # type: ignore[arg-type]
+            for e in (user(0, "a"), user(1, "b"), user(2, "c"))
+        )
+        await unit.store.flush()
+        after = await unit.store.frames(0, 2)
+        assert (after.messages, after.before_messages) == (3, 2)
+        assert after.frames == before.frames + written.tail.frames
+        assert (await unit.store.frames(1, None)).messages == 2
+
+
+async def test_a_replacement_shadows_a_run(storage: Storage) -> None:
+    session_id = await new_session(
+        storage,
+        system_event(0, "be brief", Append(), turn=1, step=1),
+        user(1, "a"),
+        user(2, "b"),
+        user(3, "c"),
+    )
+    async with storage.unit(TENANT, session_id) as unit:
+        surface = await unit.store.surface()
+        assert [node.seq for node in surface] == [0, 1, 2, 3]
+        assert await unit.store.frames_as_of(3, 1) is not None
+        shadowed_tokens = surface[1].tokens + surface[2].tokens
+        written = await unit.store.write_events([user(4, "summary", Replace(1, 2))], 4)
+        assert written.shadowed is not None and written.shadowed.position == 1
+        assert not written.shadowed.system
+        surface = await unit.store.surface()
+        assert [(node.seq, node.position) for node in surface] == [(0, 0), (4, 1), (3, 3)]
+        assert written.tokens == surface[1].tokens - shadowed_tokens
+        assert await unit.store.frames_as_of(3, 0) is None  # a replace since: fold the log
+        assert [n.seq for n in await unit.store.system_nodes()] == [0]
+        system, read, open_calls = await unit.store.system_nodes_and_frames(0, None)
+        assert [n.text for n in system] == ["be brief"] and open_calls == ()
+        assert read.messages == 3
+
+
+async def test_frames_as_of_an_earlier_seq(storage: Storage) -> None:
+    session_id = await new_session(storage, user(0, "a"), user(1, "b"), user(2, "c"))
+    async with storage.unit(TENANT, session_id, snapshot=True) as unit:
+        frames = await unit.store.frames_as_of(1, 1)
+        assert frames == protowire.frame(user(1, "b").message)  # type: ignore[arg-type]
+
+
+async def test_tool_calls_are_answered_once_while_on_the_surface(storage: Storage) -> None:
+    session_id = await new_session(storage, calling(0, "x", "y"))
+    async with storage.unit(TENANT, session_id) as unit:
+        assert await unit.store.known_tool_calls(["x", "z"]) == {"x"}
+        _, _, open_calls = await unit.store.system_nodes_and_frames(0, None)
+        assert open_calls == ("x", "y")
+        await unit.store.write_events([answer(1, "x"), answer(2, "x")], 1)
+        assert await unit.store.answer_tool_calls([("x", 1), ("x", 2), ("nope", 1)]) == [
+            True,
+            False,
+            False,
+        ]
+        assert await unit.store.answer_tool_calls([("x", 3)]) == [False]
+        _, _, open_calls = await unit.store.system_nodes_and_frames(0, None)
+        assert open_calls == ("y",)
+
+
+async def test_admissions_count_their_attempts(storage: Storage) -> None:
+    session_id = await new_session(storage)
+    async with storage.unit(TENANT, session_id) as unit:
+        await unit.store.add_admission("a1", 2, 3, "prompt", (), [0])
+        admitted = await unit.store.admission("a1")
+        assert admitted is not None
+        assert (admitted.turn, admitted.step, admitted.rendered_prompt) == (2, 3, "prompt")
+        assert admitted.attempts == 1
+        await unit.store.count_attempt("a1")
+        assert (await unit.store.admission("a1")).attempts == 2  # type: ignore[union-attr]
+        assert await unit.store.admission("a2") is None
+
+
+async def test_the_ledger_and_observed_usage(storage: Storage) -> None:
+    session_id = await new_session(storage)
+    async with storage.unit(TENANT, session_id) as unit:
+        await unit.store.add_admission("a1", 1, 1, "p", (), [])
+        for index, attempt in enumerate((0, 1, 2)):
+            await unit.store.add_request(index, "a1", attempt, b'{"n": %d}' % index)
+        await unit.store.flush()  # one flushed statement does not see its own inserts
+        await unit.store.observe_usage("a1", b'{"input_tokens": 7}')
+        ledger = await unit.store.ledger(2)
+        assert [row.request_index for row in ledger] == [1, 2]
+        assert [row.observed for row in ledger] == [None, b'{"input_tokens": 7}']
+        rows = await unit.store.requests_from(1, 5)
+        assert [(row.request_index, row.attempt, row.forecast) for row in rows] == [
+            (1, 1, b'{"n": 1}'),
+            (2, 2, b'{"n": 2}'),
+        ]
+
+
+async def test_a_stored_response_lives_as_long_as_its_session(storage: Storage) -> None:
+    session_id = await new_session(storage)
+    async with storage.unit(TENANT, session_id) as unit:
+        await unit.store.store_response("r1", "Record", b"digest", b"response", b"recipe")
+        stored = await unit.store.stored_response("r1")
+        assert stored is not None
+        assert (stored.method, stored.request_digest, stored.response) == (
+            "Record",
+            b"digest",
+            b"response",
+        )
+        assert stored.derived_request == b"recipe"
+        assert await unit.store.stored_response("r2") is None
+        await unit.commit()
+    async with storage.unit(TENANT, session_id) as unit:
+        await unit.store.delete()
+        assert await unit.store.read(lock=True) is None
+        assert await unit.store.create() is not None  # a new lifetime of the id
+        assert await unit.store.stored_response("r1") is None
+
+
+async def test_event_reads(storage: Storage) -> None:
+    session_id = await new_session(
+        storage,
+        system_event(0, "be brief", Append(), turn=1, step=1),
+        user(1, "a" * 100),
+        user(2, "b"),
+        user(3, "c"),
+    )
+    async with storage.unit(TENANT, session_id, snapshot=True) as unit:
+        rows = await unit.store.events_after(0, 2)
+        assert [(row.seq, row.kind) for row in rows] == [(1, "user/message"), (2, "user/message")]
+        assert rows[0].surface_op == "append" and rows[0].admission_id is None
+        page, more = await unit.store.events_page(-1, 10, 1)
+        assert [row.seq for row in page] == [0] and more  # the first always comes
+        page, more = await unit.store.events_page(-1, 2, 1 << 20)
+        assert [row.seq for row in page] == [0, 1] and more
+        page, more = await unit.store.events_page(1, 5, 1 << 20)
+        assert [row.seq for row in page] == [2, 3] and not more
+        prompt = await unit.store.prompt_events(4)
+        assert [row.seq for row in prompt] == [0]
+        details = await unit.store.system_node_details()
+        assert [(row.seq, row.system_text) for row in details] == [(0, b"be brief")]
+        assert details[0].tokens > 0 and details[0].payload
+
+
+async def test_repricing(storage: Storage) -> None:
+    session_id = await new_session(storage, user(0, "a"), user(1, "b"))
+    async with storage.unit(TENANT, session_id) as unit:
+        await unit.store.reprice([(0, 40), (1, 2)])
+        assert [node.tokens for node in await unit.store.surface(with_empty=False)] == [40, 2]
+        assert (await unit.store.frames(0, 1)).before_tokens == 40
+
+
+async def test_sessions_are_listed_in_creation_order(storage: Storage) -> None:
+    tenant = f"list-{uuid.uuid4().hex}"
+    for session_id in ("b", "a", "c"):
+        async with storage.unit(tenant, session_id) as unit:
+            assert await unit.store.create() is not None
+            await unit.commit()
+    async with storage.unit(tenant, snapshot=True) as unit:
+        records = await unit.list_sessions(None, 10)
+        assert [r.session_id for r in records] == ["b", "a", "c"]
+        last = records[0]
+        after = await unit.list_sessions((last.create_time, last.session_id), 1)
+        assert [r.session_id for r in after] == ["a"]
+        assert await unit.usage.count_sessions() == 3
+        assert await unit.usage.stored_bytes() == 0

@@ -1,0 +1,604 @@
+"""An in-memory ``Storage`` (``admission_service.app.ports``): the app's use cases run on it
+without PostgreSQL, and ``tests/contract`` checks it answers like ``SessionStore``.
+
+A unit works on a copy of the whole state and swaps it in on ``commit`` (writers of one storage
+take turns, as the session row lock makes them); leaving without ``commit`` drops the copy.
+Writes are deferred to ``flush`` exactly where ``SessionStore`` defers them, and every read that
+flushes there flushes here, so ``frames`` sees what the real one sees (not this transaction's
+appended tail).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Self
+
+from admission_service.domain import codec, protowire
+from admission_service.domain.accounting import (
+    HEURISTIC_COUNTER,
+    PreviousRequest,
+    TokenCounter,
+    message_tokens,
+)
+from admission_service.domain.events import Append, Event, Replace
+from admission_service.domain.messages import Tool
+from admission_service.domain.projection import SystemNode
+from admission_service.domain.series import SeriesState
+from admission_service.storage.repository import (
+    AdmissionRecord,
+    Frames,
+    Growth,
+    NodeRecord,
+    RequestPrefix,
+    SessionRecord,
+    Shadowed,
+    StoredResponse,
+    Written,
+)
+
+_PROMPT_KINDS = ("system/message", "request/header", "request/context")
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(slots=True)
+class EventRow:
+    seq: int
+    kind: str
+    turn: int
+    step: int
+    surface_op: str | None
+    replace_start_seq: int | None
+    replace_end_seq: int | None
+    source_seqs: list[int]
+    admission_id: str | None
+    payload: bytes
+    commit_time: datetime = field(default_factory=_now)
+
+
+@dataclass(slots=True)
+class NodeRow:
+    seq: int
+    position: int
+    is_system: bool
+    system_text: bytes | None
+    message: bytes | None
+    message_pb: bytes | None
+    tokens: int
+    turn: int
+    step: int
+
+
+@dataclass(slots=True)
+class RequestRow:
+    request_index: int
+    admission_id: str
+    attempt: int
+    forecast: bytes
+    observed: bytes | None = None
+    create_time: datetime = field(default_factory=_now)
+
+
+@dataclass(frozen=True, slots=True)
+class SystemNodeDetail:
+    seq: int
+    turn: int
+    step: int
+    system_text: bytes
+    tokens: int
+    commit_time: datetime
+    payload: bytes
+
+
+@dataclass(slots=True)
+class _Session:
+    """One session's rows."""
+
+    record: SessionRecord
+    events: list[EventRow] = field(default_factory=list)
+    nodes: list[NodeRow] = field(default_factory=list)
+    calls: dict[str, list[int | None]] = field(default_factory=dict)  # id -> [call, result]
+    admissions: dict[str, AdmissionRecord] = field(default_factory=dict)
+    requests: list[RequestRow] = field(default_factory=list)
+
+    def by_position(self) -> list[NodeRow]:
+        return sorted(self.nodes, key=lambda node: node.position)
+
+
+@dataclass(slots=True)
+class State:
+    """Every session's rows, and the stored responses (kept apart from the sessions, as a
+    DeleteSession's own key outlives the session it deleted)."""
+
+    sessions: dict[tuple[str, str], _Session] = field(default_factory=dict)
+    responses: dict[tuple[str, str], dict[str, StoredResponse]] = field(default_factory=dict)
+
+
+class FakeSessionStore:
+    """``SessionStore``'s behaviour over ``State``."""
+
+    def __init__(self, state: State, tenant: str, session_id: str) -> None:
+        self._state, self.tenant, self.session_id = state, tenant, session_id
+        self._deferred: list[Callable[[], None]] = []
+        self.growth = Growth()
+        self._saved_growth = Growth()
+
+    @property
+    def _key(self) -> tuple[str, str]:
+        return (self.tenant, self.session_id)
+
+    @property
+    def _mine(self) -> _Session:
+        return self._state.sessions[self._key]
+
+    async def flush(self) -> None:
+        deferred, self._deferred = self._deferred, []
+        for write in deferred:
+            write()
+
+    # ---- the session row
+
+    async def create(self) -> SessionRecord | None:
+        if self._key in self._state.sessions:
+            return None
+        now = _now()
+        record = SessionRecord(
+            self.session_id, 0, 0, 0, SeriesState(), None, None, None, 0, 0, now, now
+        )
+        self._state.sessions[self._key] = _Session(record)
+        self._state.responses.pop(self._key, None)  # request ids are new in a new lifetime
+        return record
+
+    async def read(self, *, lock: bool) -> SessionRecord | None:
+        session = self._state.sessions.get(self._key)
+        return session.record if session is not None else None
+
+    async def save(
+        self,
+        record: SessionRecord,
+        *,
+        next_seq: int,
+        next_position: int,
+        series: SeriesState,
+        last_request: tuple[PreviousRequest, RequestPrefix] | None,
+        shadowed: Shadowed | None,
+        request_count: int,
+        surface_tokens: int,
+    ) -> int:
+        revision = record.revision + (1 if next_seq != record.next_seq else 0)
+        unsaved, self._saved_growth = self.growth.minus(self._saved_growth), replace(self.growth)
+
+        def write() -> None:
+            session = self._mine
+            old = session.record
+            session.record = replace(
+                old,
+                revision=revision,
+                next_seq=next_seq,
+                next_position=next_position,
+                series=series,
+                last_request=last_request[0] if last_request else None,
+                prefix=last_request[1] if last_request else None,
+                shadowed=shadowed,
+                request_count=request_count,
+                surface_tokens=surface_tokens,
+                update_time=_now(),
+                surface_bytes=old.surface_bytes + unsaved.surface_bytes,
+                surface_nodes=old.surface_nodes + unsaved.surface_nodes,
+                log_bytes=old.log_bytes + unsaved.log_bytes,
+            )
+
+        self._deferred.append(write)
+        return revision
+
+    async def delete(self) -> None:
+        self._state.sessions.pop(self._key, None)
+        self._state.responses.pop(self._key, None)
+
+    # ---- idempotency
+
+    async def stored_response(self, request_id: str) -> StoredResponse | None:
+        await self.flush()
+        return self._state.responses.get(self._key, {}).get(request_id)
+
+    async def store_response(
+        self,
+        request_id: str,
+        method: str,
+        request_digest: bytes,
+        response: bytes,
+        derived_request: bytes | None = None,
+    ) -> None:
+        stored = StoredResponse(method, request_digest, response, derived_request)
+
+        def write() -> None:
+            responses = self._state.responses.setdefault(self._key, {})
+            if request_id in responses:
+                raise AssertionError(f"duplicate key: request_id {request_id!r}")
+            responses[request_id] = stored
+
+        self._deferred.append(write)
+
+    # ---- the surface
+
+    async def system_nodes(self) -> tuple[SystemNode, ...]:
+        await self.flush()
+        return self._system_nodes()
+
+    def _system_nodes(self) -> tuple[SystemNode, ...]:
+        return tuple(
+            SystemNode(node.seq, (node.system_text or b"").decode())
+            for node in self._mine.by_position()
+            if node.is_system
+        )
+
+    async def surface(self, *, with_empty: bool = True) -> list[NodeRecord]:
+        await self.flush()
+        return [
+            NodeRecord(node.seq, node.position, node.is_system, node.message, node.tokens)
+            for node in self._mine.by_position()
+            if with_empty or node.message is not None
+        ]
+
+    async def write_events(
+        self,
+        new_events: Sequence[Event],
+        next_position: int,
+        counter: TokenCounter = HEURISTIC_COUNTER,
+    ) -> Written:
+        shadowed: Shadowed | None = None
+        tokens = 0
+        if not new_events:
+            return Written(next_position, shadowed, tokens)
+        rows = [_event_row(event) for event in new_events]
+        self._deferred.append(lambda: self._mine.events.extend(rows))
+        self.growth.events += len(rows)
+        self.growth.log_bytes += sum(len(row.payload) for row in rows)
+        pending: list[NodeRow] = []
+        calls: list[tuple[str, int]] = []
+        for event in new_events:
+            if event.op is None:
+                continue
+            message = event.derived_message()
+            price = message_tokens(message, counter)
+            node = NodeRow(
+                event.seq,
+                -1,
+                event.is_system,
+                event.system_text.encode() if event.is_system else None,
+                codec.encode_message(message) if message else None,
+                protowire.frame(message) if message else None,
+                price,
+                event.turn,
+                event.step,
+            )
+            tokens += price
+            self.growth.surface_nodes += 1
+            self.growth.surface_bytes += len(node.message_pb or b"")
+            if isinstance(event.op, Append):
+                node.position = next_position
+                next_position += 1
+                pending.append(node)
+            else:
+                self._defer_nodes(pending, calls)
+                await self.flush()
+                first, removed = self._shadow(event.op)
+                tokens -= removed
+                node.position = first.position
+                shadowed = first.earliest(shadowed)
+                self._mine.nodes.append(node)
+            if message is not None:
+                calls += ((call_id, event.seq) for call_id in message.tool_call_ids())
+        tail = [node for node in pending if node.message_pb is not None]
+        self._defer_nodes(pending, calls)
+        return Written(
+            next_position,
+            shadowed,
+            tokens,
+            Frames(
+                b"".join(node.message_pb or b"" for node in tail),
+                len(tail),
+                sum(node.tokens for node in tail),
+                0,
+                0,
+            ),
+        )
+
+    def _defer_nodes(self, pending: list[NodeRow], calls: list[tuple[str, int]]) -> None:
+        nodes, made = list(pending), list(calls)
+        pending.clear()
+        calls.clear()
+
+        def write() -> None:
+            session = self._mine
+            session.nodes.extend(nodes)
+            for call_id, call_seq in made:
+                if call_id in session.calls:
+                    raise AssertionError(f"duplicate key: tool call {call_id!r}")
+                session.calls[call_id] = [call_seq, None]
+
+        self._deferred.append(write)
+
+    def _shadow(self, op: Replace) -> tuple[Shadowed, int]:
+        session = self._mine
+        by_seq = {node.seq: node for node in session.nodes}
+        start, end = by_seq[op.start_seq], by_seq[op.end_seq]
+        removed = [n for n in session.nodes if start.position <= n.position <= end.position]
+        session.nodes = [n for n in session.nodes if n not in removed]
+        self.growth.surface_nodes -= len(removed)
+        self.growth.surface_bytes -= sum(len(n.message_pb or b"") for n in removed)
+        return Shadowed(start.position, start.is_system), sum(n.tokens for n in removed)
+
+    def _frames(self, from_position: int, split_position: int | None) -> Frames:
+        split = split_position if split_position is not None else -1
+        read = [
+            node
+            for node in self._mine.by_position()
+            if node.position >= from_position and node.message_pb is not None
+        ]
+        before = [node for node in read if node.position < split]
+        return Frames(
+            b"".join(node.message_pb or b"" for node in read),
+            len(read),
+            sum(node.tokens for node in read),
+            len(before),
+            sum(node.tokens for node in before),
+        )
+
+    async def system_nodes_and_frames(
+        self, from_position: int, split_position: int | None
+    ) -> tuple[tuple[SystemNode, ...], Frames, tuple[str, ...]]:
+        await self.flush()
+        session = self._mine
+        on_surface = {node.seq for node in session.nodes}
+        open_calls = sorted(
+            (call_seq, call_id)
+            for call_id, (call_seq, result_seq) in session.calls.items()
+            if result_seq is None and call_seq in on_surface
+        )
+        return (
+            self._system_nodes(),
+            self._frames(from_position, split_position),
+            tuple(call_id for _, call_id in open_calls),
+        )
+
+    async def frames(self, from_position: int, split_position: int | None) -> Frames:
+        return self._frames(from_position, split_position)  # no flush, like SessionStore
+
+    async def frames_as_of(self, through_seq: int, first_message: int) -> bytes | None:
+        await self.flush()
+        session = self._mine
+        if any(e.seq > through_seq and e.surface_op == "replace" for e in session.events):
+            return None
+        kept = [
+            node.message_pb
+            for node in session.by_position()
+            if node.seq <= through_seq and node.message_pb is not None
+        ]
+        return b"".join(kept[first_message:])
+
+    async def reprice(self, prices: Sequence[tuple[int, int]]) -> None:
+        await self.flush()
+        new = dict(prices)
+        for node in self._mine.nodes:
+            if node.seq in new:
+                node.tokens = new[node.seq]
+
+    # ---- tool calls
+
+    async def known_tool_calls(self, call_ids: Sequence[str]) -> set[str]:
+        await self.flush()
+        return {call_id for call_id in call_ids if call_id in self._mine.calls}
+
+    async def answer_tool_calls(self, answers: Sequence[tuple[str, int]]) -> list[bool]:
+        if not answers:
+            return []
+        await self.flush()
+        session = self._mine
+        on_surface = {node.seq for node in session.nodes}
+        answered: dict[str, int] = {}
+        for call_id, seq in sorted(answers, key=lambda answer: answer[1]):
+            call = session.calls.get(call_id)
+            if call_id in answered or call is None or call[1] is not None:
+                continue
+            if call[0] in on_surface:
+                call[1] = answered[call_id] = seq
+        return [answered.get(call_id) == seq for call_id, seq in answers]
+
+    # ---- admissions and the ledger
+
+    async def add_admission(
+        self,
+        admission_id: str,
+        turn: int,
+        step: int,
+        rendered: str,
+        tools: tuple[Tool, ...],
+        user_seqs: Sequence[int],
+    ) -> None:
+        admitted = AdmissionRecord(admission_id, turn, step, rendered, tools, 1)
+        self._deferred.append(lambda: self._mine.admissions.__setitem__(admission_id, admitted))
+
+    async def admission(self, admission_id: str) -> AdmissionRecord | None:
+        await self.flush()
+        return self._mine.admissions.get(admission_id)
+
+    async def count_attempt(self, admission_id: str) -> None:
+        def write() -> None:
+            admissions = self._mine.admissions
+            if admission_id in admissions:
+                old = admissions[admission_id]
+                admissions[admission_id] = replace(old, attempts=old.attempts + 1)
+
+        self._deferred.append(write)
+
+    async def add_request(
+        self, request_index: int, admission_id: str, attempt: int, forecast: bytes
+    ) -> None:
+        row = RequestRow(request_index, admission_id, attempt, forecast)
+        self._deferred.append(lambda: self._mine.requests.append(row))
+
+    async def observe_usage(self, admission_id: str, observed: bytes) -> None:
+        def write() -> None:
+            rows = [row for row in self._mine.requests if row.admission_id == admission_id]
+            if rows:
+                max(rows, key=lambda row: row.request_index).observed = observed
+
+        self._deferred.append(write)
+
+    async def ledger(self, limit: int) -> list[RequestRow]:
+        await self.flush()
+        rows = sorted(self._mine.requests, key=lambda row: row.request_index)
+        return rows[-limit:] if limit else []
+
+    # ---- reads for Inspect, ListEvents, ListTrajectory and replays
+
+    async def system_node_details(self) -> list[SystemNodeDetail]:
+        await self.flush()
+        session = self._mine
+        events = {event.seq: event for event in session.events}
+        return [
+            SystemNodeDetail(
+                node.seq,
+                node.turn,
+                node.step,
+                node.system_text or b"",
+                node.tokens,
+                events[node.seq].commit_time,
+                events[node.seq].payload,
+            )
+            for node in session.by_position()
+            if node.is_system
+        ]
+
+    def _events(self) -> list[EventRow]:
+        return sorted(self._mine.events, key=lambda event: event.seq)
+
+    async def events_page(
+        self, after_seq: int, limit: int, budget: int
+    ) -> tuple[list[EventRow], bool]:
+        await self.flush()
+        rows = [event for event in self._events() if event.seq > after_seq][: limit + 1]
+        running = list(itertools.accumulate(len(row.payload) for row in rows))
+        fits = [number == 0 or running[number] <= budget for number in range(len(rows))]
+        page = [
+            row for row, ok in itertools.takewhile(lambda p: p[1], zip(rows, fits, strict=True))
+        ][:limit]
+        return page, len(rows) > len(page)
+
+    async def requests_from(self, first_index: int, limit: int) -> list[RequestRow]:
+        await self.flush()
+        rows = sorted(self._mine.requests, key=lambda row: row.request_index)
+        return [row for row in rows if row.request_index >= first_index][:limit]
+
+    async def prompt_events(self, before_seq: int) -> list[EventRow]:
+        await self.flush()
+        return [
+            event
+            for event in self._events()
+            if event.seq < before_seq
+            and (event.kind in _PROMPT_KINDS or event.surface_op == "replace")
+        ]
+
+    async def events_after(self, after_seq: int, limit: int) -> list[EventRow]:
+        await self.flush()
+        return [event for event in self._events() if event.seq > after_seq][:limit]
+
+
+def _event_row(event: Event) -> EventRow:
+    surface_op = None
+    start = end = None
+    if isinstance(event.op, Append):
+        surface_op = "append"
+    elif isinstance(event.op, Replace):
+        surface_op, start, end = "replace", event.op.start_seq, event.op.end_seq
+    return EventRow(
+        event.seq,
+        event.kind.value,
+        event.turn,
+        event.step,
+        surface_op,
+        start,
+        end,
+        list(event.source_seqs),
+        event.admission_id or None,
+        codec.dumps(codec.event_payload(event)),
+    )
+
+
+class FakeUsage:
+    def __init__(self, state: State, tenant: str) -> None:
+        self._state, self._tenant = state, tenant
+
+    async def lock_sessions(self) -> None:
+        return None
+
+    async def count_sessions(self) -> int:
+        return sum(1 for tenant, _ in self._state.sessions if tenant == self._tenant)
+
+    async def stored_bytes(self) -> int:
+        sessions = self._state.sessions.items()
+        return sum(s.record.log_bytes for (t, _), s in sessions if t == self._tenant)
+
+
+class FakeUnit:
+    def __init__(self, storage: FakeStorage, tenant: str, session_id: str, snapshot: bool) -> None:
+        self._storage, self._tenant, self._session_id = storage, tenant, session_id
+        self._snapshot = snapshot
+        self._locked = False
+
+    async def __aenter__(self) -> Self:
+        if not self._snapshot:
+            await self._storage.lock.acquire()
+            self._locked = True
+        self._state: State = copy.deepcopy(self._storage.state)
+        self.store = FakeSessionStore(self._state, self._tenant, self._session_id)
+        self.usage = FakeUsage(self._state, self._tenant)
+        return self
+
+    async def commit(self) -> None:
+        assert not self._snapshot, "a snapshot is read-only"
+        await self.store.flush()
+        self._storage.state = self._state
+        self._storage.commits += 1
+
+    async def list_sessions(
+        self, after: tuple[datetime, str] | None, limit: int
+    ) -> list[SessionRecord]:
+        records = sorted(
+            (s.record for (t, _), s in self._state.sessions.items() if t == self._tenant),
+            key=lambda r: (r.create_time, r.session_id),
+        )
+        if after is not None:
+            records = [r for r in records if (r.create_time, r.session_id) > after]
+        return records[:limit]
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if self._locked:
+            self._locked = False
+            self._storage.lock.release()
+
+
+class FakeStorage:
+    """The ``Storage`` port in memory; ``commits`` counts committed units."""
+
+    def __init__(self) -> None:
+        self.state = State()
+        self.lock = asyncio.Lock()
+        self.commits = 0
+
+    def unit(self, tenant: str, session_id: str = "", *, snapshot: bool = False) -> FakeUnit:
+        return FakeUnit(self, tenant, session_id, snapshot)

@@ -1,0 +1,222 @@
+"""The use cases on the in-memory storage (``tests/fakes``): the service layer without
+PostgreSQL. ``tests/contract`` checks the fake answers like the real repository."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import pickle
+import uuid
+from typing import Any
+
+import pytest
+from admission_service.app.commands import (
+    AdmitCommand,
+    AttemptResult,
+    CompactCommand,
+    CompactResult,
+    Idempotency,
+    PlanCompactionCommand,
+    ReconcileCommand,
+    RecordCommand,
+    RecordResult,
+    RouteRequest,
+    SessionInfo,
+    Usage,
+)
+from admission_service.app.hooks import Phase
+from admission_service.app.limits import Quotas
+from admission_service.app.page_tokens import PageTokens
+from admission_service.app.service import AdmissionApp
+from admission_service.domain.catalog import parse_catalog
+from admission_service.domain.errors import (
+    RequestIdReused,
+    RevisionMismatch,
+    SessionAlreadyExists,
+    SessionNotFound,
+    SessionsQuotaExceeded,
+    UnknownToolCall,
+)
+from admission_service.domain.messages import Message, Role, Text, ToolCall, ToolResult
+from admission_service.domain.surface import SessionLog
+from admission_service.domain.wire import WireFormat
+
+from tests.fakes.storage import FakeStorage
+
+CATALOG = parse_catalog(
+    {
+        "models": [
+            {"id": "deepseek-flash", "provider": "deepseek", "system_prompt_update": "in-history"}
+        ]
+    }
+)
+ROUTE = RouteRequest("deepseek", "deepseek-flash", 128_000)
+TOKENS = PageTokens([b"k" * 32])
+
+
+def user(text: str) -> Message:
+    return Message(Role.USER, (Text(text),))
+
+
+def decode(data: bytes) -> Any:
+    return pickle.loads(data)
+
+
+class Cancelling:
+    """Cancels the first call reaching ``(method, phase)``, as a client going away would."""
+
+    def __init__(self, method: str, phase: Phase) -> None:
+        self.target = (method, phase)
+
+    async def reached(self, method: str, phase: Phase) -> None:
+        if (method, phase) == self.target:
+            raise asyncio.CancelledError
+
+
+def make_app(storage: FakeStorage, **kwargs: Any) -> AdmissionApp:
+    return AdmissionApp(None, CATALOG, page_tokens=TOKENS, storage=storage, **kwargs)
+
+
+@pytest.fixture
+def storage() -> FakeStorage:
+    return FakeStorage()
+
+
+@pytest.fixture
+def app(storage: FakeStorage) -> AdmissionApp:
+    return make_app(storage)
+
+
+async def create(app: AdmissionApp, session_id: str = "s", key: Idempotency | None = None) -> str:
+    info: SessionInfo = decode(await app.create_session("t", session_id, key, pickle.dumps))
+    return info.session_id
+
+
+async def admit(app: AdmissionApp, session_id: str, prompt: str, **kwargs: Any) -> AttemptResult:
+    key = kwargs.pop("idempotency", None)
+    command = AdmitCommand(session_id, 1, 1, prompt, (), ROUTE, **kwargs)
+    result: AttemptResult = decode(await app.admit("t", command, key, pickle.dumps))
+    return result
+
+
+async def test_a_step_admits_records_compacts_and_reconciles(app: AdmissionApp) -> None:
+    sid = await create(app)
+    first = await admit(app, sid, "A", users=(user("hi"),))
+    assert [m.role for m in first.request.messages] == [Role.SYSTEM, Role.USER]
+    assert first.revision == 1 and first.log_seq == 4
+    call = Message(Role.ASSISTANT, (ToolCall("c1", "read", "{}"),))
+    recorded: RecordResult = decode(
+        await app.record("t", RecordCommand(sid, first.admission_id, call), None, pickle.dumps)
+    )
+    assert recorded.assistant_seq == 4 and recorded.revision == 2
+    answer = ToolResult("c1", (Text("body"),))
+    command = RecordCommand(sid, first.admission_id, None, (answer,), Usage(10, 1, 0, 0))
+    recorded = decode(await app.record("t", command, None, pickle.dumps))
+    assert recorded.tool_result_seqs == (5,)
+    with pytest.raises(UnknownToolCall):
+        await app.record("t", command, None, pickle.dumps)
+
+    second = await admit(app, sid, "B", users=(user("next"),))
+    assert second.forecast.reused_messages == 2  # the whole previous request
+    plan = await app.plan_compaction("t", PlanCompactionCommand(sid, retain_tokens=0))
+    compacted: CompactResult = decode(
+        await app.compact("t", CompactCommand(sid, plan.plan_token, "sum"), None, pickle.dumps)
+    )
+    assert compacted.effective_prompt.text == "B"
+    retry: AttemptResult = decode(
+        await app.reconcile(
+            "t", ReconcileCommand(sid, second.admission_id, ROUTE), None, pickle.dumps
+        )
+    )
+    assert retry.attempt == 1 and retry.starts_series
+
+    inspected = await app.inspect("t", sid, WireFormat.NEUTRAL)
+    assert inspected.ledger[0].observed == Usage(10, 1, 0, 0)
+    assert len(inspected.ledger) == 3
+    events = await app.list_events("t", sid, 1000, "")
+    log = SessionLog(view.event for view in events.items)
+    assert list(inspected.request.messages) == log.derived_messages()
+    assert inspected.effective_prompt == log.effective_prompt()
+    trajectory = await app.list_trajectory("t", sid, 10, "")
+    assert [entry.request_index for entry in trajectory.items] == [0, 1, 2]
+
+
+async def test_validate_only_never_commits(app: AdmissionApp, storage: FakeStorage) -> None:
+    sid = await create(app)
+    commits = storage.commits
+    dry = await admit(app, sid, "A", users=(user("x"),), validate_only=True)
+    assert dry.admission_id == "" and len(dry.request.messages) == 2
+    assert storage.commits == commits
+    assert (await app.get_session("t", sid)).event_count == 0
+
+
+@pytest.mark.parametrize(
+    "phase", [Phase.LOAD, Phase.VALIDATE, Phase.PROJECT, Phase.DERIVE, Phase.COMMIT]
+)
+async def test_a_cancelled_call_commits_nothing(storage: FakeStorage, phase: Phase) -> None:
+    sid = await create(make_app(storage))
+    before = copy.deepcopy(storage.state)
+    cancelling = make_app(storage, hooks=Cancelling("Admit", phase))
+    with pytest.raises(asyncio.CancelledError):
+        await admit(cancelling, sid, "A", users=(user("x"),))
+    assert storage.state == before
+    # the session is free again: the next writer is not left waiting on the cancelled one
+    assert (await admit(make_app(storage), sid, "A", users=(user("x"),))).revision == 1
+
+
+async def test_a_repeated_request_id_replays_the_first_response(app: AdmissionApp) -> None:
+    sid = await create(app)
+    key = Idempotency("r1", b"digest")
+    command = AdmitCommand(sid, 1, 1, "A", (), ROUTE, (user("u"),))
+    first = await app.admit("t", command, key, pickle.dumps)
+    assert await app.admit("t", command, key, pickle.dumps) == first
+    assert (await app.get_session("t", sid)).revision == 1
+    with pytest.raises(RequestIdReused):
+        await app.admit("t", command, Idempotency("r1", b"other"), pickle.dumps)
+    with pytest.raises(RequestIdReused):  # a request id names one call of one method
+        await app.record("t", RecordCommand(sid, "x", usage=Usage(1, 1, 0, 0)), key, pickle.dumps)
+    with pytest.raises(RevisionMismatch):
+        await admit(app, sid, "A", expected_revision=0)
+
+
+async def test_create_session_takes_the_same_idempotent_path(app: AdmissionApp) -> None:
+    key = Idempotency("c1", b"digest")
+    derived = await create(app, "", key)
+    assert derived == str(uuid.uuid5(uuid.UUID("6f1d8a52-3c1e-4c55-9a7e-8e0f1f3b7a10"), "t\x00c1"))
+    assert await create(app, "", key) == derived  # replayed, not refused
+    with pytest.raises(RequestIdReused):
+        await create(app, derived, Idempotency("c1", b"another request"))
+    with pytest.raises(SessionAlreadyExists):
+        await create(app, derived)
+
+
+async def test_a_deleted_session_is_gone_and_its_delete_replays(app: AdmissionApp) -> None:
+    sid = await create(app)
+    key = Idempotency("d1", b"x")
+    assert await app.delete_session("t", sid, None, key, lambda _: b"ok") == b"ok"
+    assert await app.delete_session("t", sid, None, key, lambda _: b"no") == b"ok"
+    with pytest.raises(SessionNotFound):
+        await app.get_session("t", sid)
+    with pytest.raises(SessionNotFound):
+        await admit(app, sid, "A")
+
+
+async def test_the_sessions_quota(storage: FakeStorage) -> None:
+    app = make_app(storage, quotas=Quotas(sessions=2))
+    await create(app, "a")
+    await create(app, "b")
+    with pytest.raises(SessionsQuotaExceeded):
+        await create(app, "c")
+    assert [s.session_id for s in (await app.list_sessions("t", 10, "")).items] == ["a", "b"]
+
+
+async def test_sessions_page_through(app: AdmissionApp) -> None:
+    ids = [await create(app, f"s{n}") for n in range(5)]
+    seen: list[str] = []
+    token = ""
+    while True:
+        page = await app.list_sessions("t", 2, token)
+        seen += [s.session_id for s in page.items]
+        if not (token := page.next_page_token):
+            break
+    assert seen == ids
