@@ -107,7 +107,6 @@ class SessionBook:
     prompt: str = PROMPTS[0]
     turn: int = 0
     since_compaction: int = 0
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def expect(self, method: str, request_id: str, texts: tuple[str, ...] = ()) -> Effect:
         effect = Effect(method, request_id, texts)
@@ -122,6 +121,8 @@ class Book:
         self.prefix = prefix
         self.sessions: dict[str, SessionBook] = {}
         self._counter = itertools.count()
+        self._leased: set[str] = set()
+        self._released = asyncio.Condition()
 
     def unique(self, kind: str) -> str:
         return f"{self.prefix}:{kind}:{next(self._counter)}"
@@ -134,14 +135,19 @@ class Book:
         return f"{self.prefix}-{uuid.uuid4().hex[:16]}"
 
     async def lease(self, rng: random.Random) -> SessionBook:
-        """A random session no other loop is working on, locked for the caller."""
-        while True:
-            free = [s for s in self.sessions.values() if not s.lock.locked()]
-            if free:
-                chosen = rng.choice(free)
-                await chosen.lock.acquire()  # free: returns at once, no other task runs
-                return chosen
-            await asyncio.sleep(0.001)
+        """A random session no other loop is working on, the caller's until ``release``
+        (waits for one to be released when every session is leased)."""
+        async with self._released:
+            await self._released.wait_for(lambda: len(self._leased) < len(self.sessions))
+            free = [s for s in self.sessions.values() if s.session_id not in self._leased]
+            chosen = rng.choice(free)
+            self._leased.add(chosen.session_id)
+            return chosen
+
+    async def release(self, session: SessionBook) -> None:
+        async with self._released:
+            self._leased.remove(session.session_id)
+            self._released.notify()
 
     def effects(self) -> list[Effect]:
         return [e for s in self.sessions.values() for e in s.effects]
@@ -187,6 +193,20 @@ class Caller:
             backoff = min(backoff * 2, 1.0)
 
 
+# Enough for a step through a restart or the end of an outage: the Caller's backoff is 1 s.
+PROGRESS_SECONDS = 120.0
+
+
+async def every_loop_steps(loops: Iterable[HarnessLoop], what: str) -> None:
+    """Returns once every loop has finished one more step; fails naming ``what`` if one has
+    not within ``PROGRESS_SECONDS``."""
+    try:
+        async with asyncio.timeout(PROGRESS_SECONDS):
+            await asyncio.gather(*(loop.steps_more() for loop in loops))
+    except TimeoutError:
+        raise AssertionError(f"{what}: a loop made no step in {PROGRESS_SECONDS} s") from None
+
+
 def harness_client(channel: grpc.aio.Channel) -> AdmissionClient:
     return AdmissionClient(
         channel=channel,
@@ -220,6 +240,7 @@ class HarnessLoop:
         self.rng = rng
         self.mix = mix or StepMix()
         self.steps_done = 0
+        self._stepped = asyncio.Condition()
 
     async def run(self, steps: int | None = None, stop: asyncio.Event | None = None) -> None:
         """``steps`` leased steps, or steps until ``stop`` is set."""
@@ -229,9 +250,17 @@ class HarnessLoop:
             try:
                 await self.step(session)
             finally:
-                session.lock.release()
+                await self.book.release(session)
             done += 1
-            self.steps_done += 1
+            async with self._stepped:
+                self.steps_done += 1
+                self._stepped.notify_all()
+
+    async def steps_more(self, steps: int = 1) -> None:
+        """Returns once this loop has finished ``steps`` more steps (from now)."""
+        async with self._stepped:
+            target = self.steps_done + steps
+            await self._stepped.wait_for(lambda: self.steps_done >= target)
 
     async def create_sessions(self, count: int) -> None:
         for _ in range(count):

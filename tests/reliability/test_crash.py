@@ -20,7 +20,7 @@ import pytest
 
 from .checks import audit_book, committed_request_ids, service_connections
 from .conftest import StartService
-from .harness import Book, Caller, HarnessLoop, harness_client
+from .harness import Book, Caller, HarnessLoop, every_loop_steps, harness_client
 from .process import CHANNEL_OPTIONS
 from .profile import Profile
 from .scenario import create_sessions, plain_stub
@@ -67,7 +67,7 @@ async def test_process_crash(
                 committed_at_kill.append(len(committed))
                 await service.start()
                 downtimes.append(time.monotonic() - killed)
-            await asyncio.sleep(2)
+            await every_loop_steps(loops, "after the last restart")
             stop.set()
             await asyncio.wait_for(running, timeout=300)
         connections = await service_connections(fresh_database, "admission-service")

@@ -20,7 +20,7 @@ import pytest
 
 from .checks import audit_book, service_connections
 from .conftest import OwnPostgres, StartService
-from .harness import Book, Caller, HarnessLoop, harness_client
+from .harness import Book, Caller, HarnessLoop, every_loop_steps, harness_client
 from .process import CHANNEL_OPTIONS
 from .profile import Profile
 from .scenario import create_sessions, plain_stub
@@ -57,7 +57,7 @@ async def test_database_outage(
                 for i in range(profile.outage_loops)
             ]
             running = asyncio.gather(*(loop.run(stop=stop) for loop in loops))
-            await asyncio.sleep(2)
+            await every_loop_steps(loops, "before the outage")
             for _ in range(profile.outages):
                 down = time.monotonic()
                 await own_postgres.stop()
@@ -70,7 +70,7 @@ async def test_database_outage(
                     assert time.monotonic() - up < 30, "the service did not recover"
                     await asyncio.sleep(0.05)
                 recoveries.append(min(t for t in stats.ok_times if t > up) - up)
-                await asyncio.sleep(2)
+                await every_loop_steps(loops, "after the outage")
             stop.set()
             await asyncio.wait_for(running, timeout=300)
         assert service.running and service.pid == pid and service.starts == 1
