@@ -33,13 +33,14 @@ from admission_service.api.tenancy import hash_token
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from promptadmission.v1 import admission_service_pb2 as api
 
+from tests.api.malformed_bytes import ld, varint
 from tests.api.support import rich_error
 
+from .checks import eventually as eventually_holds
 from .conftest import StartService
 from .process import CHANNEL_OPTIONS, ServiceProcess
 from .scenario import stub_of
 from .stats import Figures, latency_summary
-from .test_hostile import ld, varint
 
 pytestmark = pytest.mark.slow
 SERVICE = api.DESCRIPTOR.services_by_name["AdmissionService"]
@@ -238,6 +239,23 @@ async def eventually(target: str, token: str, code: grpc.StatusCode, within: flo
     return time.monotonic() - started
 
 
+# What each worker's token watcher logs when the file does not parse (api/token_reload.py).
+NOT_RELOADED = "bearer tokens not reloaded, the previous ones stay in force"
+WATCHING_WORKERS = 2
+
+
+def logged(service: ServiceProcess, line: str) -> int:
+    """How many times the service's log holds ``line``."""
+    return service.log_path.read_text(errors="replace").count(line)
+
+
+async def eventually_logged(service: ServiceProcess, line: str, times: int, before: int) -> None:
+    """Returns once the service has logged ``line`` ``times`` times more than ``before``."""
+    expected = before + times
+    await eventually_holds(lambda: logged(service, line) >= expected, f"{line!r} {times} times")
+    assert logged(service, line) == expected, service.log_tail()
+
+
 async def test_tokens_reload_without_a_restart(
     fresh_database: str,
     services: StartService,
@@ -253,6 +271,7 @@ async def test_tokens_reload_without_a_restart(
         kept,
         revoked,
         PAS_AUTH_TOKENS_WATCH_SECONDS="0.2",
+        PAS_WORKERS=str(WATCHING_WORKERS),
     )
     target = service.target
     assert await call_code(target, revoked) is grpc.StatusCode.OK
@@ -260,9 +279,13 @@ async def test_tokens_reload_without_a_restart(
     tokens_file.write_text(f"{TENANT}={hash_token(kept)}\n")
     revoked_after = await eventually(target, revoked, grpc.StatusCode.UNAUTHENTICATED, 10)
     assert await call_code(target, kept) is grpc.StatusCode.OK
-    # A file that does not parse keeps the tokens in force (nobody locked out, nobody let in).
-    tokens_file.write_text("this is not a token entry\n")
-    await asyncio.sleep(1.0)
+    # A file that does not parse keeps the tokens in force (nobody locked out, nobody let in),
+    # once every worker has read it (each logs that it kept its tokens). Replaced whole, so no
+    # worker reads it half written.
+    broken, before = tokens_file.with_name("tokens.new"), logged(service, NOT_RELOADED)
+    broken.write_text("this is not a token entry\n")
+    os.replace(broken, tokens_file)
+    await eventually_logged(service, NOT_RELOADED, WATCHING_WORKERS, before)
     assert await call_code(target, kept) is grpc.StatusCode.OK
     assert await call_code(target, revoked) is grpc.StatusCode.UNAUTHENTICATED
     report.set(revoked_refused_after_s=round(revoked_after, 2))
