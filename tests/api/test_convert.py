@@ -297,9 +297,14 @@ def test_the_reconcile_response_has_the_attempt_number() -> None:
 
 
 def test_encoding_is_deterministic() -> None:
-    result = _attempt_result()
-    assert convert.encode_admit(result) == convert.encode_admit(result)
+    """The stored response is the deterministic encoding (map entries sorted by key), so a
+    replay's bytes are the same in every process: given out of order, a plain encoding would
+    keep the map's insertion order."""
+    config = (("top_p", "1"), ("temperature", "0"), ("max_tokens", "5"))
+    header = HeaderLog(9, HeaderReason.CHANGE, True, RequestHeader("p", "m", (), config))
+    result = _attempt_result(header=header)
     parsed = api.AdmitResponse.FromString(convert.encode_admit(result))
+    assert dict(parsed.header.header.config) == dict(config)
     assert parsed.SerializeToString(deterministic=True) == convert.encode_admit(result)
 
 
