@@ -11,6 +11,13 @@ For every unary call it
 * feeds successful responses to the admission metrics.
 
 It sits outside ``ErrorInterceptor``, so it sees the status that interceptor chose.
+
+What does not depend on the call is done once per method (its names, log level and metric
+children), and what the caller does not wait for — the status count, the latency histogram, the
+admission metrics, the span's end and the log line — runs after the handler has returned,
+scheduled on the event loop (``loop.call_soon``, in the call's context so the line keeps its
+request id and tenant), so gRPC sends the response first (``bench/telemetry_cost.py`` measures
+it).
 """
 
 from __future__ import annotations
@@ -60,6 +67,22 @@ def _payload(message: Any) -> Any:
     return repr(message)
 
 
+class _Method:
+    """What the telemetry of one method needs on every call, made once."""
+
+    def __init__(self, metrics: Metrics, method: str) -> None:
+        self.service, self.name = _split(method)
+        self.level = logging.INFO if self.service in LOGGED_SERVICES else logging.DEBUG
+        self.started, self.latency, self._handled = metrics.rpc_children(self.service, self.name)
+        self._by_code: dict[grpc.StatusCode, Any] = {}
+
+    def handled(self, code: grpc.StatusCode) -> Any:
+        counter = self._by_code.get(code)
+        if counter is None:
+            counter = self._by_code[code] = self._handled(code.name)
+        return counter
+
+
 class TelemetryInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
     def __init__(
         self,
@@ -71,6 +94,8 @@ class TelemetryInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg
         self._metrics = metrics
         self._tracer = tracer
         self._log_payloads = log_payloads
+        # Only methods with a handler reach _wrap: as many entries as the server has methods.
+        self._methods: dict[str, _Method] = {}
 
     async def intercept_service(
         self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
@@ -78,29 +103,27 @@ class TelemetryInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg
         return await wrap_unary(continuation, handler_call_details, self._wrap)
 
     def _wrap(self, behavior: Behavior, method: str) -> Behavior:
-        service, name = _split(method)
-        level = logging.INFO if service in LOGGED_SERVICES else logging.DEBUG
+        known = self._methods.get(method)
+        if known is None:
+            known = self._methods[method] = _Method(self._metrics, method)
+        this = known
 
         async def observed(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             metadata = context.invocation_metadata()
             request_id = _request_id(metadata)
             call_context.request_id.set(request_id)
             call_context.tenant.set(None)
-            self._metrics.rpc_started(service, name)
-            span = self._start_span(service, name, metadata, request_id)
+            this.started.inc()
+            span = self._start_span(this.service, this.name, metadata, request_id)
             started = time.perf_counter()
             code = grpc.StatusCode.OK
+            response = None
             try:
                 await context.send_initial_metadata(((call_context.REQUEST_ID_HEADER, request_id),))
                 with _current(span):
                     response = behavior(request, context)
                     if inspect.isawaitable(response):
                         response = await response
-                self._metrics.observe_response(parsed_request(request), response)
-                if self._log_payloads:
-                    _log.debug(
-                        "response payload", extra={"fields": {"response": _payload(response)}}
-                    )
                 return response
             except grpc.aio.AbortError:
                 code = _code_of(context, grpc.StatusCode.UNKNOWN)
@@ -113,21 +136,49 @@ class TelemetryInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg
                 code = grpc.StatusCode.UNKNOWN
                 raise
             finally:
-                seconds = time.perf_counter() - started
-                if self._log_payloads and parsed_request(request) is not None:
-                    # After the call: the body is parsed only once the caller is authenticated.
-                    payload = _payload(parsed_request(request))
-                    _log.debug("request payload", extra={"fields": {"request": payload}})
-                self._metrics.rpc_handled(service, name, code.name, seconds)
-                if span is not None:
-                    span.set_attribute("rpc.grpc.status_code", code.value[0])
-                    if code is not grpc.StatusCode.OK:
-                        span.set_status(Status(StatusCode.ERROR, code.name))
-                    span.end()
-                if _log.isEnabledFor(level):
-                    _log_call(level, service, name, code, seconds, context)
+                # After the response: the caller waits for none of this.
+                asyncio.get_running_loop().call_soon(
+                    self._finish,
+                    this,
+                    request,
+                    response,
+                    code,
+                    time.perf_counter() - started,
+                    span,
+                    context,
+                )
 
         return observed
+
+    def _finish(
+        self,
+        method: _Method,
+        request: Any,
+        response: Any,
+        code: grpc.StatusCode,
+        seconds: float,
+        span: trace.Span | None,
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> None:
+        """The call's metrics, span end and log line, once its response is on its way."""
+        method.handled(code).inc()
+        method.latency.observe(seconds)
+        if code is grpc.StatusCode.OK:
+            self._metrics.observe_response(parsed_request(request), response)
+        if self._log_payloads:
+            if code is grpc.StatusCode.OK:
+                _log.debug("response payload", extra={"fields": {"response": _payload(response)}})
+            if parsed_request(request) is not None:
+                # After the call: the body is parsed only once the caller is authenticated.
+                payload = _payload(parsed_request(request))
+                _log.debug("request payload", extra={"fields": {"request": payload}})
+        if span is not None:
+            span.set_attribute("rpc.grpc.status_code", code.value[0])
+            if code is not grpc.StatusCode.OK:
+                span.set_status(Status(StatusCode.ERROR, code.name))
+            span.end()
+        if _log.isEnabledFor(method.level):
+            _log_call(method.level, method.service, method.name, code, seconds, context)
 
     def _start_span(
         self, service: str, name: str, metadata: Any, request_id: str

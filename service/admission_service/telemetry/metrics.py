@@ -142,6 +142,15 @@ class Metrics:
     def watch_pool(self, engine: AsyncEngine, max_connections: int) -> None:
         self.registry.register(_PoolCollector(engine, max_connections))
 
+    def rpc_children(self, service: str, method: str) -> tuple[Any, Any, Any]:
+        """One method's started counter and latency histogram, and a function of a status
+        code's name to its handled counter: looked up once per method, not per call."""
+        return (
+            self.started.labels(service, method),
+            self.latency.labels(service, method),
+            lambda code: self.handled.labels(service, method, code),
+        )
+
     def rpc_started(self, service: str, method: str) -> None:
         self.started.labels(service, method).inc()
 
