@@ -22,7 +22,7 @@ from admission_service.config import Settings
 from promptadmission.v1 import admission_service_pb2 as api
 from promptadmission.v1 import admission_service_pb2_grpc as api_grpc
 
-from tests.api.test_shutdown import free_port, serve_command, wait_until_serving
+from tests.api.serve_process import free_port, serving
 
 GRACE_SECONDS = 5
 WORKER_LINE = re.compile(r"worker (\d) of 2 \(pid (\d+)\) starting")
@@ -79,7 +79,7 @@ class TwoWorkers:
         deadline = time.monotonic() + 60
         while len(found := WORKER_LINE.findall(self.log.read_text())) < 2:
             assert time.monotonic() < deadline, self.log.read_text()
-            time.sleep(0.1)
+            time.sleep(0.1)  # polling: another process's log
         return {int(pid) for _, pid in found}
 
 
@@ -87,29 +87,16 @@ class TwoWorkers:
 def two_workers(database_url: str, tmp_path: Path) -> Iterator[TwoWorkers]:
     """``serve`` with PAS_WORKERS=2 as a real process tree, serving; killed at the end if the
     test left it running."""
-    port, metrics = free_port(), free_port_pair()
-    env = {
-        **os.environ,
-        "DATABASE_URL": database_url,
-        "PAS_LISTEN": f"127.0.0.1:{port}",
-        "PAS_METRICS_LISTEN": f"127.0.0.1:{metrics}",
-        "PAS_WORKERS": "2",
-        "PAS_SHUTDOWN_GRACE_SECONDS": str(GRACE_SECONDS),
-        "PAS_LOG_LEVEL": "INFO",
-        "PAS_LOG_FORMAT": "text",
-    }
-    log = tmp_path / "service.log"
-    with log.open("wb") as output:
-        process = subprocess.Popen(
-            serve_command(), env=env, stdout=output, stderr=subprocess.STDOUT, cwd=tmp_path
-        )
-        try:
-            wait_until_serving(f"127.0.0.1:{port}", process, timeout=60)
-            yield TwoWorkers(process, f"127.0.0.1:{port}", metrics, log)
-        finally:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
+    metrics = free_port_pair()
+    with serving(
+        database_url,
+        tmp_path,
+        PAS_METRICS_LISTEN=f"127.0.0.1:{metrics}",
+        PAS_WORKERS="2",
+        PAS_SHUTDOWN_GRACE_SECONDS=str(GRACE_SECONDS),
+        PAS_LOG_FORMAT="text",
+    ) as served:
+        yield TwoWorkers(served.process, served.target, metrics, served.log)
 
 
 def wait_gone(pids: set[int], timeout: float) -> bool:
