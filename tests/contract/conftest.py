@@ -10,7 +10,7 @@ from admission_service.app.ports import Storage
 from tests.fakes.storage import FakeStorage
 
 
-@pytest.fixture(params=["fake", "postgres"])
+@pytest.fixture(params=["fake", pytest.param("postgres", marks=pytest.mark.database)])
 def storage(request: pytest.FixtureRequest) -> Storage:
     if request.param == "fake":
         return FakeStorage()

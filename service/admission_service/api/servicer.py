@@ -3,22 +3,42 @@
 Each method resolves the call's tenant, converts the request to a command, awaits the use case,
 and converts the result to the response. No SQL, no business rules, no ``try``: errors are the
 ``ErrorInterceptor``'s business. Mutating use cases return the encoded response (what they store
-for ``request_id`` replays), which is parsed back here.
+for ``request_id`` replays), which is parsed back here (``_write``: every mutation's one path).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import grpc
+from google.protobuf.message import Message as ProtoMessage
 from promptadmission.v1 import admission_service_pb2 as api
 from promptadmission.v1 import admission_service_pb2_grpc as api_grpc
 
 from admission_service.api import convert
 from admission_service.api.tenancy import TenantResolver
+from admission_service.app.commands import Idempotency
 from admission_service.app.service import AdmissionApp
 
 Context = grpc.aio.ServicerContext[Any, Any]
+Command = TypeVar("Command")
+Response = TypeVar("Response", bound=ProtoMessage)
+
+
+# A mutating use case: (tenant, command, idempotency, encode) -> the encoded response.
+UseCase = Callable[[str, Command, Idempotency | None, Callable[[Any], bytes]], Awaitable[bytes]]
+
+
+# The encoder of each mutation's response (what the use case stores for request_id replays).
+_ENCODERS: dict[type[ProtoMessage], Callable[[Any], bytes]] = {
+    api.CreateSessionResponse: convert.encode_create_session,
+    api.DeleteSessionResponse: convert.encode_delete_session,
+    api.AdmitResponse: convert.encode_admit,
+    api.ReconcileResponse: convert.encode_reconcile,
+    api.RecordResponse: convert.encode_record,
+    api.CompactResponse: convert.encode_compact,
+}
 
 
 class AdmissionServicer(api_grpc.AdmissionServiceServicer):
@@ -29,14 +49,10 @@ class AdmissionServicer(api_grpc.AdmissionServiceServicer):
     async def CreateSession(
         self, request: api.CreateSessionRequest, context: Context
     ) -> api.CreateSessionResponse:
-        tenant = await self._tenants.tenant(context)
-        data = await self._app.create_session(
-            tenant,
-            request.session_id,
-            convert.idempotency_of(request.request_id, request),
-            convert.encode_create_session,
+        command = request.session_id
+        return await self._write(
+            context, request, api.CreateSessionResponse, self._app.create_session, command
         )
-        return api.CreateSessionResponse.FromString(data)
 
     async def GetSession(
         self, request: api.GetSessionRequest, context: Context
@@ -55,47 +71,31 @@ class AdmissionServicer(api_grpc.AdmissionServiceServicer):
     async def DeleteSession(
         self, request: api.DeleteSessionRequest, context: Context
     ) -> api.DeleteSessionResponse:
-        tenant = await self._tenants.tenant(context)
-        data = await self._app.delete_session(
-            tenant,
-            request.session_id,
-            convert.delete_expected_revision(request),
-            convert.idempotency_of(request.request_id, request),
-            convert.encode_delete_session,
-        )
-        return api.DeleteSessionResponse.FromString(data)
+        revision = convert.delete_expected_revision(request)
+
+        async def delete(
+            tenant: str, session_id: str, key: Idempotency | None, encode: Callable[[None], bytes]
+        ) -> bytes:
+            return await self._app.delete_session(tenant, session_id, revision, key, encode)
+
+        command = request.session_id
+        return await self._write(context, request, api.DeleteSessionResponse, delete, command)
 
     async def Admit(self, request: api.AdmitRequest, context: Context) -> api.AdmitResponse:
-        tenant = await self._tenants.tenant(context)
-        data = await self._app.admit(
-            tenant,
-            convert.admit_command(request),
-            convert.idempotency_of(request.request_id, request),
-            convert.encode_admit,
-        )
-        return api.AdmitResponse.FromString(data)
+        command = convert.admit_command(request)
+        return await self._write(context, request, api.AdmitResponse, self._app.admit, command)
 
     async def Reconcile(
         self, request: api.ReconcileRequest, context: Context
     ) -> api.ReconcileResponse:
-        tenant = await self._tenants.tenant(context)
-        data = await self._app.reconcile(
-            tenant,
-            convert.reconcile_command(request),
-            convert.idempotency_of(request.request_id, request),
-            convert.encode_reconcile,
+        command = convert.reconcile_command(request)
+        return await self._write(
+            context, request, api.ReconcileResponse, self._app.reconcile, command
         )
-        return api.ReconcileResponse.FromString(data)
 
     async def Record(self, request: api.RecordRequest, context: Context) -> api.RecordResponse:
-        tenant = await self._tenants.tenant(context)
-        data = await self._app.record(
-            tenant,
-            convert.record_command(request),
-            convert.idempotency_of(request.request_id, request),
-            convert.encode_record,
-        )
-        return api.RecordResponse.FromString(data)
+        command = convert.record_command(request)
+        return await self._write(context, request, api.RecordResponse, self._app.record, command)
 
     async def PlanCompaction(
         self, request: api.PlanCompactionRequest, context: Context
@@ -105,14 +105,8 @@ class AdmissionServicer(api_grpc.AdmissionServiceServicer):
         return convert.plan_compaction_response(result)
 
     async def Compact(self, request: api.CompactRequest, context: Context) -> api.CompactResponse:
-        tenant = await self._tenants.tenant(context)
-        data = await self._app.compact(
-            tenant,
-            convert.compact_command(request),
-            convert.idempotency_of(request.request_id, request),
-            convert.encode_compact,
-        )
-        return api.CompactResponse.FromString(data)
+        command = convert.compact_command(request)
+        return await self._write(context, request, api.CompactResponse, self._app.compact, command)
 
     async def Inspect(self, request: api.InspectRequest, context: Context) -> api.InspectResponse:
         tenant = await self._tenants.tenant(context)
@@ -141,3 +135,18 @@ class AdmissionServicer(api_grpc.AdmissionServiceServicer):
             tenant, request.session_id, request.page_size, request.page_token
         )
         return convert.list_trajectory_response(page)
+
+    async def _write(
+        self,
+        context: Context,
+        request: Any,  # a mutating request: every one has a request_id
+        response: type[Response],
+        use_case: UseCase[Command],
+        command: Command,
+    ) -> Response:
+        """A mutation: the use case stores and returns the encoded response (``_ENCODERS``);
+        parsed here."""
+        tenant = await self._tenants.tenant(context)
+        key = convert.idempotency_of(request.request_id, request)
+        data = await use_case(tenant, command, key, _ENCODERS[response])
+        return response.FromString(data)

@@ -1,0 +1,162 @@
+"""The shared machinery of the use cases: their dependencies, the transaction shapes and what
+every use case reads of a session row."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from admission_service.app import validation
+from admission_service.app.commands import Idempotency
+from admission_service.app.database import PostgresStorage
+from admission_service.app.gate import SessionGate
+from admission_service.app.hooks import NO_HOOKS, PhaseHooks
+from admission_service.app.limits import Limits, Quotas
+from admission_service.app.page_tokens import PageTokens
+from admission_service.app.ports import SessionRepository, Storage
+from admission_service.app.quotas import TenantQuotas
+from admission_service.app.unit_of_work import UnitOfWork
+from admission_service.domain.accounting import PreviousRequest, TokenCounter
+from admission_service.domain.catalog import Catalog
+from admission_service.domain.errors import SessionNotFound
+from admission_service.storage.repository import RequestPrefix, SessionRecord
+from admission_service.tokenizers import counter_for
+
+R = TypeVar("R")
+
+
+class Machinery:
+    """What every use case runs on: the storage, the per-session gate, the quotas, the limits,
+    the phase hooks, the catalog and the page tokens; and the two transaction shapes, a
+    mutation (``_mutate``: one ``UnitOfWork``) and a read of one session (``_read_session``:
+    one snapshot)."""
+
+    def __init__(
+        self,
+        engine: AsyncEngine | None,
+        catalog: Catalog,
+        limits: Limits | None = None,
+        hooks: PhaseHooks = NO_HOOKS,
+        quotas: Quotas | None = None,
+        page_tokens: PageTokens | None = None,
+        *,
+        storage: Storage | None = None,
+    ) -> None:
+        """On PostgreSQL through ``engine``, or on another ``storage`` (the tests' fake)."""
+        if storage is None:
+            assert engine is not None, "an engine or a storage"
+            storage = PostgresStorage(engine)
+        self.storage = storage
+        if page_tokens is None:
+            assert engine is not None, "page tokens are configured with a storage"
+            page_tokens = PageTokens.configured((), engine.url)
+        self.page_tokens = page_tokens
+        self.catalog = catalog
+        self.limits = limits or Limits()
+        self.hooks = hooks
+        self.quotas = TenantQuotas(quotas or Quotas())
+        self.gate = SessionGate()  # a hot session's queued writers hold no pool connection
+
+    # ---- the transaction shapes ---------------------------------------------------------
+
+    def _unit(
+        self,
+        method: str,
+        tenant: str,
+        session_id: str,
+        idempotency: Idempotency | None,
+        *,
+        validate_only: bool = False,
+        create: bool = False,
+    ) -> UnitOfWork:
+        return UnitOfWork(
+            self.storage,
+            self.gate,
+            self.quotas,
+            self.limits,
+            self.hooks,
+            method,
+            tenant,
+            session_id,
+            idempotency,
+            validate_only=validate_only,
+            create=create,
+        )
+
+    async def _mutate(
+        self,
+        method: str,
+        tenant: str,
+        session_id: str,
+        idempotency: Idempotency | None,
+        expected_revision: int | None,
+        work: Callable[[UnitOfWork], Awaitable[R]],
+        encode: Callable[[R], bytes],
+        *,
+        validate_only: bool = False,
+        create: bool = False,
+    ) -> bytes:
+        """One mutation: ``work`` runs in a unit of work that commits its result unless
+        ``validate_only`` (or an exception, or a cancellation)."""
+        if idempotency is not None:
+            validation.check_request_id(idempotency.request_id, self.limits)
+        async with self._unit(
+            method, tenant, session_id, idempotency, validate_only=validate_only, create=create
+        ) as uow:
+            replayed = await uow.replayed(encode)
+            if replayed is not None:
+                return replayed
+            uow.load(expected_revision)
+            result = await work(uow)
+            payload = encode(result)
+            await uow.check_growth()
+            if not validate_only:
+                await uow.commit(result, payload, encode)
+        return payload
+
+    async def _read_session(
+        self,
+        tenant: str,
+        session_id: str,
+        work: Callable[[SessionRepository, SessionRecord], Awaitable[R]],
+    ) -> R:
+        validation.check_session_id(session_id, self.limits)
+        async with (
+            self.quotas.call(tenant),
+            self.storage.unit(tenant, session_id, snapshot=True) as unit,
+        ):
+            record = await unit.store.read(lock=False)
+            if record is None:
+                raise SessionNotFound(session_id)
+            return await work(unit.store, record)
+
+    def _session_page(
+        self, kind: str, tenant: str, session_id: str, page_size: int, page_token: str
+    ) -> tuple[int, str, int]:
+        """A paged read of one session's ``kind``: the page size, the page tokens' scope and
+        the position the page starts after (-1 for the first page)."""
+        limit = validation.check_page_size(page_size, self.limits)
+        # Before the token is checked: its scope holds the session id (a 64 KiB one broke the
+        # token's signature, INTERNAL; found by the fuzzer).
+        validation.check_session_id(session_id, self.limits)
+        scope = f"{kind}/{tenant}/{session_id}"
+        after = -1
+        if page_token:
+            after = int(self.page_tokens.decode(scope, page_token, "page_token")["after"])
+        return limit, scope, after
+
+
+def session_counter(record: SessionRecord) -> TokenCounter:
+    """The tokenizer of the session's route in force (that of its last admission), which
+    priced every surviving node (``use_cases/admit.py``: ``_reprice``): Record, Compact and
+    Inspect price with it."""
+    context = record.series.last_context
+    return counter_for(context.context.provider if context else "")
+
+
+def previous_request(record: SessionRecord) -> tuple[PreviousRequest, RequestPrefix] | None:
+    if record.last_request is None or record.prefix is None:
+        return None
+    return record.last_request, record.prefix

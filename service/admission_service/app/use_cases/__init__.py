@@ -1,0 +1,1 @@
+"""One module per group of RPCs; ``app/service.py`` composes them into ``AdmissionApp``."""

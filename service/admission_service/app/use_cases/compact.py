@@ -1,0 +1,170 @@
+"""Compaction: planning (a read) and compacting with the plan's token (a mutation)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from admission_service.app import bounds, validation
+from admission_service.app.commands import (
+    CompactCommand,
+    CompactResult,
+    Idempotency,
+    PlanCompactionCommand,
+    PlanResult,
+)
+from admission_service.app.hooks import Phase
+from admission_service.app.machinery import Machinery, previous_request, session_counter
+from admission_service.app.ports import SessionRepository
+from admission_service.app.rows import decode_message
+from admission_service.app.unit_of_work import UnitOfWork
+from admission_service.domain import admission as rules
+from admission_service.domain import protowire
+from admission_service.domain.compaction import (
+    CompactionNode,
+    compact,
+    plan_by_tokens,
+    plan_range,
+    summarization_input,
+)
+from admission_service.domain.errors import InvalidArgument, NothingToCompact, StaleCompactionPlan
+from admission_service.domain.projection import SystemNode
+from admission_service.domain.surface import effective_prompt
+from admission_service.storage.repository import NodeRecord, SessionRecord
+
+_PLAN_FIELDS = ("generation", "next_seq", "start", "end")
+
+
+def _plan_cursor(cursor: dict[str, Any]) -> dict[str, int]:
+    """A plan token's cursor, checked: a token of another shape (an older version's, or
+    another kind of token) is INVALID_ARGUMENT, never a KeyError."""
+    if set(cursor) != set(_PLAN_FIELDS) or not all(type(cursor[f]) is int for f in _PLAN_FIELDS):
+        raise InvalidArgument("plan_token", "is not a token this service issued for this call")
+    return cursor
+
+
+class Compaction(Machinery):
+    """PlanCompaction and Compact."""
+
+    @staticmethod
+    def _compaction_nodes(rows: list[NodeRecord]) -> list[CompactionNode]:
+        result = []
+        for row in rows:
+            message = decode_message(row.message) if row.message is not None else None
+            result.append(
+                CompactionNode(
+                    row.seq,
+                    row.tokens,
+                    row.is_system,
+                    message,
+                    message.tool_call_ids() if message else (),
+                    message.tool_result_ids() if message else (),
+                )
+            )
+        return result
+
+    @staticmethod
+    def _system_nodes(
+        rows: list[NodeRecord], nodes: list[CompactionNode]
+    ) -> tuple[SystemNode, ...]:
+        return tuple(
+            SystemNode(node.seq, node.message.text if node.message else "")
+            for node in nodes
+            if node.is_system
+        )
+
+    async def plan_compaction(self, tenant: str, command: PlanCompactionCommand) -> PlanResult:
+        validation.check_plan(command, self.limits)
+        scope = f"compaction/{tenant}/{command.session_id}"
+
+        async def plan(store: SessionRepository, record: SessionRecord) -> PlanResult:
+            nodes = self._compaction_nodes(await store.surface())
+            if command.seq_range is not None:
+                selected = plan_range(nodes, *command.seq_range)
+            else:
+                assert command.retain_tokens is not None
+                found = plan_by_tokens(nodes, command.retain_tokens)
+                if found is None:
+                    raise NothingToCompact()
+                selected = found
+            token = self.page_tokens.encode(
+                scope,
+                {
+                    "start": selected.start_seq,
+                    "end": selected.end_seq,
+                    "generation": record.series.replace_generation,
+                    "next_seq": record.next_seq,
+                },
+            )
+            header = record.series.last_header
+            to_summarize = summarization_input(nodes, selected)
+            bounds.check_summarization_input_size(
+                sum(len(protowire.frame(message)) for message in to_summarize), self.limits
+            )
+            return PlanResult(
+                token,
+                selected,
+                to_summarize,
+                header.header.tools if header else (),
+                record.revision,
+            )
+
+        return await self._read_session(tenant, command.session_id, plan)
+
+    async def compact(
+        self,
+        tenant: str,
+        command: CompactCommand,
+        idempotency: Idempotency | None,
+        encode: Callable[[CompactResult], bytes],
+    ) -> bytes:
+        validation.check_compact(command, self.limits)
+        scope = f"compaction/{tenant}/{command.session_id}"
+        token = _plan_cursor(self.page_tokens.decode(scope, command.plan_token, "plan_token"))
+
+        async def work(tx: UnitOfWork) -> CompactResult:
+            record = tx.record
+            if (token["generation"], token["next_seq"]) != (
+                record.series.replace_generation,
+                record.next_seq,
+            ):
+                raise StaleCompactionPlan()
+            rows = await tx.store.surface()
+            nodes = self._compaction_nodes(rows)
+            selected = plan_range(nodes, token["start"], token["end"])
+            state = rules.AdmissionState(
+                record.next_seq, self._system_nodes(rows, nodes), record.series
+            )
+            await tx.reached(Phase.VALIDATE)
+            counter = session_counter(record)
+            outcome = compact(state, selected, command.summary, counter=counter)
+            await tx.reached(Phase.PROJECT)
+            written = await tx.store.write_events(outcome.events, record.next_position, counter)
+            shadowed = written.shadowed
+            if record.shadowed is not None:
+                shadowed = record.shadowed.earliest(shadowed)
+            prompt = effective_prompt(await tx.store.system_nodes())
+            await tx.reached(Phase.DERIVE)
+            revision = await tx.store.save(
+                record,
+                next_seq=record.next_seq + len(outcome.events),
+                next_position=written.next_position,
+                series=outcome.series,
+                last_request=previous_request(record),
+                shadowed=shadowed,
+                request_count=record.request_count,
+                surface_tokens=record.surface_tokens + written.tokens,
+            )
+            return CompactResult(
+                revision, outcome.summary_seq, selected.shadowed_seqs, outcome.commits, prompt
+            )
+
+        return await self._mutate(
+            "Compact",
+            tenant,
+            command.session_id,
+            idempotency,
+            command.expected_revision,
+            work,
+            encode,
+        )

@@ -1,0 +1,144 @@
+"""The reads of one session: Inspect (what the model sees and why), its events, its trajectory."""
+
+from __future__ import annotations
+
+from admission_service.app.commands import (
+    FULL_VIEW,
+    EventView,
+    InspectResult,
+    Page,
+    RequestSelection,
+    SystemNodeView,
+)
+from admission_service.app.derivation import Derivation
+from admission_service.app.machinery import session_counter
+from admission_service.app.ports import SessionRepository
+from admission_service.app.rows import calibration_of, event_of, ledger_entry_of, session_info
+from admission_service.app.trajectory import TrajectoryEntry, request_log_seq, trajectory_entries
+from admission_service.domain import codec
+from admission_service.domain.accounting import PricedNode, breakdown
+from admission_service.domain.projection import SystemNode
+from admission_service.domain.series import Route
+from admission_service.domain.surface import effective_prompt
+from admission_service.domain.wire import WireFormat
+from admission_service.storage.repository import SessionRecord
+
+LEDGER_ROWS = 50
+
+
+class Reads(Derivation):
+    """Inspect, ListEvents and ListTrajectory: snapshot reads of one session."""
+
+    async def inspect(
+        self,
+        tenant: str,
+        session_id: str,
+        wire: WireFormat,
+        selection: RequestSelection = FULL_VIEW,
+    ) -> InspectResult:
+        """What the model sees and why. Reads the session row, the system nodes and the ledger;
+        the token breakdown comes from the session's running price, and only the derived
+        request reads the surface (just the tail for a DELTA with a current held prefix)."""
+
+        async def inspect(store: SessionRepository, record: SessionRecord) -> InspectResult:
+            details = await store.system_node_details()
+            system_nodes = tuple(
+                SystemNodeView(
+                    row.seq,
+                    row.commit_time,
+                    row.turn,
+                    row.step,
+                    row.system_text.decode(),
+                    bool(codec.loads(row.payload).get("update", False)),
+                )
+                for row in details
+            )
+            series = record.series
+            header = series.last_header
+            tools = header.header.tools if header else ()
+            context = series.last_context
+            route = Route(
+                context.context.provider if context else "",
+                context.context.model if context else "",
+                context.context.context_window if context else 0,
+                in_history=context.context.in_history if context else False,
+                tool_update=False,
+            )
+            derived = await self._derive(
+                store,
+                record,
+                route,
+                tools,
+                wire,
+                record.shadowed,
+                selection,
+                end_position=record.next_position,
+                degrade=True,
+            )
+            counter = session_counter(record)
+            ledger = tuple(ledger_entry_of(row) for row in await store.ledger(LEDGER_ROWS))
+            return InspectResult(
+                session=session_info(record),
+                effective_prompt=effective_prompt(
+                    tuple(SystemNode(n.seq, n.text) for n in system_nodes)
+                ),
+                system_nodes=system_nodes,
+                request=derived.view,
+                breakdown=breakdown(
+                    [PricedNode(row.seq, row.tokens, True) for row in details],
+                    tools,
+                    counter,
+                    total=record.surface_tokens,
+                    calibration=calibration_of(ledger, route.provider),
+                ),
+                series=series,
+                ledger=ledger,
+            )
+
+        return await self._read_session(tenant, session_id, inspect)
+
+    async def list_events(
+        self, tenant: str, session_id: str, page_size: int, page_token: str
+    ) -> Page[EventView]:
+        limit, scope, after = self._session_page(
+            "events", tenant, session_id, page_size, page_token
+        )
+
+        async def page(store: SessionRepository, record: SessionRecord) -> Page[EventView]:
+            budget = self.limits.max_events_page_bytes
+            rows, more = await store.events_page(after, limit, budget)
+            items = tuple(EventView(event_of(row), row.commit_time) for row in rows)
+            token = self.page_tokens.encode(scope, {"after": rows[-1].seq}) if more else ""
+            return Page(items, token)
+
+        return await self._read_session(tenant, session_id, page)
+
+    async def list_trajectory(
+        self, tenant: str, session_id: str, page_size: int, page_token: str
+    ) -> Page[TrajectoryEntry]:
+        """One page of the session's derived requests with the prompt each saw (a read)."""
+        limit, scope, after = self._session_page(
+            "trajectory", tenant, session_id, page_size, page_token
+        )
+
+        async def page(store: SessionRepository, record: SessionRecord) -> Page[TrajectoryEntry]:
+            # The request before the page (if any) bounds what its first entry introduced.
+            rows = list(await store.requests_from(max(after, 0), limit + 2))
+            before = rows.pop(0) if after >= 0 and rows and rows[0].request_index == after else None
+            more, rows = len(rows) > limit, rows[:limit]
+            if not rows:
+                return Page((), "")
+            requests = [(ledger_entry_of(row), request_log_seq(row.forecast)) for row in rows]
+            ends = [seq for _, seq in requests if seq is not None]
+            complete = len(ends) == len(requests)
+            events = await store.prompt_events(max(ends) if complete else record.next_seq)
+            since = request_log_seq(before.forecast) if before is not None else 0
+            entries = trajectory_entries(
+                requests, [(event_of(row), row.commit_time) for row in events], since=since or 0
+            )
+            token = (
+                self.page_tokens.encode(scope, {"after": entries[-1].request_index}) if more else ""
+            )
+            return Page(entries, token)
+
+        return await self._read_session(tenant, session_id, page)

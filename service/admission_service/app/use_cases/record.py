@@ -1,0 +1,88 @@
+"""Record: the domain's transition (``domain/record.py``) in one unit of work."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from admission_service.app import validation
+from admission_service.app.commands import Idempotency, RecordCommand, RecordResult
+from admission_service.app.hooks import Phase
+from admission_service.app.machinery import Machinery, previous_request, session_counter
+from admission_service.app.rows import usage_json
+from admission_service.app.unit_of_work import UnitOfWork
+from admission_service.domain import codec
+from admission_service.domain import record as recording
+from admission_service.domain.errors import AdmissionNotFound
+
+
+class Recording(Machinery):
+    """Record: what the model and the tools produced (also an Admit's previous output)."""
+
+    async def record(
+        self,
+        tenant: str,
+        command: RecordCommand,
+        idempotency: Idempotency | None,
+        encode: Callable[[RecordResult], bytes],
+    ) -> bytes:
+        validation.check_record(command, self.limits)
+
+        async def work(tx: UnitOfWork) -> RecordResult:
+            return await self._record_output(tx, command)
+
+        return await self._mutate(
+            "Record",
+            tenant,
+            command.session_id,
+            idempotency,
+            command.expected_revision,
+            work,
+            encode,
+        )
+
+    async def _record_output(self, tx: UnitOfWork, command: RecordCommand) -> RecordResult:
+        """Record's transition inside ``tx`` (Record, and an Admit's previous_output). Leaves
+        ``tx.record`` as the session row it saved, so a transition after it in the same
+        transaction starts from there."""
+        admitted = await tx.store.admission(command.admission_id)
+        if admitted is None:
+            raise AdmissionNotFound(command.admission_id)
+        record = tx.record
+        calls = command.assistant.tool_call_ids() if command.assistant is not None else ()
+        outcome = recording.record(
+            record.next_seq,
+            recording.Admitted(admitted.admission_id, admitted.turn, admitted.step),
+            command.assistant,
+            command.tool_results,
+            taken_call_ids=await tx.store.known_tool_calls(calls) if calls else (),
+        )
+        await tx.reached(Phase.VALIDATE)
+        await tx.reached(Phase.PROJECT)
+        written = await tx.store.write_events(
+            outcome.events, record.next_position, session_counter(record)
+        )
+        answered = await tx.store.answer_tool_calls(outcome.answers(command.tool_results))
+        recording.check_answered(command.tool_results, answered)
+        if command.usage is not None:
+            usage = codec.dumps(usage_json(command.usage))
+            await tx.store.observe_usage(admitted.admission_id, usage)
+        await tx.reached(Phase.DERIVE)
+        revision = await tx.store.save(
+            record,
+            next_seq=outcome.next_seq,
+            next_position=written.next_position,
+            series=record.series,
+            last_request=previous_request(record),
+            shadowed=record.shadowed,
+            request_count=record.request_count,
+            surface_tokens=record.surface_tokens + written.tokens,
+        )
+        tx.record = replace(
+            record,
+            revision=revision,
+            next_seq=outcome.next_seq,
+            next_position=written.next_position,
+            surface_tokens=record.surface_tokens + written.tokens,
+        )
+        return RecordResult(revision, outcome.assistant_seq, outcome.tool_result_seqs)

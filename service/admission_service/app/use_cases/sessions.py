@@ -1,0 +1,91 @@
+"""The session lifecycle: create, get, list, delete."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from datetime import datetime
+
+from admission_service.app import validation
+from admission_service.app.commands import Idempotency, Page, SessionInfo
+from admission_service.app.machinery import Machinery
+from admission_service.app.ports import SessionRepository
+from admission_service.app.rows import session_info
+from admission_service.app.unit_of_work import UnitOfWork
+from admission_service.storage.repository import SessionRecord
+
+_SESSION_NAMESPACE = uuid.UUID("6f1d8a52-3c1e-4c55-9a7e-8e0f1f3b7a10")
+
+
+class Sessions(Machinery):
+    """CreateSession, GetSession, ListSessions, DeleteSession."""
+
+    async def create_session(
+        self,
+        tenant: str,
+        session_id: str,
+        idempotency: Idempotency | None,
+        encode: Callable[[SessionInfo], bytes],
+    ) -> bytes:
+        if idempotency is not None:
+            validation.check_request_id(idempotency.request_id, self.limits)
+        if not session_id:
+            # A retried create without an id must land on the same session: derive the id
+            # from the request id when there is one.
+            session_id = (
+                str(uuid.uuid5(_SESSION_NAMESPACE, f"{tenant}\x00{idempotency.request_id}"))
+                if idempotency is not None
+                else str(uuid.uuid4())
+            )
+        validation.check_session_id(session_id, self.limits)
+
+        async def create(uow: UnitOfWork) -> SessionInfo:
+            await uow.check_new_session()
+            return session_info(uow.record)
+
+        return await self._mutate(
+            "CreateSession", tenant, session_id, idempotency, None, create, encode, create=True
+        )
+
+    async def get_session(self, tenant: str, session_id: str) -> SessionInfo:
+        async def get(store: SessionRepository, record: SessionRecord) -> SessionInfo:
+            return session_info(record)
+
+        return await self._read_session(tenant, session_id, get)
+
+    async def list_sessions(
+        self, tenant: str, page_size: int, page_token: str
+    ) -> Page[SessionInfo]:
+        limit = validation.check_page_size(page_size, self.limits)
+        after = None
+        if page_token:
+            cursor = self.page_tokens.decode(f"sessions/{tenant}", page_token, "page_token")
+            after = (datetime.fromisoformat(cursor["t"]), str(cursor["i"]))
+
+        async with self.quotas.call(tenant), self.storage.unit(tenant, snapshot=True) as unit:
+            records = await unit.list_sessions(after, limit + 1)
+        items = tuple(session_info(r) for r in records[:limit])
+        token = ""
+        if len(records) > limit:
+            last = records[limit - 1]
+            cursor = {"t": last.create_time.isoformat(), "i": last.session_id}
+            token = self.page_tokens.encode(f"sessions/{tenant}", cursor)
+        return Page(items, token)
+
+    async def delete_session(
+        self,
+        tenant: str,
+        session_id: str,
+        expected_revision: int | None,
+        idempotency: Idempotency | None,
+        encode: Callable[[None], bytes],
+    ) -> bytes:
+        validation.check_session_id(session_id, self.limits)
+        validation.check_expected_revision(expected_revision)
+
+        async def delete(tx: UnitOfWork) -> None:
+            await tx.store.delete()
+
+        return await self._mutate(
+            "DeleteSession", tenant, session_id, idempotency, expected_revision, delete, encode
+        )
