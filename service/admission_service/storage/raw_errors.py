@@ -1,6 +1,6 @@
 """A failed raw statement's error, as SQLAlchemy would have raised it (issue 13, finding 5).
 
-``SessionStore._execute_raw`` sends some statements on the psycopg connection itself. When one
+``raw.execute_raw`` sends some statements on the psycopg connection itself. When one
 fails, ``raw_statement_error`` does what SQLAlchemy does for its own statements
 (``Connection._handle_dbapi_exception``): the DBAPI error is wrapped in its ``sqlalchemy.exc``
 class (``IntegrityError``, ``OperationalError``…, the original kept as ``.orig``), with the

@@ -23,6 +23,7 @@ The schema is created only by the Alembic migrations in ``admission_service/migr
 from __future__ import annotations
 
 from datetime import datetime
+from typing import cast
 
 from sqlalchemy import (
     BigInteger,
@@ -32,6 +33,7 @@ from sqlalchemy import (
     Index,
     LargeBinary,
     MetaData,
+    Table,
     Text,
     UniqueConstraint,
     func,
@@ -279,3 +281,13 @@ class IdempotencyKeyRow(Base):
     response: Mapped[bytes]
     derived_request: Mapped[bytes | None]
     create_time: Mapped[datetime] = mapped_column(server_default=_NOW)
+
+
+# The tables as SQLAlchemy Core sees them, for the store's statements.
+sessions = cast(Table, SessionRow.__table__)
+events = cast(Table, EventRow.__table__)
+surface_nodes = cast(Table, SurfaceNodeRow.__table__)
+tool_calls = cast(Table, ToolCallRow.__table__)
+admissions = cast(Table, AdmissionRow.__table__)
+requests = cast(Table, RequestRow.__table__)
+idempotency_keys = cast(Table, IdempotencyKeyRow.__table__)

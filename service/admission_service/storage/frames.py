@@ -1,0 +1,146 @@
+"""Reads of the surface: the system nodes, the nodes themselves, and derived requests as the
+stored protobuf frames concatenated by the database.
+
+PostgreSQL concatenates the frames (``string_agg`` in position order over the unique (tenant,
+session, position) index): no per-row work in Python, whatever the surface length. These reads
+run on the transaction's psycopg connection with the binary result format (``raw``): in the text
+format PostgreSQL would hex-encode the bytes and psycopg decode them, which doubles what a long
+surface moves and costs more than the aggregate itself. They are written in psycopg's
+placeholder syntax.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+
+from admission_service.domain.projection import SystemNode
+from admission_service.storage.rows import Frames, NodeRecord
+from admission_service.storage.scope import SessionScope
+from admission_service.storage.tables import surface_nodes as nodes
+
+_FRAMES = (
+    "SELECT string_agg(message_pb, ''::bytea ORDER BY position) AS frames,"
+    " count(message_pb) AS messages,"
+    " coalesce(sum(tokens), 0)::bigint AS tokens,"
+    " count(message_pb) FILTER (WHERE position < %(split)s) AS before_messages,"
+    " coalesce(sum(tokens) FILTER (WHERE position < %(split)s), 0)::bigint AS before_tokens"
+    " FROM surface_nodes"
+    " WHERE tenant_id = %(t)s AND session_id = %(s)s AND position >= %(from_position)s"
+    " AND message_pb IS NOT NULL"
+)
+
+# The system nodes (partial index, surface order) beside the frames, for an admission, and the
+# tool calls on the surface still unanswered (the tool-call ordering rule, domain/admission.py).
+_SYSTEM_AND_FRAMES = (
+    "SELECT f.*,"
+    " (SELECT array_agg(seq ORDER BY position) FROM surface_nodes"
+    "  WHERE tenant_id = %(t)s AND session_id = %(s)s AND is_system) AS system_seqs,"
+    " (SELECT array_agg(system_text ORDER BY position) FROM surface_nodes"
+    "  WHERE tenant_id = %(t)s AND session_id = %(s)s AND is_system) AS system_texts,"
+    " (SELECT array_agg(c.call_id ORDER BY c.call_seq, c.call_id) FROM tool_calls AS c"
+    "  WHERE c.tenant_id = %(t)s AND c.session_id = %(s)s AND c.result_seq IS NULL"
+    "  AND EXISTS (SELECT 1 FROM surface_nodes AS n"
+    "  WHERE n.tenant_id = %(t)s AND n.session_id = %(s)s AND n.seq = c.call_seq)) AS open_calls"
+    " FROM (" + _FRAMES + ") AS f"
+)
+
+# The frames of the surface as of an event seq, unless a replace since changed it (app/replay.py).
+_FRAMES_AS_OF = (
+    "SELECT EXISTS (SELECT 1 FROM events WHERE tenant_id = %(t)s AND session_id = %(s)s"
+    "  AND seq > %(through)s AND surface_op = 'replace') AS replaced,"
+    " (SELECT string_agg(message_pb, ''::bytea ORDER BY position) FROM ("
+    "  SELECT message_pb, position FROM surface_nodes"
+    "  WHERE tenant_id = %(t)s AND session_id = %(s)s AND seq <= %(through)s"
+    "  AND message_pb IS NOT NULL ORDER BY position OFFSET %(first)s) AS n) AS frames"
+)
+
+
+def _frames(row: tuple[Any, ...]) -> Frames:
+    frames, messages, tokens, before_messages, before_tokens = row
+    return Frames(bytes(frames or b""), messages, tokens, before_messages, before_tokens)
+
+
+class FrameReads(SessionScope):
+    """The surface as the projection rule and the derived request read it."""
+
+    async def system_nodes(self) -> tuple[SystemNode, ...]:
+        """The surviving system nodes in surface order (partial index ``WHERE is_system``)."""
+        await self.flush()
+        statement = (
+            select(nodes.c.seq, nodes.c.system_text)
+            .where(self._mine(nodes), nodes.c.is_system)
+            .order_by(nodes.c.position)
+        )
+        rows = await self.connection.execute(statement)
+        return tuple(SystemNode(row.seq, row.system_text.decode()) for row in rows)
+
+    async def surface(self, *, with_empty: bool = True) -> list[NodeRecord]:
+        """Every surviving node in surface order (``with_empty=False``: only message nodes)."""
+        await self.flush()
+        statement = select(
+            nodes.c.seq, nodes.c.position, nodes.c.is_system, nodes.c.message, nodes.c.tokens
+        ).where(self._mine(nodes))
+        if not with_empty:
+            statement = statement.where(nodes.c.message.is_not(None))
+        rows = await self.connection.execute(statement.order_by(nodes.c.position))
+        return [NodeRecord(*row) for row in rows]
+
+    def _frame_params(self, from_position: int, split_position: int | None) -> dict[str, Any]:
+        return {
+            "t": self.tenant,
+            "s": self.session_id,
+            "from_position": from_position,
+            "split": split_position if split_position is not None else -1,
+        }
+
+    async def system_nodes_and_frames(
+        self, from_position: int, split_position: int | None
+    ) -> tuple[tuple[SystemNode, ...], Frames, tuple[str, ...]]:
+        """``system_nodes()`` and ``frames(from_position, split_position)`` in one statement
+        (one round trip), with the ids of the tool calls on the surface no result answers yet,
+        in call order."""
+        await self.flush()
+        row = await self._execute_raw(
+            _SYSTEM_AND_FRAMES, self._frame_params(from_position, split_position), binary=True
+        )
+        assert row is not None
+        seqs, texts, calls = row[5:]
+        system = tuple(
+            SystemNode(seq, bytes(text).decode())
+            for seq, text in zip(seqs or (), texts or (), strict=True)
+        )
+        return system, _frames(row[:5]), tuple(calls or ())
+
+    async def frames(self, from_position: int, split_position: int | None) -> Frames:
+        """The derived messages of the nodes at ``from_position`` and after, in surface order,
+        as concatenated frames (one aggregate in the database; an index range scan), with
+        their count and price, and the count and price of those before ``split_position``.
+
+        Deferred nodes are not read (no flush): ``write_events`` returns them as its tail."""
+        row = await self._execute_raw(
+            _FRAMES, self._frame_params(from_position, split_position), binary=True
+        )
+        assert row is not None
+        return _frames(row)
+
+    async def frames_as_of(self, through_seq: int, first_message: int) -> bytes | None:
+        """The derived messages from index ``first_message`` on of the surface as it was after
+        event ``through_seq``, as concatenated frames; None when a node was shadowed since
+        (then the stored nodes no longer hold that surface). With no ``replace`` event after
+        ``through_seq`` that surface is exactly the stored nodes at or before it."""
+        await self.flush()
+        row = await self._execute_raw(
+            _FRAMES_AS_OF,
+            {
+                "t": self.tenant,
+                "s": self.session_id,
+                "through": through_seq,
+                "first": first_message,
+            },
+            binary=True,
+        )
+        assert row is not None
+        replaced, frames = row
+        return None if replaced else bytes(frames or b"")

@@ -1,0 +1,193 @@
+"""The values ``SessionStore`` reads and returns: frozen, typed, and named as the columns are.
+
+A row read for a caller that decodes it further (``StoredEvent``, ``LedgerRow``,
+``SystemNodeDetail``) keeps the column names, so ``row.payload`` reads the same whether the
+value came from SQLAlchemy or from here; the others are the session row and the surface as the
+use cases need them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Column, Table
+
+from admission_service.domain.accounting import PreviousRequest
+from admission_service.domain.messages import Tool
+from admission_service.domain.series import SeriesState
+
+
+@dataclass(frozen=True, slots=True)
+class Shadowed:
+    """The first surface position shadowed since the last request, and whether it held a
+    system node (what the cache forecast needs to find the divergence)."""
+
+    position: int
+    system: bool
+
+    def earliest(self, other: Shadowed | None) -> Shadowed:
+        return self if other is None or self.position <= other.position else other
+
+
+@dataclass(frozen=True, slots=True)
+class RequestPrefix:
+    """The previous derived request as the next one needs it: its message count, price,
+    encoded size (bytes of its concatenated frames) and digest, and ``end_position``, the next
+    append position when it was derived. Nodes at or after ``end_position`` were appended
+    since; as long as nothing before it was shadowed, the previous request is an exact prefix
+    of the next, which is then the stored prefix plus the frames from ``end_position`` on."""
+
+    messages: int
+    tokens: int
+    size: int
+    digest: bytes
+    end_position: int
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRecord:
+    """The session row, decoded."""
+
+    session_id: str
+    revision: int
+    next_seq: int
+    next_position: int
+    series: SeriesState
+    last_request: PreviousRequest | None
+    prefix: RequestPrefix | None
+    shadowed: Shadowed | None
+    request_count: int
+    surface_tokens: int
+    create_time: datetime
+    update_time: datetime
+    # Running sizes (migration 0003): the surviving nodes' frame bytes and count, and the
+    # event log's payload bytes. The session bounds and the stored-bytes quota read these.
+    surface_bytes: int = 0
+    surface_nodes: int = 0
+    log_bytes: int = 0
+
+
+@dataclass(slots=True)
+class Growth:
+    """What a transaction's writes added to a session's running sizes (negative: removed)."""
+
+    surface_bytes: int = 0
+    surface_nodes: int = 0
+    log_bytes: int = 0
+    events: int = 0
+
+    def minus(self, other: Growth) -> Growth:
+        return Growth(
+            self.surface_bytes - other.surface_bytes,
+            self.surface_nodes - other.surface_nodes,
+            self.log_bytes - other.log_bytes,
+            self.events - other.events,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Frames:
+    """Derived messages read by ``SessionStore.frames``: the concatenated frames, how many
+    messages, their price; and the count and price of those before a split position."""
+
+    frames: bytes
+    messages: int
+    tokens: int
+    before_messages: int
+    before_tokens: int
+
+
+NO_FRAMES = Frames(b"", 0, 0, 0, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Written:
+    """What ``write_events`` did: the next append position, the earliest position it shadowed,
+    the change in the surface's summed price, and ``tail``: the appended nodes whose rows are
+    deferred (not yet readable), which all sit at the end of the surface."""
+
+    next_position: int
+    shadowed: Shadowed | None
+    tokens: int
+    tail: Frames = NO_FRAMES
+
+
+@dataclass(frozen=True, slots=True)
+class StoredResponse:
+    method: str
+    request_digest: bytes
+    response: bytes
+    # Where the response's derived request comes from, when ``response`` leaves it out
+    # (app/replay.py); None: ``response`` is the whole response.
+    derived_request: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionRecord:
+    admission_id: str
+    turn: int
+    step: int
+    rendered_prompt: str
+    tools: tuple[Tool, ...]
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRecord:
+    """A surviving surface node as stored: its pre-encoded message and price."""
+
+    seq: int
+    position: int
+    is_system: bool
+    message: bytes | None
+    tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
+    """An ``events`` row (ListEvents, the trajectory, a replay's fold)."""
+
+    seq: int
+    kind: str
+    turn: int
+    step: int
+    commit_time: datetime
+    surface_op: str | None
+    replace_start_seq: int | None
+    replace_end_seq: int | None
+    source_seqs: list[int]
+    admission_id: str | None
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerRow:
+    """A ``requests`` row: one derived request's forecast and the usage observed for it."""
+
+    request_index: int
+    admission_id: str
+    attempt: int
+    forecast: bytes
+    observed: bytes | None
+    create_time: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class SystemNodeDetail:
+    """A surviving system node with its event's commit time and payload (Inspect)."""
+
+    seq: int
+    turn: int
+    step: int
+    system_text: bytes
+    tokens: int
+    commit_time: datetime
+    payload: bytes
+
+
+def columns(table: Table, row_type: type[Any]) -> list[Column[Any]]:
+    """The columns of ``table`` that make ``row_type``, in its field order: a row selected
+    with them is ``row_type(*row)``."""
+    return [table.c[field.name] for field in fields(row_type)]

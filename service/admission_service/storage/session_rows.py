@@ -1,0 +1,223 @@
+"""The session row (counters, series state, the previous request's prefix, running sizes) and
+the stored responses of idempotent calls; the tenant's session list."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Row, delete, literal, select, tuple_
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from admission_service.domain import codec
+from admission_service.domain.accounting import PreviousRequest, RequestKey
+from admission_service.domain.series import SeriesState
+from admission_service.storage.batch import param
+from admission_service.storage.rows import RequestPrefix, SessionRecord, Shadowed, StoredResponse
+from admission_service.storage.scope import SessionScope
+from admission_service.storage.tables import idempotency_keys, sessions
+
+_RUNNING_SIZES = ("surface_bytes", "surface_nodes", "log_bytes")
+
+
+def previous_request_to_json(value: PreviousRequest, prefix: RequestPrefix) -> dict[str, Any]:
+    key = value.key
+    return {
+        "provider": key.provider,
+        "model": key.model,
+        "tools_digest": key.tools_digest,
+        "tools_tokens": key.tools_tokens,
+        "message_count": value.message_count,
+        "message_tokens": prefix.tokens,
+        "size": prefix.size,
+        "digest": prefix.digest.hex(),
+        "end_position": prefix.end_position,
+    }
+
+
+def previous_request_from_json(
+    data: dict[str, Any],
+) -> tuple[PreviousRequest, RequestPrefix] | None:
+    """None for a request stored before prefixes were kept (migration 0002): the next forecast
+    then treats it as the first, the cautious side."""
+    if "digest" not in data:
+        return None
+    key = RequestKey(data["provider"], data["model"], data["tools_digest"], data["tools_tokens"])
+    prefix = RequestPrefix(
+        data["message_count"],
+        data["message_tokens"],
+        data["size"],
+        bytes.fromhex(data["digest"]),
+        data["end_position"],
+    )
+    return PreviousRequest(key, data["message_count"]), prefix
+
+
+def _record(row: Row[Any]) -> SessionRecord:
+    series = SeriesState(
+        replace_generation=row.replace_generation,
+        last_request_generation=row.last_request_generation,
+        last_header=codec.header_from_json(codec.loads(row.last_header))
+        if row.last_header is not None
+        else None,
+        last_context=codec.context_from_json(codec.loads(row.last_context))
+        if row.last_context is not None
+        else None,
+    )
+    previous = (
+        previous_request_from_json(codec.loads(row.last_request))
+        if row.last_request is not None
+        else None
+    )
+    return SessionRecord(
+        session_id=row.session_id,
+        revision=row.revision,
+        next_seq=row.next_seq,
+        next_position=row.next_position,
+        series=series,
+        last_request=previous[0] if previous else None,
+        prefix=previous[1] if previous else None,
+        shadowed=Shadowed(row.shadowed_position, row.shadowed_system)
+        if row.shadowed_position is not None
+        else None,
+        request_count=row.request_count,
+        surface_tokens=row.surface_tokens,
+        create_time=row.create_time,
+        update_time=row.update_time,
+        surface_bytes=row.surface_bytes,
+        surface_nodes=row.surface_nodes,
+        log_bytes=row.log_bytes,
+    )
+
+
+class SessionRows(SessionScope):
+    """The session row and the session's stored responses."""
+
+    async def create(self) -> SessionRecord | None:
+        """Insert the session; None when it already exists (the caller decides what that means)."""
+        statement = (
+            pg_insert(sessions)
+            .values(**self._keys())
+            .on_conflict_do_nothing()
+            .returning(*sessions.c)
+        )
+        row = (await self.connection.execute(statement)).first()
+        if row is None:
+            return None
+        # A new lifetime of this session id: request ids of an earlier one (the DeleteSession
+        # key that outlived it) are new again for this one (issue 13, finding 6).
+        await self.connection.execute(delete(idempotency_keys).where(self._mine(idempotency_keys)))
+        return _record(row)
+
+    async def read(self, *, lock: bool) -> SessionRecord | None:
+        """The session row; ``lock`` takes the row lock that serialises writers of one session."""
+        statement = select(sessions).where(self._mine(sessions))
+        if lock:
+            statement = statement.with_for_update()
+        row = (await self.connection.execute(statement)).first()
+        return _record(row) if row is not None else None
+
+    async def save(
+        self,
+        record: SessionRecord,
+        *,
+        next_seq: int,
+        next_position: int,
+        series: SeriesState,
+        last_request: tuple[PreviousRequest, RequestPrefix] | None,
+        shadowed: Shadowed | None,
+        request_count: int,
+        surface_tokens: int,
+    ) -> int:
+        """Write the new counters and series state; returns the revision.
+
+        The revision counts changes of the history: it moves only when events were logged.
+        """
+        revision = record.revision + (1 if next_seq != record.next_seq else 0)
+        values: dict[str, Any] = {
+            "revision": revision,
+            "next_seq": next_seq,
+            "next_position": next_position,
+            "replace_generation": series.replace_generation,
+            "last_request_generation": series.last_request_generation,
+            "last_header": codec.dumps(codec.header_to_json(series.last_header))
+            if series.last_header
+            else None,
+            "last_context": codec.dumps(codec.context_to_json(series.last_context))
+            if series.last_context
+            else None,
+            "last_request": codec.dumps(previous_request_to_json(*last_request))
+            if last_request
+            else None,
+            "shadowed_position": shadowed.position if shadowed else None,
+            "shadowed_system": shadowed.system if shadowed else False,
+            "request_count": request_count,
+            "surface_tokens": surface_tokens,
+        }
+        unsaved, self._saved_growth = self.growth.minus(self._saved_growth), replace(self.growth)
+
+        def build(params: list[Any]) -> str:
+            assignments = ", ".join(f"{name} = {param(params, v)}" for name, v in values.items())
+            assignments += "".join(
+                f", {name} = {name} + {param(params, getattr(unsaved, name))}"
+                for name in _RUNNING_SIZES
+            )
+            return (
+                f"UPDATE sessions SET {assignments}, update_time = now()"
+                f" WHERE {self._where_mine(params)}"
+            )
+
+        self.batch.defer(build)
+        return revision
+
+    async def delete(self) -> None:
+        """Delete the session; its events, surface, admissions and ledger cascade."""
+        await self.connection.execute(delete(sessions).where(self._mine(sessions)))
+        await self.connection.execute(delete(idempotency_keys).where(self._mine(idempotency_keys)))
+
+    async def stored_response(self, request_id: str) -> StoredResponse | None:
+        await self.flush()
+        keys = idempotency_keys
+        statement = select(
+            keys.c.method, keys.c.request_digest, keys.c.response, keys.c.derived_request
+        ).where(self._mine(keys), keys.c.request_id == request_id)
+        row = (await self.connection.execute(statement)).first()
+        return StoredResponse(*row) if row is not None else None
+
+    async def store_response(
+        self,
+        request_id: str,
+        method: str,
+        request_digest: bytes,
+        response: bytes,
+        derived_request: bytes | None = None,
+    ) -> None:
+        self.batch.insert(
+            "idempotency_keys",
+            [
+                {
+                    **self._keys(),
+                    "request_id": request_id,
+                    "method": method,
+                    "request_digest": request_digest,
+                    "response": response,
+                    "derived_request": derived_request,
+                }
+            ],
+        )
+
+
+async def list_sessions(
+    connection: AsyncConnection, tenant: str, after: tuple[datetime, str] | None, limit: int
+) -> list[SessionRecord]:
+    """A tenant's sessions in creation order, keyset-paginated after ``after``."""
+    statement = select(sessions).where(sessions.c.tenant_id == tenant)
+    if after is not None:
+        statement = statement.where(
+            tuple_(sessions.c.create_time, sessions.c.session_id)
+            > tuple_(literal(after[0]), literal(after[1]))
+        )
+    statement = statement.order_by(sessions.c.create_time, sessions.c.session_id).limit(limit)
+    return [_record(row) for row in await connection.execute(statement)]

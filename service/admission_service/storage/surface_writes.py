@@ -1,0 +1,213 @@
+"""The event log and the surface it builds: events, surface nodes (each priced and encoded as
+it is written) and the tool calls they make."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import delete, func, select, text
+
+from admission_service.domain import codec, protowire
+from admission_service.domain.accounting import HEURISTIC_COUNTER, TokenCounter, message_tokens
+from admission_service.domain.events import Append, Event, Replace
+from admission_service.storage.rows import Frames, Shadowed, Written
+from admission_service.storage.scope import SessionScope
+from admission_service.storage.tables import surface_nodes as nodes
+from admission_service.storage.tables import tool_calls
+
+# Record answers every tool call of a step at once. With the same call answered twice in one
+# request, the row is updated once, by the first answer in request order (DISTINCT ON).
+_ANSWER = text(
+    "UPDATE tool_calls AS c SET result_seq = a.result_seq"
+    " FROM (SELECT DISTINCT ON (call_id) call_id, result_seq"
+    " FROM unnest(CAST(:ids AS text[]), CAST(:seqs AS bigint[])) AS u(call_id, result_seq)"
+    " ORDER BY call_id, result_seq) AS a"
+    " WHERE c.tenant_id = :t AND c.session_id = :s AND c.call_id = a.call_id"
+    " AND c.result_seq IS NULL AND EXISTS (SELECT 1 FROM surface_nodes AS n"
+    " WHERE n.tenant_id = :t AND n.session_id = :s AND n.seq = c.call_seq)"
+    " RETURNING c.call_id, c.result_seq"
+)
+
+# A change of route family prices every surviving node again (app/service.py: _reprice).
+_REPRICE = text(
+    "UPDATE surface_nodes AS n SET tokens = u.tokens"
+    " FROM unnest(CAST(:seqs AS bigint[]), CAST(:tokens AS bigint[])) AS u(seq, tokens)"
+    " WHERE n.tenant_id = :t AND n.session_id = :s AND n.seq = u.seq"
+)
+
+
+class SurfaceWrites(SessionScope):
+    """Logs events and applies their surface operations; the tool calls on the surface."""
+
+    async def write_events(
+        self,
+        new_events: Sequence[Event],
+        next_position: int,
+        counter: TokenCounter = HEURISTIC_COUNTER,
+    ) -> Written:
+        """Log ``new_events`` and apply their surface operations, in order.
+
+        Consecutive appended nodes (and their tool calls) are inserted in one statement each.
+        Each new node is priced here with ``counter`` (the session's route's tokenizer); only a
+        change of route family prices it again (``reprice``).
+        """
+        shadowed: Shadowed | None = None
+        tokens = 0
+        if not new_events:
+            return Written(next_position, shadowed, tokens)
+        event_rows = [self._event_row(e) for e in new_events]
+        self.batch.insert("events", event_rows)
+        self.growth.events += len(event_rows)
+        self.growth.log_bytes += sum(len(row["payload"]) for row in event_rows)
+        pending: list[dict[str, Any]] = []
+        calls: list[dict[str, Any]] = []
+        for event in new_events:
+            if event.op is None:
+                continue
+            message = event.derived_message()
+            price = message_tokens(message, counter)
+            node: dict[str, Any] = {
+                **self._keys(),
+                "seq": event.seq,
+                "is_system": event.is_system,
+                "system_text": event.system_text.encode() if event.is_system else None,
+                "message": codec.encode_message(message) if message else None,
+                "message_pb": protowire.frame(message) if message else None,
+                "tokens": price,
+                "turn": event.turn,
+                "step": event.step,
+            }
+            tokens += price
+            self.growth.surface_nodes += 1
+            self.growth.surface_bytes += len(node["message_pb"] or b"")
+            if isinstance(event.op, Append):
+                node["position"] = next_position
+                next_position += 1
+                pending.append(node)
+            else:
+                self._defer_nodes(pending, calls)
+                await self.flush()  # _shadow reads and deletes the nodes written so far
+                first, removed = await self._shadow(event.op)
+                tokens -= removed
+                node["position"] = first.position
+                shadowed = first.earliest(shadowed)
+                # Written now: only the appended nodes after the last replacement stay
+                # deferred, so the tail is exactly the end of the surface.
+                self.batch.insert("surface_nodes", [node])
+                await self.flush()
+            if message is not None:
+                calls += (
+                    {**self._keys(), "call_id": call_id, "call_seq": event.seq}
+                    for call_id in message.tool_call_ids()
+                )
+        tail = [node for node in pending if node["message_pb"] is not None]
+        self._defer_nodes(pending, calls)
+        return Written(
+            next_position,
+            shadowed,
+            tokens,
+            Frames(
+                b"".join(node["message_pb"] for node in tail),
+                len(tail),
+                sum(node["tokens"] for node in tail),
+                0,
+                0,
+            ),
+        )
+
+    def _defer_nodes(self, pending: list[dict[str, Any]], calls: list[dict[str, Any]]) -> None:
+        if pending:
+            self.batch.insert("surface_nodes", list(pending))
+            pending.clear()
+        if calls:
+            self.batch.insert("tool_calls", list(calls))
+            calls.clear()
+
+    async def _shadow(self, op: Replace) -> tuple[Shadowed, int]:
+        """Delete the shadowed run of nodes; the new node takes the first one's position.
+        Returns the first shadowed node and the summed price of the shadowed nodes."""
+        rows = await self.connection.execute(
+            select(nodes.c.seq, nodes.c.position, nodes.c.is_system).where(
+                self._mine(nodes), nodes.c.seq.in_((op.start_seq, op.end_seq))
+            )
+        )
+        by_seq = {row.seq: Shadowed(row.position, row.is_system) for row in rows}
+        start, end = by_seq[op.start_seq], by_seq[op.end_seq]
+        removed = (
+            await self.connection.execute(
+                delete(nodes)
+                .where(self._mine(nodes), nodes.c.position.between(start.position, end.position))
+                .returning(nodes.c.tokens, func.coalesce(func.octet_length(nodes.c.message_pb), 0))
+            )
+        ).all()
+        self.growth.surface_nodes -= len(removed)
+        self.growth.surface_bytes -= sum(row[1] for row in removed)
+        return start, sum(row.tokens for row in removed)
+
+    def _event_row(self, event: Event) -> dict[str, Any]:
+        surface_op = None
+        start = end = None
+        if isinstance(event.op, Append):
+            surface_op = "append"
+        elif isinstance(event.op, Replace):
+            surface_op, start, end = "replace", event.op.start_seq, event.op.end_seq
+        return {
+            **self._keys(),
+            "seq": event.seq,
+            "kind": event.kind.value,
+            "turn": event.turn,
+            "step": event.step,
+            "surface_op": surface_op,
+            "replace_start_seq": start,
+            "replace_end_seq": end,
+            "source_seqs": list(event.source_seqs),
+            "admission_id": event.admission_id or None,
+            "payload": codec.dumps(codec.event_payload(event)),
+        }
+
+    async def reprice(self, prices: Sequence[tuple[int, int]]) -> None:
+        """Set the stored price of each ``(seq, tokens)`` surface node, in one statement."""
+        await self.flush()
+        if not prices:
+            return
+        await self.connection.execute(
+            _REPRICE,
+            {
+                "t": self.tenant,
+                "s": self.session_id,
+                "seqs": [seq for seq, _ in prices],
+                "tokens": [tokens for _, tokens in prices],
+            },
+        )
+
+    async def known_tool_calls(self, call_ids: Sequence[str]) -> set[str]:
+        """Which of ``call_ids`` were already made in this session (on the surface or not)."""
+        await self.flush()
+        if not call_ids:
+            return set()
+        rows = await self.connection.execute(
+            select(tool_calls.c.call_id).where(
+                self._mine(tool_calls), tool_calls.c.call_id.in_(list(call_ids))
+            )
+        )
+        return {row.call_id for row in rows}
+
+    async def answer_tool_calls(self, answers: Sequence[tuple[str, int]]) -> list[bool]:
+        """Mark each ``(call_id, result_seq)`` answered if the call is open and still on the
+        surface, in one statement; whether each answer took (a second answer to the same call
+        does not)."""
+        if not answers:
+            return []
+        await self.flush()  # the calls may be in this transaction's deferred writes
+        rows = await self.connection.execute(
+            _ANSWER,
+            {
+                "t": self.tenant,
+                "s": self.session_id,
+                "ids": [call_id for call_id, _ in answers],
+                "seqs": [seq for _, seq in answers],
+            },
+        )
+        answered = {row.call_id: row.result_seq for row in rows}
+        return [answered.get(call_id) == seq for call_id, seq in answers]
