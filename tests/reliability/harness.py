@@ -207,6 +207,32 @@ async def every_loop_steps(loops: Iterable[HarnessLoop], what: str) -> None:
         raise AssertionError(f"{what}: a loop made no step in {PROGRESS_SECONDS} s") from None
 
 
+class Running:
+    """``count`` loops stepping on ``book``'s sessions until ``stop`` is set; ``finish()`` sets
+    it and waits for each loop to end its step."""
+
+    def __init__(
+        self, client: AdmissionClient, book: Book, count: int, seed: int, give_up_after: float
+    ) -> None:
+        self.stop = asyncio.Event()
+        self.loops = [
+            HarnessLoop(book, Caller(client, give_up_after=give_up_after), random.Random(seed + i))
+            for i in range(count)
+        ]
+        self._running = asyncio.gather(*(loop.run(stop=self.stop) for loop in self.loops))
+
+    async def every_loop_steps(self, what: str) -> None:
+        await every_loop_steps(self.loops, what)
+
+    async def finish(self) -> None:
+        self.stop.set()
+        await asyncio.wait_for(self._running, timeout=300)
+
+    @property
+    def steps(self) -> int:
+        return sum(loop.steps_done for loop in self.loops)
+
+
 def harness_client(channel: grpc.aio.Channel) -> AdmissionClient:
     return AdmissionClient(
         channel=channel,

@@ -20,7 +20,7 @@ import pytest
 
 from .checks import audit_book, committed_request_ids, service_connections
 from .conftest import StartService
-from .harness import Book, Caller, HarnessLoop, every_loop_steps, harness_client
+from .harness import Book, Running, harness_client
 from .process import CHANNEL_OPTIONS
 from .profile import Profile
 from .scenario import create_sessions, plain_stub
@@ -49,12 +49,7 @@ async def test_process_crash(
         await create_sessions(stub, book, 2 * profile.crash_loops)
         async with counting_channel(service.target, stats, CHANNEL_OPTIONS) as channel:
             client = harness_client(channel)
-            stop = asyncio.Event()
-            loops = [
-                HarnessLoop(book, Caller(client, give_up_after=300), random.Random(seed + i))
-                for i in range(profile.crash_loops)
-            ]
-            running = asyncio.gather(*(loop.run(stop=stop) for loop in loops))
+            running = Running(client, book, profile.crash_loops, seed, give_up_after=300)
             for _ in range(profile.crash_kills):
                 await asyncio.sleep(rng.uniform(1.0, 3.0))
                 killed = time.monotonic()
@@ -67,9 +62,8 @@ async def test_process_crash(
                 committed_at_kill.append(len(committed))
                 await service.start()
                 downtimes.append(time.monotonic() - killed)
-            await every_loop_steps(loops, "after the last restart")
-            stop.set()
-            await asyncio.wait_for(running, timeout=300)
+            await running.every_loop_steps("after the last restart")
+            await running.finish()
         connections = await service_connections(fresh_database, "admission-service")
         audited = await audit_book(stub, fresh_database, book)
 
@@ -83,7 +77,7 @@ async def test_process_crash(
         calls_in_flight_at_each_kill=in_flight,
         of_which_committed_before_the_kill=committed_at_kill,
         restart_seconds=[round(d, 2) for d in downtimes],
-        steps=sum(loop.steps_done for loop in loops),
+        steps=running.steps,
         connections_after=connections,
         audit=audited.as_dict(),
     )

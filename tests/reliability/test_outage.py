@@ -11,7 +11,6 @@ PostgreSQL of the test's own, never on the shared server.
 from __future__ import annotations
 
 import asyncio
-import random
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -20,7 +19,7 @@ import pytest
 
 from .checks import audit_book, service_connections
 from .conftest import OwnPostgres, StartService
-from .harness import Book, Caller, HarnessLoop, every_loop_steps, harness_client
+from .harness import Book, Running, harness_client
 from .process import CHANNEL_OPTIONS
 from .profile import Profile
 from .scenario import create_sessions, plain_stub
@@ -51,13 +50,8 @@ async def test_database_outage(
         await create_sessions(stub, book, 2 * profile.outage_loops)
         async with counting_channel(service.target, stats, CHANNEL_OPTIONS) as channel:
             client = harness_client(channel)
-            stop = asyncio.Event()
-            loops = [
-                HarnessLoop(book, Caller(client, give_up_after=300), random.Random(seed + i))
-                for i in range(profile.outage_loops)
-            ]
-            running = asyncio.gather(*(loop.run(stop=stop) for loop in loops))
-            await every_loop_steps(loops, "before the outage")
+            running = Running(client, book, profile.outage_loops, seed, give_up_after=300)
+            await running.every_loop_steps("before the outage")
             for _ in range(profile.outages):
                 down = time.monotonic()
                 await own_postgres.stop()
@@ -70,9 +64,8 @@ async def test_database_outage(
                     assert time.monotonic() - up < 30, "the service did not recover"
                     await asyncio.sleep(0.05)
                 recoveries.append(min(t for t in stats.ok_times if t > up) - up)
-                await every_loop_steps(loops, "after the outage")
-            stop.set()
-            await asyncio.wait_for(running, timeout=300)
+                await running.every_loop_steps("after the outage")
+            await running.finish()
         assert service.running and service.pid == pid and service.starts == 1
         connections = await service_connections(own_postgres.url(), "admission-service")
         audited = await audit_book(stub, own_postgres.url(), book)
@@ -91,7 +84,7 @@ async def test_database_outage(
         failed_attempt_latency=latency_summary([seconds for _, seconds, *_ in during]),
         failures_outside_outages=dict(Counter(code for code, *_ in outside)),
         recovery_seconds_after_postgres_ready=[round(r, 2) for r in recoveries],
-        steps=sum(loop.steps_done for loop in loops),
+        steps=running.steps,
         service_restarts=service.starts - 1,
         connections_after=connections,
         audit=audited.as_dict(),

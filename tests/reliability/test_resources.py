@@ -23,7 +23,7 @@ from tests.api.support import IN_HISTORY_ROUTE, user
 
 from .checks import audit_book, idle_service_connections, service_connections
 from .conftest import StartService
-from .harness import Book, Caller, HarnessLoop, harness_client
+from .harness import Book, Running, harness_client
 from .process import CHANNEL_OPTIONS
 from .profile import Profile
 from .scenario import create_sessions, plain_stub
@@ -53,12 +53,8 @@ async def test_resource_bounds(
         await create_sessions(stub, book, 4 * profile.soak_loops)
         async with counting_channel(service.target, stats, CHANNEL_OPTIONS) as channel:
             client = harness_client(channel)
-            stop = asyncio.Event()
-            loops = [
-                HarnessLoop(book, Caller(client), random.Random(seed + i))
-                for i in range(profile.soak_loops)
-            ]
-            running = asyncio.gather(*(loop.run(stop=stop) for loop in loops))
+            running = Running(client, book, profile.soak_loops, seed, give_up_after=60)
+            stop = running.stop
 
             async def error_paths() -> None:
                 nonlocal side_calls
@@ -92,9 +88,8 @@ async def test_resource_bounds(
                     await asyncio.sleep(0.5)
 
             side = asyncio.gather(error_paths(), sample())
-            await asyncio.sleep(profile.soak_seconds)
-            stop.set()
-            await asyncio.wait_for(running, timeout=300)
+            await asyncio.sleep(profile.soak_seconds)  # the soak: its length is the test
+            await running.finish()
             await side
         idle_connections = await idle_service_connections(fresh_database, "admission-service")
         audited = await audit_book(stub, fresh_database, book)
