@@ -14,8 +14,10 @@ from typing import Any
 
 from sqlalchemy import Column, Table
 
+from admission_service.domain import codec
 from admission_service.domain.accounting import PreviousRequest
-from admission_service.domain.messages import Tool
+from admission_service.domain.events import Append, Event, EventKind, Replace, SurfaceOp
+from admission_service.domain.messages import Message, Tool
 from admission_service.domain.series import SeriesState
 
 
@@ -144,6 +146,12 @@ class NodeRecord:
     message: bytes | None
     tokens: int
 
+    def decoded(self) -> Message | None:
+        """The node's derived message; None for a node that derives to nothing."""
+        if self.message is None:
+            return None
+        return codec.message_from_json(codec.loads(self.message))
+
 
 @dataclass(frozen=True, slots=True)
 class StoredEvent:
@@ -160,6 +168,33 @@ class StoredEvent:
     source_seqs: list[int]
     admission_id: str | None
     payload: bytes
+
+    def event(self) -> Event:
+        """The row as a domain event."""
+        payload = codec.loads(self.payload)
+        return Event(
+            seq=self.seq,
+            kind=EventKind(self.kind),
+            turn=self.turn,
+            step=self.step,
+            op=self._op(),
+            source_seqs=tuple(self.source_seqs),
+            message=codec.message_from_json(payload["message"]) if "message" in payload else None,
+            header=codec.header_from_json(payload["header"]) if "header" in payload else None,
+            context=codec.context_from_json(payload["context"]) if "context" in payload else None,
+            admission_id=self.admission_id or "",
+            update=payload.get("update", False),
+        )
+
+    def _op(self) -> SurfaceOp | None:
+        if self.surface_op == "append":
+            return Append()
+        if self.surface_op == "replace":
+            start, end = self.replace_start_seq, self.replace_end_seq
+            assert start is not None
+            assert end is not None
+            return Replace(start, end)
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +220,11 @@ class SystemNodeDetail:
     tokens: int
     commit_time: datetime
     payload: bytes
+
+    @property
+    def update(self) -> bool:
+        """Whether the system message updated the prompt (``Event.update``)."""
+        return bool(codec.loads(self.payload).get("update", False))
 
 
 def columns(table: Table, row_type: type[Any]) -> list[Column[Any]]:

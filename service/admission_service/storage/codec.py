@@ -1,0 +1,127 @@
+"""The one stored encoding of a message: ``promptadmission.v1.Message``, by the generated
+protobuf code (deterministic serialization).
+
+A message event's ``events.payload`` is its message so encoded; a surface node's
+``surface_nodes.message_pb`` is the same bytes framed as one element of
+``DerivedRequest.messages`` (field 2: tag, length, bytes), so a FULL derived request is the
+concatenation of the stored frames in surface order — assembled by the database, spliced into
+the response, never re-encoded. ``decode_frames`` reads concatenated frames back for the callers
+that need values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from promptadmission.v1 import session_pb2 as pb
+
+from admission_service.domain.messages import (
+    Block,
+    Image,
+    Message,
+    Reasoning,
+    Role,
+    Text,
+    ToolCall,
+    ToolResult,
+)
+
+_ROLES = {
+    Role.SYSTEM: pb.MESSAGE_ROLE_SYSTEM,
+    Role.USER: pb.MESSAGE_ROLE_USER,
+    Role.ASSISTANT: pb.MESSAGE_ROLE_ASSISTANT,
+    Role.TOOL: pb.MESSAGE_ROLE_TOOL,
+}
+_ROLES_IN = {number: role for role, number in _ROLES.items()}
+
+
+def _fill_block(target: pb.ContentBlock, block: Block) -> None:
+    if isinstance(block, Text):
+        target.text.SetInParent()
+        target.text.text = block.text
+    elif isinstance(block, Image):
+        target.image.SetInParent()
+        target.image.uri, target.image.media_type = block.uri, block.media_type
+    elif isinstance(block, Reasoning):
+        target.reasoning.SetInParent()
+        target.reasoning.text, target.reasoning.signature = block.text, block.signature
+    elif isinstance(block, ToolCall):
+        call = target.tool_call
+        call.SetInParent()
+        call.call_id, call.name, call.arguments_json = (
+            block.call_id,
+            block.name,
+            block.arguments_json,
+        )
+    else:
+        result = target.tool_result
+        result.SetInParent()
+        result.call_id, result.is_error = block.call_id, block.is_error
+        for part in block.content:
+            _fill_block(result.content.add(), part)
+
+
+def _fill(target: pb.Message, message: Message) -> pb.Message:
+    target.role = _ROLES[message.role]
+    for block in message.content:
+        _fill_block(target.content.add(), block)
+    return target
+
+
+def encode(message: Message) -> bytes:
+    """``message`` as ``promptadmission.v1.Message``, serialized."""
+    return _fill(pb.Message(), message).SerializeToString(deterministic=True)
+
+
+def frame(message: Message) -> bytes:
+    """``message`` as one element of ``DerivedRequest.messages``."""
+    request = pb.DerivedRequest()
+    _fill(request.messages.add(), message)
+    return request.SerializeToString(deterministic=True)
+
+
+def encode_and_frame(message: Message) -> tuple[bytes, bytes]:
+    """``(encode(message), frame(message))``, filling the message once."""
+    request = pb.DerivedRequest()
+    inner = _fill(request.messages.add(), message)
+    return inner.SerializeToString(deterministic=True), request.SerializeToString(
+        deterministic=True
+    )
+
+
+def _block(block: pb.ContentBlock) -> Block:
+    which = block.WhichOneof("block")
+    if which == "text":
+        return Text(block.text.text)
+    if which == "image":
+        return Image(block.image.uri, block.image.media_type)
+    if which == "reasoning":
+        return Reasoning(block.reasoning.text, block.reasoning.signature)
+    if which == "tool_call":
+        call = block.tool_call
+        return ToolCall(call.call_id, call.name, call.arguments_json)
+    result = block.tool_result
+    content: list[Text | Image] = []
+    for part in result.content:
+        inner = _block(part)
+        assert isinstance(inner, Text | Image)
+        content.append(inner)
+    return ToolResult(result.call_id, tuple(content), result.is_error)
+
+
+def _message(message: pb.Message) -> Message:
+    return Message(_ROLES_IN[message.role], tuple(_block(block) for block in message.content))
+
+
+def decode(data: bytes) -> Message:
+    """The message ``encode`` encoded."""
+    return _message(pb.Message.FromString(data))
+
+
+def decode_frames(frames: bytes) -> tuple[Message, ...]:
+    """The messages of concatenated ``frame`` output, in order."""
+    return _messages(pb.DerivedRequest.FromString(frames).messages)
+
+
+def _messages(values: Iterable[pb.Message]) -> tuple[Message, ...]:
+    return tuple(_message(value) for value in values)
