@@ -248,18 +248,6 @@ class PreviousRequest:
 
 
 @dataclass(frozen=True, slots=True)
-class Divergence:
-    """The first place the surface changed since the previous request.
-
-    ``unchanged_messages`` counts the current request's leading messages that lie before the
-    first shadowed node; ``at_system`` tells whether that node was a system node.
-    """
-
-    unchanged_messages: int
-    at_system: bool
-
-
-@dataclass(frozen=True, slots=True)
 class CacheForecast:
     reused_messages: int
     reused_tokens: int
@@ -267,40 +255,6 @@ class CacheForecast:
     total_tokens: int
     divergence_index: int
     divergence_reason: DivergenceReason
-
-
-def forecast(
-    previous: PreviousRequest | None,
-    current: RequestKey,
-    message_tokens: Sequence[int],
-    divergence: Divergence | None,
-    *,
-    starts_series: bool,
-) -> CacheForecast:
-    """How much of the current request is a byte-identical prefix of the previous one, and why
-    it diverges.
-
-    Tools precede the messages in a provider's cache key, so a model or tool change reuses
-    nothing. Otherwise the reused prefix is every previous message when nothing was shadowed
-    since, else the messages before the first shadowed node. That equals the longest
-    byte-identical prefix (the property tests compare the two) except when a replacement
-    reproduces exactly the bytes it replaced, where the forecast stays on the cautious side.
-    """
-    shared = previous.message_count if previous is not None else 0
-    if divergence is not None:
-        shared = min(shared, divergence.unchanged_messages)
-    return forecast_totals(
-        previous,
-        current,
-        RequestTotals(
-            len(message_tokens),
-            sum(message_tokens),
-            shared,
-            sum(message_tokens[:shared]),
-            divergence.at_system if divergence is not None else False,
-        ),
-        starts_series=starts_series,
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,8 +278,16 @@ def forecast_totals(
     *,
     starts_series: bool,
 ) -> CacheForecast:
-    """``forecast`` from totals the caller keeps (storage keeps them per session), so the
-    forecast costs the same whatever the session's length."""
+    """How much of the current request is a byte-identical prefix of the previous one, and why
+    it diverges, from totals the caller keeps (storage keeps them per session), so the forecast
+    costs the same whatever the session's length.
+
+    Tools precede the messages in a provider's cache key, so a model or tool change reuses
+    nothing. Otherwise the reused prefix is every previous message when nothing was shadowed
+    since, else the messages before the first shadowed node. That equals the longest
+    byte-identical prefix (the property tests compare the two) except when a replacement
+    reproduces exactly the bytes it replaced, where the forecast stays on the cautious side.
+    """
     total = current.tools_tokens + totals.tokens
     count = totals.messages
 

@@ -175,24 +175,6 @@ def event_payload(event: Event) -> JsonObject:
     return payload
 
 
-def event_to_json(event: Event) -> JsonObject:
-    op: JsonObject | None = None
-    if isinstance(event.op, Append):
-        op = {"op": "append"}
-    elif isinstance(event.op, Replace):
-        op = {"op": "replace", "start_seq": event.op.start_seq, "end_seq": event.op.end_seq}
-    return {
-        "seq": event.seq,
-        "kind": event.kind.value,
-        "turn": event.turn,
-        "step": event.step,
-        "surface_op": op,
-        "source_seqs": list(event.source_seqs),
-        "admission_id": event.admission_id,
-        "payload": event_payload(event),
-    }
-
-
 def event_from_json(data: JsonObject) -> Event:
     op_data = data["surface_op"]
     op: Append | Replace | None = None

@@ -199,13 +199,15 @@ def compact(
     return CompactionOutcome(tuple(events), summary_seq, tuple(applied), series)
 
 
-def compaction_node(event: Event, counter: TokenCounter = HEURISTIC_COUNTER) -> CompactionNode:
-    """How compaction sees one surviving node of the log."""
-    message = event.derived_message()
+def compaction_node(
+    seq: int, tokens: int, is_system: bool, message: Message | None
+) -> CompactionNode:
+    """How compaction sees one surviving node: its price, and the tool calls and results its
+    message makes and answers."""
     return CompactionNode(
-        event.seq,
-        message_tokens(message, counter),
-        event.is_system,
+        seq,
+        tokens,
+        is_system,
         message,
         message.tool_call_ids() if message else (),
         message.tool_result_ids() if message else (),

@@ -6,9 +6,18 @@ state and the admissions, and applies each transition's events.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from admission_service.domain.accounting import PricedNode, message_tokens
+from admission_service.domain.accounting import (
+    CacheForecast,
+    PreviousRequest,
+    PricedNode,
+    RequestKey,
+    RequestTotals,
+    forecast_totals,
+    message_tokens,
+)
 from admission_service.domain.admission import (
     AdmissionState,
     Attempt,
@@ -115,7 +124,13 @@ class Sim:
         return self.append(EventKind.TOOL_RESULT, message)
 
     def compaction_nodes(self) -> list:  # type: ignore[type-arg]
-        return [compaction_node(event) for event in self.log.node_events()]
+        nodes = []
+        for event in self.log.node_events():
+            message = event.derived_message()
+            nodes.append(
+                compaction_node(event.seq, message_tokens(message), event.is_system, message)
+            )
+        return nodes
 
     def plan(self, retain_tokens: int = 0) -> CompactionPlan | None:
         return plan_by_tokens(self.compaction_nodes(), retain_tokens)
@@ -143,3 +158,51 @@ class Sim:
 
     def kinds_since(self, seq: int) -> list[str]:
         return [event.kind.value for event in self.log.events[seq:]]
+
+
+# The forecast from per-message prices: the reference the property tests compare with the
+# byte-for-byte prefix (production gives forecast_totals the totals directly).
+@dataclass(frozen=True, slots=True)
+class Divergence:
+    """The first place the surface changed since the previous request.
+
+    ``unchanged_messages`` counts the current request's leading messages that lie before the
+    first shadowed node; ``at_system`` tells whether that node was a system node.
+    """
+
+    unchanged_messages: int
+    at_system: bool
+
+
+def forecast(
+    previous: PreviousRequest | None,
+    current: RequestKey,
+    message_tokens: Sequence[int],
+    divergence: Divergence | None,
+    *,
+    starts_series: bool,
+) -> CacheForecast:
+    """How much of the current request is a byte-identical prefix of the previous one, and why
+    it diverges.
+
+    Tools precede the messages in a provider's cache key, so a model or tool change reuses
+    nothing. Otherwise the reused prefix is every previous message when nothing was shadowed
+    since, else the messages before the first shadowed node. That equals the longest
+    byte-identical prefix (the property tests compare the two) except when a replacement
+    reproduces exactly the bytes it replaced, where the forecast stays on the cautious side.
+    """
+    shared = previous.message_count if previous is not None else 0
+    if divergence is not None:
+        shared = min(shared, divergence.unchanged_messages)
+    return forecast_totals(
+        previous,
+        current,
+        RequestTotals(
+            len(message_tokens),
+            sum(message_tokens),
+            shared,
+            sum(message_tokens[:shared]),
+            divergence.at_system if divergence is not None else False,
+        ),
+        starts_series=starts_series,
+    )

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from admission_service.domain.accounting import (
     Calibration,
-    Divergence,
     DivergenceReason,
     PreviousRequest,
     PricedNode,
     RequestKey,
     breakdown,
-    forecast,
     js_length,
     message_tokens,
     observed_input_tokens,
@@ -27,6 +25,8 @@ from admission_service.domain.messages import (
     ToolResult,
     system_message,
 )
+
+from .sim import Divergence, forecast
 
 
 def test_heuristic_prices_match_the_reference() -> None:

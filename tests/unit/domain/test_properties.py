@@ -6,10 +6,8 @@ from dataclasses import dataclass, replace
 
 import pytest
 from admission_service.domain.accounting import (
-    Divergence,
     PreviousRequest,
     RequestKey,
-    forecast,
     message_tokens,
 )
 from admission_service.domain.admission import admit
@@ -23,7 +21,7 @@ from admission_service.domain.wire import WireFormat, render
 from hypothesis import given
 from hypothesis import strategies as st
 
-from .sim import Sim, user
+from .sim import Divergence, Sim, forecast, user
 
 PROMPTS = ["", "A", "B", "C", "A\x00\U0001f600"]
 TOOLSETS = [(), (Tool("t1", "", "{}"),), (Tool("t1", "", "{}"), Tool("t2", "", "{}"))]

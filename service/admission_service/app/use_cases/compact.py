@@ -23,6 +23,7 @@ from admission_service.domain import protowire
 from admission_service.domain.compaction import (
     CompactionNode,
     compact,
+    compaction_node,
     plan_by_tokens,
     plan_range,
     summarization_input,
@@ -43,42 +44,35 @@ def _plan_cursor(cursor: dict[str, Any]) -> dict[str, int]:
     return cursor
 
 
+def _compaction_nodes(rows: list[NodeRecord]) -> list[CompactionNode]:
+    return [
+        compaction_node(
+            row.seq,
+            row.tokens,
+            row.is_system,
+            decode_message(row.message) if row.message is not None else None,
+        )
+        for row in rows
+    ]
+
+
+def _system_nodes(nodes: list[CompactionNode]) -> tuple[SystemNode, ...]:
+    return tuple(
+        SystemNode(node.seq, node.message.text if node.message else "")
+        for node in nodes
+        if node.is_system
+    )
+
+
 class Compaction(Machinery):
     """PlanCompaction and Compact."""
-
-    @staticmethod
-    def _compaction_nodes(rows: list[NodeRecord]) -> list[CompactionNode]:
-        result = []
-        for row in rows:
-            message = decode_message(row.message) if row.message is not None else None
-            result.append(
-                CompactionNode(
-                    row.seq,
-                    row.tokens,
-                    row.is_system,
-                    message,
-                    message.tool_call_ids() if message else (),
-                    message.tool_result_ids() if message else (),
-                )
-            )
-        return result
-
-    @staticmethod
-    def _system_nodes(
-        rows: list[NodeRecord], nodes: list[CompactionNode]
-    ) -> tuple[SystemNode, ...]:
-        return tuple(
-            SystemNode(node.seq, node.message.text if node.message else "")
-            for node in nodes
-            if node.is_system
-        )
 
     async def plan_compaction(self, tenant: str, command: PlanCompactionCommand) -> PlanResult:
         validation.check_plan(command, self.limits)
         scope = f"compaction/{tenant}/{command.session_id}"
 
         async def plan(store: SessionRepository, record: SessionRecord) -> PlanResult:
-            nodes = self._compaction_nodes(await store.surface())
+            nodes = _compaction_nodes(await store.surface())
             if command.seq_range is not None:
                 selected = plan_range(nodes, *command.seq_range)
             else:
@@ -130,11 +124,9 @@ class Compaction(Machinery):
             ):
                 raise StaleCompactionPlan()
             rows = await tx.store.surface()
-            nodes = self._compaction_nodes(rows)
+            nodes = _compaction_nodes(rows)
             selected = plan_range(nodes, token["start"], token["end"])
-            state = rules.AdmissionState(
-                record.next_seq, self._system_nodes(rows, nodes), record.series
-            )
+            state = rules.AdmissionState(record.next_seq, _system_nodes(nodes), record.series)
             await tx.reached(Phase.VALIDATE)
             counter = session_counter(record)
             outcome = compact(state, selected, command.summary, counter=counter)
