@@ -108,15 +108,19 @@ async def run(
         service = start_service(url, log_dir)
         floor = start_floor(url, log_dir)
         physical = start_floor(url, log_dir, module="bench.physical_floor")
+        # The lean step prototype on the service's schema (migrated by the service's start).
+        lean = start_floor(url, log_dir, module="bench.lean_step")
         results["machine"]["service_workers"] = len(service.workers())
         profiler = start_profiler(service.pid, profile) if profile else None
         try:
             results["machine"]["service_rss_idle_mib"] = round(service.rss_mib(), 1)
             if "S1" in only:
-                results["s1"] = await scenarios.s1_sequential(service, floor, physical, plan)
+                results["s1"] = await scenarios.s1_sequential(
+                    service, floor, physical, plan, lean_server=lean
+                )
             if "S2" in only:
                 results["s2"], results["s6"] = await scenarios.s2_throughput_and_s6_memory(
-                    service, floor, physical, plan
+                    service, floor, physical, plan, lean_server=lean
                 )
             if "S3" in only:
                 results["s3"] = await scenarios.s3_length_and_s4_inspect(service, plan, url)
@@ -138,6 +142,7 @@ async def run(
             service.stop()
             floor.stop()
             physical.stop()
+            lean.stop()
     return results
 
 
@@ -164,6 +169,13 @@ def headline(results: dict[str, Any]) -> dict[str, Any]:
             "floor_cpu_ms_per_call": s1["floor_cpu_ms_per_call"],
             "s1_admit_cpu_ms_per_call": s1["admit_cpu_ms_per_call"],
         }
+        if "lean_step_p50_ms" in s1:
+            out |= {
+                "lean_step_p50_ms": s1["lean_step_p50_ms"],
+                "lean_step_p50_ratio_physical": s1["lean_step_p50_ratio_physical"],
+                "lean_step_p99_ratio_physical": s1["lean_step_p99_ratio_physical"],
+                "lean_step_cpu_ms_per_call": s1["lean_step_cpu_ms_per_call"],
+            }
     if "s2" in results:
         out |= {
             "physical_floor_calls_per_s_16": results["s2"]["physical_floor_calls_per_s"],
@@ -178,6 +190,8 @@ def headline(results: dict[str, Any]) -> dict[str, Any]:
             "s6_uss_mib": results["s6"]["uss_after_mib"],
             "s6_server_pss_mib": results["s6"]["server_pss_after_mib"],
         }
+    if "lean_steps_ratio_physical" in results.get("s2", {}):
+        out["s2_lean_steps_ratio_physical"] = results["s2"]["lean_steps_ratio_physical"]
     if "s3" in results:
         s3 = results["s3"]
         out |= {
