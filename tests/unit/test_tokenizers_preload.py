@@ -5,9 +5,7 @@ api/workers.py): which families, the setting, and workers forked from a parent t
 from __future__ import annotations
 
 import logging
-import os
 import re
-import subprocess
 import uuid
 from pathlib import Path
 
@@ -21,7 +19,7 @@ from promptadmission.v1 import admission_service_pb2 as api
 from promptadmission.v1 import admission_service_pb2_grpc as api_grpc
 from promptadmission.v1 import session_pb2 as pb
 
-from tests.api.test_shutdown import free_port, serve_command, wait_until_serving
+from tests.api.serve_process import serving
 
 
 @pytest.mark.parametrize(
@@ -85,48 +83,31 @@ def test_forked_workers_use_the_tokenizer_the_parent_loaded(
 ) -> None:
     """``serve`` with two workers loads the catalog's tokenizer once, in the parent, and both
     workers price with it without loading it again."""
-    port = free_port()
-    env = {
-        **os.environ,
-        "DATABASE_URL": database_url,
-        "PAS_LISTEN": f"127.0.0.1:{port}",
-        "PAS_WORKERS": "2",
-        "PAS_LOG_LEVEL": "INFO",
-        "PAS_LOG_FORMAT": "text",
-        "PAS_MIGRATE_ON_START": "false",
-    }
-    env.pop("PAS_TOKENIZER_PRELOAD", None)
-    log = tmp_path / "service.log"
-    with log.open("wb") as output:
-        process = subprocess.Popen(
-            serve_command(), env=env, stdout=output, stderr=subprocess.STDOUT, cwd=tmp_path
-        )
-        try:
-            wait_until_serving(f"127.0.0.1:{port}", process, timeout=60)
-            names = set()
-            for _ in range(6):  # own connections: the kernel spreads them over both workers
-                options = [("grpc.use_local_subchannel_pool", 1)]
-                with grpc.insecure_channel(f"127.0.0.1:{port}", options=options) as channel:
-                    stub = api_grpc.AdmissionServiceStub(channel)
-                    session_id = f"preload-{uuid.uuid4().hex}"
-                    stub.CreateSession(api.CreateSessionRequest(session_id=session_id))
-                    stub.Admit(
-                        api.AdmitRequest(
-                            session_id=session_id,
-                            turn=1,
-                            rendered_prompt="You are terse.",
-                            route=pb.Route(
-                                provider="deepseek", model="deepseek-flash", context_window=64_000
-                            ),
-                        ),
-                        timeout=30,
-                    )
-                    inspected = stub.Inspect(api.InspectRequest(session_id=session_id))
-                    names.add(inspected.breakdown.tokenizer)
-        finally:
-            process.terminate()
-            process.wait(timeout=30)
-    text = log.read_text()
+    names = set()
+    with serving(
+        database_url,
+        tmp_path,
+        PAS_WORKERS="2",
+        PAS_LOG_FORMAT="text",
+        PAS_MIGRATE_ON_START="false",
+        PAS_TOKENIZER_PRELOAD=None,
+    ) as served:
+        for _ in range(6):  # own connections: the kernel spreads them over both workers
+            options = [("grpc.use_local_subchannel_pool", 1)]
+            with grpc.insecure_channel(served.target, options=options) as channel:
+                stub = api_grpc.AdmissionServiceStub(channel)
+                session_id = f"preload-{uuid.uuid4().hex}"
+                stub.CreateSession(api.CreateSessionRequest(session_id=session_id))
+                route = pb.Route(provider="deepseek", model="deepseek-flash", context_window=64_000)
+                admit = api.AdmitRequest(
+                    session_id=session_id, turn=1, rendered_prompt="You are terse.", route=route
+                )
+                stub.Admit(admit, timeout=30)
+                inspected = stub.Inspect(api.InspectRequest(session_id=session_id))
+                names.add(inspected.breakdown.tokenizer)
+        served.process.terminate()
+        served.process.wait(timeout=30)
+    text = served.log.read_text()
     assert names == {"deepseek-v4"}
     assert LOADED.findall(text) == [("deepseek-v4", "deepseek")], text  # once: the parent
     assert "Traceback" not in text
