@@ -4,6 +4,7 @@ the rules the scale-out story depends on (SPEC §10)."""
 from __future__ import annotations
 
 import ast
+import asyncio
 import json
 import sys
 from collections.abc import Iterator
@@ -11,7 +12,17 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from admission_service.storage.database import MIGRATIONS_DIR, alembic_config, run_migrations
+from admission_service.domain import codec as json_codec
+from admission_service.domain.events import Event, Replace
+from admission_service.domain.messages import Message
+from admission_service.storage import codec
+from admission_service.storage.database import (
+    MIGRATIONS_DIR,
+    alembic_config,
+    create_engine,
+    run_migrations,
+)
+from admission_service.storage.repository import SessionStore
 from admission_service.storage.tables import Base
 from alembic import command
 from alembic.config import Config
@@ -20,6 +31,8 @@ from alembic.script import ScriptDirectory
 from promptadmission.v1 import session_pb2 as pb
 from sqlalchemy import Connection, pool, text
 from sqlalchemy import create_engine as create_sync_engine
+
+from .test_session_store import session_events
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TABLES = {
@@ -279,7 +292,9 @@ def test_migrations_import_no_application_code() -> None:
                 else [node.module or ""]
             )
         }
-        assert imported <= {"alembic", "sqlalchemy", *sys.stdlib_module_names}, path.name
+        # The API's generated protobuf code may be used: buf breaking keeps v1's encoding fixed.
+        allowed = {"alembic", "sqlalchemy", "google", "promptadmission"}
+        assert imported <= {*allowed, *sys.stdlib_module_names}, path.name
 
 
 # Every block kind, with empty and non-ASCII strings and a tool result's nested content.
@@ -381,3 +396,109 @@ def test_0002_backfills_frames_the_generated_code_reads(empty_database_url: str)
     assert rows(empty_database_url, "SELECT surface_tokens FROM sessions") == [
         (3 * len(STORED_MESSAGES),)
     ]
+
+
+# ---- 0005: one stored encoding of a message ----------------------------------------------
+
+
+def _insert_as_of_0004(url: str, events: list[Event]) -> dict[str, list[Any]]:
+    """The session's rows as the application wrote them at 0004 (JSON payloads and node
+    messages beside the protobuf frames); the rows it inserted, by table."""
+    surviving = {2: 0, 8: 1, 6: 4, 7: 5}  # seq: position, after event 8 replaced 3..5
+    payloads = [json_codec.dumps(json_codec.event_payload(event)) for event in events]
+    with connect(url) as connection, connection.begin():
+        connection.execute(
+            text("INSERT INTO sessions (tenant_id, session_id, log_bytes) VALUES ('t', 's', :n)"),
+            {"n": sum(len(payload) for payload in payloads)},
+        )
+        for event, payload in zip(events, payloads, strict=True):
+            replace = event.op if isinstance(event.op, Replace) else None
+            connection.execute(
+                text(
+                    "INSERT INTO events (tenant_id, session_id, seq, kind, turn, step, surface_op,"
+                    " replace_start_seq, replace_end_seq, source_seqs, admission_id, payload)"
+                    " VALUES ('t', 's', :seq, :kind, :turn, :step, :op, :start, :end, :sources,"
+                    " :admission, :payload)"
+                ),
+                {
+                    "seq": event.seq,
+                    "kind": event.kind.value,
+                    "turn": event.turn,
+                    "step": event.step,
+                    "op": None if event.op is None else "replace" if replace else "append",
+                    "start": replace.start_seq if replace else None,
+                    "end": replace.end_seq if replace else None,
+                    "sources": list(event.source_seqs),
+                    "admission": event.admission_id or None,
+                    "payload": payload,
+                },
+            )
+        for seq, position in surviving.items():
+            event = events[seq]
+            message = event.derived_message()
+            connection.execute(
+                text(
+                    "INSERT INTO surface_nodes (tenant_id, session_id, seq, position, is_system,"
+                    " system_text, message, message_pb, tokens, turn, step) VALUES ('t', 's',"
+                    " :seq, :position, :system, :text, :message, :pb, 3, 0, 0)"
+                ),
+                {
+                    "seq": seq,
+                    "position": position,
+                    "system": event.is_system,
+                    "text": event.system_text.encode() if event.is_system else None,
+                    "message": json_codec.encode_message(message) if message else None,
+                    "pb": codec.frame(message) if message else None,
+                },
+            )
+    return {
+        "events": rows(url, "SELECT seq, payload FROM events ORDER BY seq"),
+        "nodes": rows(url, "SELECT seq, message, message_pb FROM surface_nodes ORDER BY seq"),
+        "sessions": rows(url, "SELECT log_bytes FROM sessions"),
+    }
+
+
+async def _read_back(url: str) -> tuple[list[Event], list[Message | None], list[bool]]:
+    engine = create_engine(url, pool_size=1, max_overflow=0)
+    try:
+        async with engine.connect() as connection:
+            store = SessionStore(connection, "t", "s")
+            logged = [row.event() for row in await store.events_after(-1, 100)]
+            surface = [node.decoded() for node in await store.surface()]
+            updates = [row.update for row in await store.system_node_details()]
+            return logged, surface, updates
+    finally:
+        await engine.dispose()
+
+
+def test_0005_stores_a_message_once_and_reads_back_identically(empty_database_url: str) -> None:
+    """Rows written at 0004 read back as the same events and messages after 0005, whose
+    payloads are the messages' protobuf encoding; the downgrade restores the 0004 bytes."""
+    url = empty_database_url
+    config = alembic_config(url)
+    command.upgrade(config, "0004")
+    events = session_events()
+    before = _insert_as_of_0004(url, events)
+
+    command.upgrade(config, "0005")
+    logged, surface, updates = asyncio.run(_read_back(url))
+    assert logged == events
+    assert surface == [events[seq].derived_message() for seq in (2, 8, 6, 7)]
+    assert updates == [False, True]
+    payloads = dict(rows(url, "SELECT seq, payload FROM events"))
+    for event in events:
+        if event.message is not None:
+            assert bytes(payloads[event.seq]) == codec.encode(event.message)
+    frames = rows(url, "SELECT message_pb FROM surface_nodes ORDER BY seq")
+    assert frames == [(pb,) for _, _, pb in before["nodes"]]  # the frames were already protobuf
+    assert rows(url, "SELECT log_bytes FROM sessions") == [
+        (sum(len(bytes(payload)) for payload in payloads.values()),)
+    ]
+
+    command.downgrade(config, "0004")
+    assert rows(url, "SELECT seq, payload FROM events ORDER BY seq") == before["events"]
+    assert (
+        rows(url, "SELECT seq, message, message_pb FROM surface_nodes ORDER BY seq")
+        == (before["nodes"])
+    )
+    assert rows(url, "SELECT log_bytes FROM sessions") == before["sessions"]

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import select
 
 from admission_service.domain.projection import SystemNode
-from admission_service.storage.rows import Frames, NodeRecord
+from admission_service.storage.rows import Frames, NodeRecord, columns
 from admission_service.storage.scope import SessionScope
 from admission_service.storage.tables import surface_nodes as nodes
 
@@ -79,11 +79,9 @@ class FrameReads(SessionScope):
     async def surface(self, *, with_empty: bool = True) -> list[NodeRecord]:
         """Every surviving node in surface order (``with_empty=False``: only message nodes)."""
         await self.flush()
-        statement = select(
-            nodes.c.seq, nodes.c.position, nodes.c.is_system, nodes.c.message, nodes.c.tokens
-        ).where(self._mine(nodes))
+        statement = select(*columns(nodes, NodeRecord)).where(self._mine(nodes))
         if not with_empty:
-            statement = statement.where(nodes.c.message.is_not(None))
+            statement = statement.where(nodes.c.message_pb.is_not(None))
         rows = await self.connection.execute(statement.order_by(nodes.c.position))
         return [NodeRecord(*row) for row in rows]
 

@@ -43,7 +43,7 @@ class InspectionReads(SessionScope):
         return [LedgerRow(*row) for row in await self.connection.execute(statement)]
 
     async def system_node_details(self) -> list[SystemNodeDetail]:
-        """Surviving system nodes in surface order with their event's time and payload."""
+        """Surviving system nodes in surface order with their event's time and update flag."""
         await self.flush()
         statement = (
             select(
@@ -53,7 +53,7 @@ class InspectionReads(SessionScope):
                 nodes.c.system_text,
                 nodes.c.tokens,
                 events.c.commit_time,
-                events.c.payload,
+                events.c.prompt_update,
             )
             .join(
                 events,

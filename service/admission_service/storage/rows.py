@@ -8,17 +8,18 @@ use cases need them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Column, Table
 
-from admission_service.domain import codec
+from admission_service.domain import codec as json_codec
 from admission_service.domain.accounting import PreviousRequest
 from admission_service.domain.events import Append, Event, EventKind, Replace, SurfaceOp
 from admission_service.domain.messages import Message, Tool
 from admission_service.domain.series import SeriesState
+from admission_service.storage import codec
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,19 +139,31 @@ class AdmissionRecord:
 
 @dataclass(frozen=True, slots=True)
 class NodeRecord:
-    """A surviving surface node as stored: its pre-encoded message and price."""
+    """A surviving surface node as stored: its framed message and price."""
 
     seq: int
     position: int
     is_system: bool
-    message: bytes | None
+    message_pb: bytes | None
     tokens: int
 
     def decoded(self) -> Message | None:
         """The node's derived message; None for a node that derives to nothing."""
-        if self.message is None:
+        if self.message_pb is None:
             return None
-        return codec.message_from_json(codec.loads(self.message))
+        (message,) = codec.decode_frames(self.message_pb)
+        return message
+
+    @property
+    def message(self) -> bytes | None:
+        """Until app/ reads ``decoded()`` (/work/requests.md): the message's JSON, as the
+        column dropped by migration 0005 held it."""
+        decoded = self.decoded()
+        return json_codec.encode_message(decoded) if decoded is not None else None
+
+
+# The events whose payload is JSON; every other event's is its message (``codec.encode``).
+_JSON_KINDS = frozenset({EventKind.REQUEST_HEADER.value, EventKind.REQUEST_CONTEXT.value})
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,11 +180,20 @@ class StoredEvent:
     replace_end_seq: int | None
     source_seqs: list[int]
     admission_id: str | None
-    payload: bytes
+    prompt_update: bool
+    stored_payload: bytes = field(metadata={"column": "payload"})
 
     def event(self) -> Event:
         """The row as a domain event."""
-        payload = codec.loads(self.payload)
+        message = header = context = None
+        if self.kind in _JSON_KINDS:
+            payload = json_codec.loads(self.stored_payload)
+            header = json_codec.header_from_json(payload["header"]) if "header" in payload else None
+            context = (
+                json_codec.context_from_json(payload["context"]) if "context" in payload else None
+            )
+        else:
+            message = codec.decode(self.stored_payload)
         return Event(
             seq=self.seq,
             kind=EventKind(self.kind),
@@ -179,12 +201,18 @@ class StoredEvent:
             step=self.step,
             op=self._op(),
             source_seqs=tuple(self.source_seqs),
-            message=codec.message_from_json(payload["message"]) if "message" in payload else None,
-            header=codec.header_from_json(payload["header"]) if "header" in payload else None,
-            context=codec.context_from_json(payload["context"]) if "context" in payload else None,
+            message=message,
+            header=header,
+            context=context,
             admission_id=self.admission_id or "",
-            update=payload.get("update", False),
+            update=self.prompt_update,
         )
+
+    @property
+    def payload(self) -> bytes:
+        """Until app/ reads ``event()`` (/work/requests.md): the payload's JSON as stored before
+        migration 0005."""
+        return json_codec.dumps(json_codec.event_payload(self.event()))
 
     def _op(self) -> SurfaceOp | None:
         if self.surface_op == "append":
@@ -211,7 +239,7 @@ class LedgerRow:
 
 @dataclass(frozen=True, slots=True)
 class SystemNodeDetail:
-    """A surviving system node with its event's commit time and payload (Inspect)."""
+    """A surviving system node with its event's commit time (Inspect)."""
 
     seq: int
     turn: int
@@ -219,15 +247,22 @@ class SystemNodeDetail:
     system_text: bytes
     tokens: int
     commit_time: datetime
-    payload: bytes
+    prompt_update: bool
 
     @property
     def update(self) -> bool:
         """Whether the system message updated the prompt (``Event.update``)."""
-        return bool(codec.loads(self.payload).get("update", False))
+        return self.prompt_update
+
+    @property
+    def payload(self) -> bytes:
+        """Until app/ reads ``update`` (/work/requests.md): the update flag as the payload's JSON
+        held it before migration 0005."""
+        return json_codec.dumps({"update": True} if self.prompt_update else {})
 
 
 def columns(table: Table, row_type: type[Any]) -> list[Column[Any]]:
-    """The columns of ``table`` that make ``row_type``, in its field order: a row selected
-    with them is ``row_type(*row)``."""
-    return [table.c[field.name] for field in fields(row_type)]
+    """The columns of ``table`` that make ``row_type``, in its field order (a field names its
+    column, or says it in its ``column`` metadata): a row selected with them is
+    ``row_type(*row)``."""
+    return [table.c[item.metadata.get("column", item.name)] for item in fields(row_type)]

@@ -8,9 +8,10 @@ from typing import Any
 
 from sqlalchemy import delete, func, select, text
 
-from admission_service.domain import codec, protowire
 from admission_service.domain.accounting import HEURISTIC_COUNTER, TokenCounter, message_tokens
+from admission_service.domain.codec import dumps, event_payload
 from admission_service.domain.events import Append, Event, Replace
+from admission_service.storage import codec
 from admission_service.storage.rows import Frames, Shadowed, Written
 from admission_service.storage.scope import SessionScope
 from admission_service.storage.tables import surface_nodes as nodes
@@ -56,7 +57,14 @@ class SurfaceWrites(SessionScope):
         tokens = 0
         if not new_events:
             return Written(next_position, shadowed, tokens)
-        event_rows = [self._event_row(e) for e in new_events]
+        event_rows: list[dict[str, Any]] = []
+        frames: dict[int, bytes] = {}  # a message event's frame, by seq
+        for event in new_events:
+            if event.message is None:
+                payload = dumps(event_payload(event))
+            else:
+                payload, frames[event.seq] = codec.encode_and_frame(event.message)
+            event_rows.append(self._event_row(event, payload))
         self.batch.insert("events", event_rows)
         self.growth.events += len(event_rows)
         self.growth.log_bytes += sum(len(row["payload"]) for row in event_rows)
@@ -72,8 +80,7 @@ class SurfaceWrites(SessionScope):
                 "seq": event.seq,
                 "is_system": event.is_system,
                 "system_text": event.system_text.encode() if event.is_system else None,
-                "message": codec.encode_message(message) if message else None,
-                "message_pb": protowire.frame(message) if message else None,
+                "message_pb": frames[event.seq] if message else None,
                 "tokens": price,
                 "turn": event.turn,
                 "step": event.step,
@@ -145,7 +152,7 @@ class SurfaceWrites(SessionScope):
         self.growth.surface_bytes -= sum(row[1] for row in removed)
         return start, sum(row.tokens for row in removed)
 
-    def _event_row(self, event: Event) -> dict[str, Any]:
+    def _event_row(self, event: Event, payload: bytes) -> dict[str, Any]:
         surface_op = None
         start = end = None
         if isinstance(event.op, Append):
@@ -163,7 +170,8 @@ class SurfaceWrites(SessionScope):
             "replace_end_seq": end,
             "source_seqs": list(event.source_seqs),
             "admission_id": event.admission_id or None,
-            "payload": codec.dumps(codec.event_payload(event)),
+            "payload": payload,
+            "prompt_update": event.update,
         }
 
     async def reprice(self, prices: Sequence[tuple[int, int]]) -> None:

@@ -14,7 +14,8 @@ Rules the schema keeps (``tests/integration/test_migrations.py`` checks the firs
   transaction, ``CreateSession`` deletes a previous lifetime's keys, and keys expire by
   ``create_time`` (app/sweeper.py deletes them after the retention window).
 * User text may contain NUL, which ``text``/``jsonb`` reject: everything that can carry user
-  text is ``bytea`` holding the application's JSON (UTF-8) encoding.
+  text is ``bytea``, holding a message in its one stored encoding (protobuf,
+  ``storage/codec.py``) and anything else as the application's JSON (UTF-8) encoding.
 
 The schema is created only by the Alembic migrations in ``admission_service/migrations/``; never
 ``create_all``.
@@ -115,7 +116,9 @@ class SessionRow(Base):
 
 
 class EventRow(Base):
-    """The append-only event log; ``payload`` is the event's JSON."""
+    """The append-only event log. ``payload`` is a message event's message in its one stored
+    encoding (``promptadmission.v1.Message``, storage/codec.py), or a request header or context
+    event's JSON (migration 0005)."""
 
     __tablename__ = "events"
     __table_args__ = (
@@ -148,6 +151,8 @@ class EventRow(Base):
     source_seqs: Mapped[list[int]] = mapped_column(server_default=_EMPTY_SEQS)
     admission_id: Mapped[str | None]
     payload: Mapped[bytes]
+    # A system message that updates the prompt in force (``Event.update``).
+    prompt_update: Mapped[bool] = mapped_column(server_default=text("false"))
 
 
 class SurfaceNodeRow(Base):
@@ -181,12 +186,10 @@ class SurfaceNodeRow(Base):
     is_system: Mapped[bool]
     # The system prompt's text (UTF-8) for system nodes, NULL otherwise.
     system_text: Mapped[bytes | None]
-    # The pre-encoded derived message; NULL when the node derives to nothing (empty system or
-    # assistant message).
-    message: Mapped[bytes | None]
-    # The same message in the API's protobuf encoding, framed as one element of
-    # DerivedRequest.messages (domain/protowire.py): a derived request is these frames
-    # concatenated in position order, never re-encoded. NULL exactly when ``message`` is.
+    # The derived message: its event's payload framed as one element of
+    # DerivedRequest.messages (storage/codec.py), so a derived request is these frames
+    # concatenated in position order, never re-encoded. NULL when the node derives to nothing
+    # (an empty system or assistant message).
     message_pb: Mapped[bytes | None]
     tokens: Mapped[int] = mapped_column(server_default=_ZERO)
     turn: Mapped[int]
