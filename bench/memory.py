@@ -3,7 +3,8 @@
 For each tokenizer family (``deepseek``, ``openai``, ``anthropic``, and ``other``: the
 heuristic) and each way of loading it (``preload``: ``PAS_TOKENIZER_PRELOAD`` names it, so the
 parent loads it before forking the workers; ``lazy``: ``PAS_TOKENIZER_PRELOAD=none``, each
-worker loads it on its first request of the family), the benchmark starts the real service
+worker loads it on its first request of the family; ``all``: every family preloaded, as with a
+catalog that names all three), the benchmark starts the real service
 (``PAS_WORKERS`` workers, default the usable cores), drives S2's load on routes of that family
 (16 callers, 16 sessions, one-call steps, DELTA) and reads every process's RSS, PSS and USS
 (``/proc/<pid>/smaps_rollup``) idle, after the load and after a second stretch of it (flat or
@@ -74,7 +75,9 @@ async def _load(target: str, provider: str, seconds: float) -> float:
 async def measure(
     url: str, family: str, mode: str, seconds: float, log_dir: Path
 ) -> dict[str, Any]:
-    preload = family if mode == "preload" and family != "other" else "none"
+    preload = {"preload": family if family != "other" else "none", "lazy": "none"}.get(
+        mode, "openai,anthropic,deepseek"
+    )
     service = start_service(url, log_dir, env={"PAS_TOKENIZER_PRELOAD": preload})
     try:
         idle = service.memory()
@@ -116,7 +119,7 @@ def table(rows: list[dict[str, Any]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.memory", description=__doc__)
     parser.add_argument("--families", default=",".join(FAMILIES))
-    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--modes", default=",".join(MODES), help="preload, lazy, all")
     parser.add_argument("--seconds", type=float, default=20.0, help="each stretch of load")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
