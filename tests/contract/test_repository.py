@@ -136,6 +136,7 @@ async def test_a_replacement_shadows_a_run(storage: Storage) -> None:
     async with storage.unit(TENANT, session_id) as unit:
         surface = await unit.store.surface()
         assert [node.seq for node in surface] == [0, 1, 2, 3]
+        assert surface[1].decoded() == user(1, "a").message
         assert await unit.store.frames_as_of(3, 1) is not None
         shadowed_tokens = surface[1].tokens + surface[2].tokens
         written = await unit.store.write_events([user(4, "summary", Replace(1, 2))], 4)
@@ -237,8 +238,7 @@ async def test_event_reads(storage: Storage) -> None:
     )
     async with storage.unit(TENANT, session_id, snapshot=True) as unit:
         rows = await unit.store.events_after(0, 2)
-        assert [(row.seq, row.kind) for row in rows] == [(1, "user/message"), (2, "user/message")]
-        assert rows[0].surface_op == "append" and rows[0].admission_id is None
+        assert [row.event() for row in rows] == [user(1, "a" * 100), user(2, "b")]
         page, more = await unit.store.events_page(-1, 10, 1)
         assert [row.seq for row in page] == [0] and more  # the first always comes
         page, more = await unit.store.events_page(-1, 2, 1 << 20)
@@ -249,7 +249,10 @@ async def test_event_reads(storage: Storage) -> None:
         assert [row.seq for row in prompt] == [0]
         details = await unit.store.system_node_details()
         assert [(row.seq, row.system_text) for row in details] == [(0, b"be brief")]
-        assert details[0].tokens > 0 and details[0].payload
+        assert details[0].tokens > 0 and not details[0].update
+        assert [row.event() for row in prompt] == [
+            system_event(0, "be brief", Append(), turn=1, step=1)
+        ]
 
 
 async def test_repricing(storage: Storage) -> None:

@@ -1,11 +1,12 @@
 """An in-memory ``Storage`` (``admission_service.app.ports``): the app's use cases run on it
 without PostgreSQL, and ``tests/contract`` checks it answers like ``SessionStore``.
 
-A unit works on a copy of the whole state and swaps it in on ``commit`` (writers of one storage
-take turns, as the session row lock makes them); leaving without ``commit`` drops the copy.
-Writes are deferred to ``flush`` exactly where ``SessionStore`` defers them, and every read that
-flushes there flushes here, so ``frames`` sees what the real one sees (not this transaction's
-appended tail).
+Rows keep domain values (events, messages), not an encoding of them: only frames are bytes, the
+API's encoding (``storage.codec.frame``) that a derived request splices. A unit works on a copy
+of the whole state and swaps it in on ``commit`` (writers of one storage take turns, as the
+session row lock makes them); leaving without ``commit`` drops the copy. Writes are deferred to
+``flush`` exactly where ``SessionStore`` defers them, and every read that flushes there flushes
+here, so ``frames`` sees what the real one sees (not this transaction's appended tail).
 """
 
 from __future__ import annotations
@@ -16,25 +17,23 @@ import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from types import TracebackType
 from typing import Self
 
-from admission_service.domain import codec, protowire
 from admission_service.domain.accounting import (
     HEURISTIC_COUNTER,
     PreviousRequest,
     TokenCounter,
     message_tokens,
 )
-from admission_service.domain.events import Append, Event, Replace
-from admission_service.domain.messages import Tool
+from admission_service.domain.events import Append, Event, EventKind, Replace
+from admission_service.domain.messages import Message, Tool
 from admission_service.domain.projection import SystemNode
 from admission_service.domain.series import SeriesState
+from admission_service.storage import codec
 from admission_service.storage.repository import (
     AdmissionRecord,
     Frames,
     Growth,
-    NodeRecord,
     RequestPrefix,
     SessionRecord,
     Shadowed,
@@ -42,7 +41,7 @@ from admission_service.storage.repository import (
     Written,
 )
 
-_PROMPT_KINDS = ("system/message", "request/header", "request/context")
+_PROMPT_KINDS = (EventKind.SYSTEM_MESSAGE, EventKind.REQUEST_HEADER, EventKind.REQUEST_CONTEXT)
 
 
 def _now() -> datetime:
@@ -51,17 +50,18 @@ def _now() -> datetime:
 
 @dataclass(slots=True)
 class EventRow:
-    seq: int
-    kind: str
-    turn: int
-    step: int
-    surface_op: str | None
-    replace_start_seq: int | None
-    replace_end_seq: int | None
-    source_seqs: list[int]
-    admission_id: str | None
-    payload: bytes
+    """A logged event: kept as the domain value (the fake stores no encoding of it)."""
+
+    logged: Event
+    size: int  # what it adds to the session's log bytes
     commit_time: datetime = field(default_factory=_now)
+
+    @property
+    def seq(self) -> int:
+        return self.logged.seq
+
+    def event(self) -> Event:
+        return self.logged
 
 
 @dataclass(slots=True)
@@ -70,11 +70,15 @@ class NodeRow:
     position: int
     is_system: bool
     system_text: bytes | None
-    message: bytes | None
-    message_pb: bytes | None
+    message: Message | None  # the derived message
+    message_pb: bytes | None  # its frame (``storage.codec.frame``): what a request splices
     tokens: int
     turn: int
     step: int
+    update: bool
+
+    def decoded(self) -> Message | None:
+        return self.message
 
 
 @dataclass(slots=True)
@@ -95,7 +99,7 @@ class SystemNodeDetail:
     system_text: bytes
     tokens: int
     commit_time: datetime
-    payload: bytes
+    update: bool
 
 
 @dataclass(slots=True)
@@ -240,10 +244,10 @@ class FakeSessionStore:
             if node.is_system
         )
 
-    async def surface(self, *, with_empty: bool = True) -> list[NodeRecord]:
+    async def surface(self, *, with_empty: bool = True) -> list[NodeRow]:
         await self.flush()
         return [
-            NodeRecord(node.seq, node.position, node.is_system, node.message, node.tokens)
+            replace(node)
             for node in self._mine.by_position()
             if with_empty or node.message is not None
         ]
@@ -258,10 +262,10 @@ class FakeSessionStore:
         tokens = 0
         if not new_events:
             return Written(next_position, shadowed, tokens)
-        rows = [_event_row(event) for event in new_events]
+        rows = [EventRow(event, len(repr(event).encode())) for event in new_events]
         self._deferred.append(lambda: self._mine.events.extend(rows))
         self.growth.events += len(rows)
-        self.growth.log_bytes += sum(len(row.payload) for row in rows)
+        self.growth.log_bytes += sum(row.size for row in rows)
         pending: list[NodeRow] = []
         calls: list[tuple[str, int]] = []
         for event in new_events:
@@ -274,11 +278,12 @@ class FakeSessionStore:
                 -1,
                 event.is_system,
                 event.system_text.encode() if event.is_system else None,
-                codec.encode_message(message) if message else None,
-                protowire.frame(message) if message else None,
+                message,
+                codec.frame(message) if message else None,
                 price,
                 event.turn,
                 event.step,
+                event.update,
             )
             tokens += price
             self.growth.surface_nodes += 1
@@ -376,7 +381,7 @@ class FakeSessionStore:
     async def frames_as_of(self, through_seq: int, first_message: int) -> bytes | None:
         await self.flush()
         session = self._mine
-        if any(e.seq > through_seq and e.surface_op == "replace" for e in session.events):
+        if any(e.seq > through_seq and isinstance(e.logged.op, Replace) for e in session.events):
             return None
         kept = [
             node.message_pb
@@ -473,7 +478,7 @@ class FakeSessionStore:
                 node.system_text or b"",
                 node.tokens,
                 events[node.seq].commit_time,
-                events[node.seq].payload,
+                node.update,
             )
             for node in session.by_position()
             if node.is_system
@@ -487,7 +492,7 @@ class FakeSessionStore:
     ) -> tuple[list[EventRow], bool]:
         await self.flush()
         rows = [event for event in self._events() if event.seq > after_seq][: limit + 1]
-        running = list(itertools.accumulate(len(row.payload) for row in rows))
+        running = list(itertools.accumulate(row.size for row in rows))
         fits = [number == 0 or running[number] <= budget for number in range(len(rows))]
         page = [
             row for row, ok in itertools.takewhile(lambda p: p[1], zip(rows, fits, strict=True))
@@ -505,33 +510,12 @@ class FakeSessionStore:
             event
             for event in self._events()
             if event.seq < before_seq
-            and (event.kind in _PROMPT_KINDS or event.surface_op == "replace")
+            and (event.logged.kind in _PROMPT_KINDS or isinstance(event.logged.op, Replace))
         ]
 
     async def events_after(self, after_seq: int, limit: int) -> list[EventRow]:
         await self.flush()
         return [event for event in self._events() if event.seq > after_seq][:limit]
-
-
-def _event_row(event: Event) -> EventRow:
-    surface_op = None
-    start = end = None
-    if isinstance(event.op, Append):
-        surface_op = "append"
-    elif isinstance(event.op, Replace):
-        surface_op, start, end = "replace", event.op.start_seq, event.op.end_seq
-    return EventRow(
-        event.seq,
-        event.kind.value,
-        event.turn,
-        event.step,
-        surface_op,
-        start,
-        end,
-        list(event.source_seqs),
-        event.admission_id or None,
-        codec.dumps(codec.event_payload(event)),
-    )
 
 
 class FakeUsage:
@@ -581,12 +565,7 @@ class FakeUnit:
             records = [r for r in records if (r.create_time, r.session_id) > after]
         return records[:limit]
 
-    async def __aexit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         if self._locked:
             self._locked = False
             self._storage.lock.release()

@@ -8,7 +8,6 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Generic, TypeVar, overload
 
-from admission_service.domain import protowire
 from admission_service.domain.accounting import (
     CacheForecast,
     TokenBreakdown,
@@ -23,6 +22,7 @@ from admission_service.domain.messages import Message, Tool, ToolResult
 from admission_service.domain.series import ContextLog, HeaderLog, Route, SeriesState
 from admission_service.domain.surface import EffectivePrompt
 from admission_service.domain.wire import WireFormat
+from admission_service.storage import codec
 
 # ---- inputs -------------------------------------------------------------------------------
 
@@ -155,7 +155,7 @@ class SessionInfo:
 
 
 class EncodedMessages(Sequence[Message]):
-    """Derived messages kept as the stored protobuf frames (``domain.protowire``): the API edge
+    """Derived messages kept as the stored protobuf frames (``storage.codec``): the API edge
     splices ``frames`` into the response as they are; the values are decoded only if read."""
 
     __slots__ = ("_decoded", "frames")
@@ -166,7 +166,7 @@ class EncodedMessages(Sequence[Message]):
 
     def _values(self) -> tuple[Message, ...]:
         if self._decoded is None:
-            self._decoded = protowire.decode_messages(self.frames)
+            self._decoded = codec.decode_frames(self.frames)
         return self._decoded
 
     def __len__(self) -> int:

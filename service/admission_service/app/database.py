@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from contextlib import AsyncExitStack
 from datetime import datetime
-from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -64,18 +63,13 @@ class PostgresUnit:
     ) -> list[SessionRecord]:
         return await list_sessions(self._connection, self._tenant, after, limit)
 
-    async def __aexit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc: Any) -> None:
         # Rollback by default: ``connection.begin()`` would commit on a normal exit.
         try:
             if self._transaction.is_active and not self._committed:
                 await self._transaction.rollback()
         finally:
-            await self._stack.__aexit__(kind, error, traceback)
+            await self._stack.__aexit__(*exc)
 
 
 class PostgresStorage:

@@ -9,7 +9,7 @@ from typing import TypeVar
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from admission_service.app import validation
-from admission_service.app.commands import Idempotency
+from admission_service.app.commands import Idempotency, Page
 from admission_service.app.database import PostgresStorage
 from admission_service.app.gate import SessionGate
 from admission_service.app.hooks import NO_HOOKS, PhaseHooks
@@ -17,7 +17,7 @@ from admission_service.app.limits import Limits, Quotas
 from admission_service.app.page_tokens import PageTokens
 from admission_service.app.ports import SessionRepository, Storage
 from admission_service.app.quotas import TenantQuotas
-from admission_service.app.unit_of_work import UnitOfWork
+from admission_service.app.unit_of_work import Resources, UnitOfWork
 from admission_service.domain.accounting import PreviousRequest, TokenCounter
 from admission_service.domain.catalog import Catalog
 from admission_service.domain.errors import SessionNotFound
@@ -25,6 +25,9 @@ from admission_service.storage.repository import RequestPrefix, SessionRecord
 from admission_service.tokenizers import counter_for
 
 R = TypeVar("R")
+T = TypeVar("T")
+# A page's items and, when more follow, the position of its last item.
+PageRead = tuple[tuple[T, ...], int | None]
 
 
 class Machinery:
@@ -58,6 +61,7 @@ class Machinery:
         self.hooks = hooks
         self.quotas = TenantQuotas(quotas or Quotas())
         self.gate = SessionGate()  # a hot session's queued writers hold no pool connection
+        self.resources = Resources(self.storage, self.gate, self.quotas, self.limits, self.hooks)
 
     # ---- the transaction shapes ---------------------------------------------------------
 
@@ -72,11 +76,7 @@ class Machinery:
         create: bool = False,
     ) -> UnitOfWork:
         return UnitOfWork(
-            self.storage,
-            self.gate,
-            self.quotas,
-            self.limits,
-            self.hooks,
+            self.resources,
             method,
             tenant,
             session_id,
@@ -132,11 +132,18 @@ class Machinery:
                 raise SessionNotFound(session_id)
             return await work(unit.store, record)
 
-    def _session_page(
-        self, kind: str, tenant: str, session_id: str, page_size: int, page_token: str
-    ) -> tuple[int, str, int]:
-        """A paged read of one session's ``kind``: the page size, the page tokens' scope and
-        the position the page starts after (-1 for the first page)."""
+    async def _read_page(
+        self,
+        kind: str,
+        tenant: str,
+        session_id: str,
+        page_size: int,
+        page_token: str,
+        read: Callable[[SessionRepository, SessionRecord, int, int], Awaitable[PageRead[T]]],
+    ) -> Page[T]:
+        """A page of one session's ``kind``: ``read(store, record, limit, after)`` returns
+        at most ``limit`` items after the position ``after`` (-1 for the first page) and the
+        position of its last item when more follow (the next page token's cursor)."""
         limit = validation.check_page_size(page_size, self.limits)
         # Before the token is checked: its scope holds the session id (a 64 KiB one broke the
         # token's signature, INTERNAL; found by the fuzzer).
@@ -145,7 +152,13 @@ class Machinery:
         after = -1
         if page_token:
             after = int(self.page_tokens.decode(scope, page_token, "page_token")["after"])
-        return limit, scope, after
+
+        async def page(store: SessionRepository, record: SessionRecord) -> Page[T]:
+            items, last = await read(store, record, limit, after)
+            token = self.page_tokens.encode(scope, {"after": last}) if last is not None else ""
+            return Page(items, token)
+
+        return await self._read_session(tenant, session_id, page)
 
 
 def session_counter(record: SessionRecord) -> TokenCounter:

@@ -8,7 +8,7 @@ response as head + body, ``SplitEncoder``) and a ``Recipe``: the event seq as of
 request was derived, the index of its first message, and what rendering the body needs.
 
 The surface as of an event seq is reproducible byte for byte: every surface node's stored frame
-is ``protowire.frame`` of its event's derived message, the event log is append-only, and a node
+is ``storage.codec.frame`` of its event's derived message, the event log is append-only, and a node
 leaves the surface only by a later ``replace`` event. With no ``replace`` since, the nodes at or
 before that seq still stored are exactly that surface (one aggregate in the database, like a
 FULL request); otherwise the surface is folded again from the log (``SessionLog``). Either way
@@ -23,11 +23,11 @@ from typing import Protocol, runtime_checkable
 
 from admission_service.app.commands import AttemptResult, EncodedMessages
 from admission_service.app.ports import SessionRepository
-from admission_service.app.rows import event_of
-from admission_service.domain import codec, protowire
+from admission_service.domain import codec
 from admission_service.domain.errors import DomainError, WireFormatError
 from admission_service.domain.surface import SessionLog
 from admission_service.domain.wire import WireFormat, render
+from admission_service.storage import codec as storage_codec
 from admission_service.storage.repository import StoredResponse
 
 
@@ -122,9 +122,9 @@ async def replayed(store: SessionRepository, stored: StoredResponse, encode: obj
     frames = await store.frames_as_of(recipe.through_seq, recipe.first_message_index)
     if frames is None:  # a node was shadowed since: fold the log up to the recipe's seq
         rows = await store.events_after(-1, recipe.through_seq + 1)
-        log = SessionLog(event_of(row) for row in rows)
+        log = SessionLog(row.event() for row in rows)
         messages = log.derived_messages()[recipe.first_message_index :]
-        frames = b"".join(protowire.frame(message) for message in messages)
+        frames = b"".join(storage_codec.frame(message) for message in messages)
     body_json = await _rendered(store, recipe, frames)
     payload = stored.response + encode.body(body_json, frames)
     if hashlib.sha256(payload).digest() != recipe.response_sha256:

@@ -4,35 +4,28 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import fields
 from typing import Any
 
 from admission_service.app.commands import LedgerEntry, SessionInfo, Usage
 from admission_service.domain import codec
 from admission_service.domain.accounting import CacheForecast, Calibration, DivergenceReason
-from admission_service.domain.events import Event
-from admission_service.domain.messages import Message
 from admission_service.storage.repository import SessionRecord
+
+_FORECAST_FIELDS = tuple(field.name for field in fields(CacheForecast))
 
 
 def forecast_json(value: CacheForecast) -> dict[str, Any]:
-    return {
-        "reused_messages": value.reused_messages,
-        "reused_tokens": value.reused_tokens,
-        "total_messages": value.total_messages,
-        "total_tokens": value.total_tokens,
-        "divergence_index": value.divergence_index,
-        "divergence_reason": value.divergence_reason.value,
-    }
+    """A forecast as the ledger row's JSON (its fields by name; the reason by its value)."""
+    data = {name: getattr(value, name) for name in _FORECAST_FIELDS}
+    return {**data, "divergence_reason": value.divergence_reason.value}
 
 
 def forecast_from_json(data: dict[str, Any]) -> CacheForecast:
+    """The forecast in a ledger row's JSON (which also holds other keys)."""
+    values = {name: data[name] for name in _FORECAST_FIELDS}
     return CacheForecast(
-        data["reused_messages"],
-        data["reused_tokens"],
-        data["total_messages"],
-        data["total_tokens"],
-        data["divergence_index"],
-        DivergenceReason(data["divergence_reason"]),
+        **{**values, "divergence_reason": DivergenceReason(values["divergence_reason"])}
     )
 
 
@@ -54,11 +47,6 @@ def session_info(record: SessionRecord) -> SessionInfo:
         record.next_seq,
         record.series.replace_generation,
     )
-
-
-def decode_message(message: bytes) -> Message:
-    """A surface node's stored message."""
-    return codec.message_from_json(codec.loads(message))
 
 
 def ledger_entry_of(row: Any) -> LedgerEntry:
@@ -83,27 +71,3 @@ def calibration_of(ledger: Sequence[LedgerEntry], provider: str) -> Calibration:
         if observed is not None and entry.provider == provider:
             calibration = calibration.add(observed, entry.forecast.total_tokens)
     return calibration
-
-
-def event_of(row: Any) -> Event:
-    """An ``events`` row as a domain event."""
-    return codec.event_from_json(
-        {
-            "seq": row.seq,
-            "kind": row.kind,
-            "turn": row.turn,
-            "step": row.step,
-            "surface_op": _surface_op(row),
-            "source_seqs": list(row.source_seqs),
-            "admission_id": row.admission_id or "",
-            "payload": codec.loads(row.payload),
-        }
-    )
-
-
-def _surface_op(row: Any) -> dict[str, Any] | None:
-    if row.surface_op == "append":
-        return {"op": "append"}
-    if row.surface_op == "replace":
-        return {"op": "replace", "start_seq": row.replace_start_seq, "end_seq": row.replace_end_seq}
-    return None

@@ -13,8 +13,8 @@ any phase, and ``validate_only`` (which simply never commits) all write nothing.
 from __future__ import annotations
 
 from contextlib import AsyncExitStack
-from types import TracebackType
-from typing import Self
+from dataclasses import dataclass
+from typing import Any, Self
 
 from admission_service.app import bounds, replay
 from admission_service.app.commands import Idempotency
@@ -32,6 +32,17 @@ from admission_service.domain.errors import (
 from admission_service.storage.repository import SessionRecord
 
 
+@dataclass(frozen=True, slots=True)
+class Resources:
+    """What a unit of work runs on (one set per ``AdmissionApp``)."""
+
+    storage: Storage
+    gate: SessionGate
+    quotas: TenantQuotas
+    limits: Limits
+    hooks: PhaseHooks
+
+
 class UnitOfWork:
     """One mutating call's transaction on one session (see the module docstring). The use case
     reads and writes through ``store`` and keeps ``record`` as the session row it leaves."""
@@ -41,11 +52,7 @@ class UnitOfWork:
 
     def __init__(
         self,
-        storage: Storage,
-        gate: SessionGate,
-        quotas: TenantQuotas,
-        limits: Limits,
-        hooks: PhaseHooks,
+        resources: Resources,
         method: str,
         tenant: str,
         session_id: str,
@@ -54,8 +61,7 @@ class UnitOfWork:
         validate_only: bool = False,
         create: bool = False,
     ) -> None:
-        self._storage, self._gate, self._quotas = storage, gate, quotas
-        self._limits, self._hooks = limits, hooks
+        self._resources = resources
         self.method, self.tenant, self.session_id = method, tenant, session_id
         self.idempotency = idempotency
         self.validate_only = validate_only
@@ -65,10 +71,12 @@ class UnitOfWork:
 
     async def __aenter__(self) -> Self:
         async with AsyncExitStack() as stack:
-            await stack.enter_async_context(self._quotas.call(self.tenant))  # the gate's queue
-            await stack.enter_async_context(self._gate.hold(self.tenant, self.session_id))
+            await stack.enter_async_context(
+                self._resources.quotas.call(self.tenant)
+            )  # the gate's queue
+            await stack.enter_async_context(self._resources.gate.hold(self.tenant, self.session_id))
             unit: StorageUnit = await stack.enter_async_context(
-                self._storage.unit(self.tenant, self.session_id)
+                self._resources.storage.unit(self.tenant, self.session_id)
             )
             self._unit, self.store = unit, unit.store
             if self._create:
@@ -81,18 +89,13 @@ class UnitOfWork:
             self._stack = stack.pop_all()
         return self
 
-    async def __aexit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self._stack.__aexit__(kind, error, traceback)
-        if self._committed and error is None:
+    async def __aexit__(self, *exc: Any) -> None:
+        await self._stack.__aexit__(*exc)
+        if self._committed and exc[1] is None:
             await self.reached(Phase.COMMITTED)
 
     async def reached(self, phase: Phase) -> None:
-        await self._hooks.reached(self.method, phase)
+        await self._resources.hooks.reached(self.method, phase)
 
     async def replayed(self, encode: object) -> bytes | None:
         """The response stored for a repeated ``request_id`` (rebuilt, ``replay.py``); None
@@ -119,15 +122,17 @@ class UnitOfWork:
         return self.record
 
     async def check_new_session(self) -> None:
-        await self._quotas.check_new_session(self._unit.usage)
+        await self._resources.quotas.check_new_session(self._unit.usage)
 
     async def check_growth(self) -> None:
         """The session's growth bounds and the tenant's stored-bytes quota, for what this
         transaction wrote (also with ``validate_only``: the answer is the commit's)."""
         assert self._loaded is not None
         growth = self.store.growth
-        bounds.check_session_growth(self._loaded, growth, self._limits)
-        await self._quotas.check_stored_bytes(self._unit.usage, self.tenant, growth.log_bytes)
+        bounds.check_session_growth(self._loaded, growth, self._resources.limits)
+        await self._resources.quotas.check_stored_bytes(
+            self._unit.usage, self.tenant, growth.log_bytes
+        )
 
     async def commit(self, result: object, payload: bytes, encode: object) -> None:
         """Store ``payload`` (the encoded ``result``) under the call's ``request_id``, send the

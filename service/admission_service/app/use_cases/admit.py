@@ -20,7 +20,7 @@ from admission_service.app.commands import (
 from admission_service.app.derivation import Derivation, FramesQuery, request_key
 from admission_service.app.hooks import Phase
 from admission_service.app.machinery import session_counter
-from admission_service.app.rows import decode_message, forecast_json
+from admission_service.app.rows import forecast_json
 from admission_service.app.unit_of_work import UnitOfWork
 from admission_service.app.use_cases.record import Recording
 from admission_service.domain import admission as rules
@@ -248,11 +248,7 @@ class Admission(Recording, Derivation):
         change of family; leaves ``tx.record`` with the new running price and prefix price."""
         record = tx.record
         rows = await tx.store.surface(with_empty=False)
-        prices = [
-            (row.seq, message_tokens(decode_message(row.message), counter))
-            for row in rows
-            if row.message is not None
-        ]
+        prices = [(row.seq, message_tokens(row.decoded(), counter)) for row in rows]
         await tx.store.reprice(prices)
         total = sum(price for _, price in prices)
         prefix = record.prefix

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from admission_service.app import bounds, validation
@@ -15,11 +15,9 @@ from admission_service.app.commands import (
 )
 from admission_service.app.hooks import Phase
 from admission_service.app.machinery import Machinery, previous_request, session_counter
-from admission_service.app.ports import SessionRepository
-from admission_service.app.rows import decode_message
+from admission_service.app.ports import SessionRepository, SurfaceNode
 from admission_service.app.unit_of_work import UnitOfWork
 from admission_service.domain import admission as rules
-from admission_service.domain import protowire
 from admission_service.domain.compaction import (
     CompactionNode,
     compact,
@@ -31,7 +29,8 @@ from admission_service.domain.compaction import (
 from admission_service.domain.errors import InvalidArgument, NothingToCompact, StaleCompactionPlan
 from admission_service.domain.projection import SystemNode
 from admission_service.domain.surface import effective_prompt
-from admission_service.storage.repository import NodeRecord, SessionRecord
+from admission_service.storage import codec
+from admission_service.storage.repository import SessionRecord
 
 _PLAN_FIELDS = ("generation", "next_seq", "start", "end")
 
@@ -44,16 +43,8 @@ def _plan_cursor(cursor: dict[str, Any]) -> dict[str, int]:
     return cursor
 
 
-def _compaction_nodes(rows: list[NodeRecord]) -> list[CompactionNode]:
-    return [
-        compaction_node(
-            row.seq,
-            row.tokens,
-            row.is_system,
-            decode_message(row.message) if row.message is not None else None,
-        )
-        for row in rows
-    ]
+def _compaction_nodes(rows: Sequence[SurfaceNode]) -> list[CompactionNode]:
+    return [compaction_node(row.seq, row.tokens, row.is_system, row.decoded()) for row in rows]
 
 
 def _system_nodes(nodes: list[CompactionNode]) -> tuple[SystemNode, ...]:
@@ -93,7 +84,7 @@ class Compaction(Machinery):
             header = record.series.last_header
             to_summarize = summarization_input(nodes, selected)
             bounds.check_summarization_input_size(
-                sum(len(protowire.frame(message)) for message in to_summarize), self.limits
+                sum(len(codec.frame(message)) for message in to_summarize), self.limits
             )
             return PlanResult(
                 token,

@@ -11,11 +11,10 @@ from admission_service.app.commands import (
     SystemNodeView,
 )
 from admission_service.app.derivation import Derivation
-from admission_service.app.machinery import session_counter
+from admission_service.app.machinery import PageRead, session_counter
 from admission_service.app.ports import SessionRepository
-from admission_service.app.rows import calibration_of, event_of, ledger_entry_of, session_info
+from admission_service.app.rows import calibration_of, ledger_entry_of, session_info
 from admission_service.app.trajectory import TrajectoryEntry, request_log_seq, trajectory_entries
-from admission_service.domain import codec
 from admission_service.domain.accounting import PricedNode, breakdown
 from admission_service.domain.projection import SystemNode
 from admission_service.domain.series import Route
@@ -49,7 +48,7 @@ class Reads(Derivation):
                     row.turn,
                     row.step,
                     row.system_text.decode(),
-                    bool(codec.loads(row.payload).get("update", False)),
+                    row.update,
                 )
                 for row in details
             )
@@ -100,45 +99,38 @@ class Reads(Derivation):
     async def list_events(
         self, tenant: str, session_id: str, page_size: int, page_token: str
     ) -> Page[EventView]:
-        limit, scope, after = self._session_page(
-            "events", tenant, session_id, page_size, page_token
-        )
-
-        async def page(store: SessionRepository, record: SessionRecord) -> Page[EventView]:
+        async def read(
+            store: SessionRepository, record: SessionRecord, limit: int, after: int
+        ) -> PageRead[EventView]:
             budget = self.limits.max_events_page_bytes
             rows, more = await store.events_page(after, limit, budget)
-            items = tuple(EventView(event_of(row), row.commit_time) for row in rows)
-            token = self.page_tokens.encode(scope, {"after": rows[-1].seq}) if more else ""
-            return Page(items, token)
+            items = tuple(EventView(row.event(), row.commit_time) for row in rows)
+            return items, rows[-1].seq if more else None
 
-        return await self._read_session(tenant, session_id, page)
+        return await self._read_page("events", tenant, session_id, page_size, page_token, read)
 
     async def list_trajectory(
         self, tenant: str, session_id: str, page_size: int, page_token: str
     ) -> Page[TrajectoryEntry]:
         """One page of the session's derived requests with the prompt each saw (a read)."""
-        limit, scope, after = self._session_page(
-            "trajectory", tenant, session_id, page_size, page_token
-        )
 
-        async def page(store: SessionRepository, record: SessionRecord) -> Page[TrajectoryEntry]:
+        async def read(
+            store: SessionRepository, record: SessionRecord, limit: int, after: int
+        ) -> PageRead[TrajectoryEntry]:
             # The request before the page (if any) bounds what its first entry introduced.
             rows = list(await store.requests_from(max(after, 0), limit + 2))
             before = rows.pop(0) if after >= 0 and rows and rows[0].request_index == after else None
             more, rows = len(rows) > limit, rows[:limit]
             if not rows:
-                return Page((), "")
+                return (), None
             requests = [(ledger_entry_of(row), request_log_seq(row.forecast)) for row in rows]
             ends = [seq for _, seq in requests if seq is not None]
             complete = len(ends) == len(requests)
             events = await store.prompt_events(max(ends) if complete else record.next_seq)
             since = request_log_seq(before.forecast) if before is not None else 0
             entries = trajectory_entries(
-                requests, [(event_of(row), row.commit_time) for row in events], since=since or 0
+                requests, [(row.event(), row.commit_time) for row in events], since=since or 0
             )
-            token = (
-                self.page_tokens.encode(scope, {"after": entries[-1].request_index}) if more else ""
-            )
-            return Page(entries, token)
+            return entries, entries[-1].request_index if more else None
 
-        return await self._read_session(tenant, session_id, page)
+        return await self._read_page("trajectory", tenant, session_id, page_size, page_token, read)
