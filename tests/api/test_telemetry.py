@@ -10,7 +10,7 @@ import logging
 import urllib.request
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import grpc
@@ -55,6 +55,15 @@ def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
         for family in text_string_to_metric_families(text)
         for sample in family.samples
     }
+
+
+async def recorded(condition: Callable[[], object]) -> None:
+    """Returns once ``condition()`` holds. A call's metrics, span and log line are recorded just
+    after its response is sent (api/telemetry.py), and a failed call's can come after its caller
+    has the error: a test reading them waits for the last call's."""
+    async with asyncio.timeout(10):
+        while not condition():  # noqa: ASYNC110 - telemetry signals nothing when it records
+            await asyncio.sleep(0.01)
 
 
 def value(samples: dict[Any, float], name: str, **labels: str) -> float:
@@ -133,6 +142,9 @@ async def test_metrics_count_rpcs_admissions_series_starts_and_cache_tokens(
     )
     with pytest.raises(grpc.aio.AioRpcError):
         await stub.GetSession(api.GetSessionRequest(session_id="nowhere-" + uuid.uuid4().hex))
+    rpc = {"grpc_service": SERVICE}
+    not_found = {"grpc_method": "GetSession", "grpc_code": "NOT_FOUND"}
+    await recorded(lambda: value(scrape(port), "grpc_server_handled_total", **rpc, **not_found))
 
     samples = scrape(port)
     tally = Counter((m, d, s) for m, d, s, _ in admitted)
@@ -151,22 +163,12 @@ async def test_metrics_count_rpcs_admissions_series_starts_and_cache_tokens(
     assert value(samples, "pas_cache_read_tokens_forecast_total") == forecast > 0
     assert value(samples, "pas_cache_read_tokens_observed_total") == 7
 
-    rpc = {"grpc_service": SERVICE}
     assert (
         value(samples, "grpc_server_handled_total", **rpc, grpc_method="Admit", grpc_code="OK")
         == 12
     )
     assert value(samples, "grpc_server_started_total", **rpc, grpc_method="Admit") == 12
-    assert (
-        value(
-            samples,
-            "grpc_server_handled_total",
-            **rpc,
-            grpc_method="GetSession",
-            grpc_code="NOT_FOUND",
-        )
-        == 1
-    )
+    assert value(samples, "grpc_server_handled_total", **rpc, **not_found) == 1
     assert value(samples, "grpc_server_handling_seconds_count", **rpc, grpc_method="Admit") == 12
     assert value(samples, "pas_db_pool_max_connections") == 8  # api_settings: 4 + 4
     assert ("pas_db_pool_connections", (("state", "idle"),)) in samples
@@ -283,6 +285,7 @@ async def test_an_error_is_logged_with_the_request_id_of_its_call(
         await stub.GetSession(
             api.GetSessionRequest(session_id="nowhere"), metadata=(("x-request-id", "r-404"),)
         )
+    await recorded(lambda: call_lines(json_log, "GetSession"))
     lines = [r for r in records(json_log) if r.get("request_id") == "r-404"]
     assert {r["logger"] for r in lines} == {
         "admission_service.api.errors",
@@ -294,7 +297,8 @@ async def test_an_error_is_logged_with_the_request_id_of_its_call(
 SECRET = "SECRET-PROMPT-" + uuid.uuid4().hex
 
 
-async def drive_with_secrets(client: ApiClient) -> None:
+async def drive_with_secrets(client: ApiClient, json_log: io.StringIO) -> None:
+    """Calls whose requests and responses carry ``SECRET``; returns once each is logged."""
     stub = client.stub
     session_id = await create_session(stub)
     admitted = await stub.Admit(admit_request(session_id, f"{SECRET} prompt", f"{SECRET} user"))
@@ -317,13 +321,14 @@ async def drive_with_secrets(client: ApiClient) -> None:
     ):
         with pytest.raises(grpc.aio.AioRpcError):
             await stub.Admit(bad)
+    await recorded(lambda: len(call_lines(json_log, "Admit")) == 4)
 
 
 async def test_prompt_and_message_text_never_reach_the_logs(
     start_api: StartApi, json_log: io.StringIO
 ) -> None:
     client = await start_api(log_level="DEBUG")
-    await drive_with_secrets(client)
+    await drive_with_secrets(client, json_log)
     assert call_lines(json_log, "Record"), "the calls were logged"
     assert SECRET not in json_log.getvalue()
 
@@ -332,7 +337,7 @@ async def test_payloads_are_logged_only_when_asked_for(
     start_api: StartApi, json_log: io.StringIO
 ) -> None:
     client = await start_api(log_payloads=True)
-    await drive_with_secrets(client)
+    await drive_with_secrets(client, json_log)
     payloads = [r for r in records(json_log) if r["message"] == "request payload"]
     assert payloads and all(r["level"] == "DEBUG" for r in payloads)
     assert any(SECRET in json.dumps(r) for r in payloads)
