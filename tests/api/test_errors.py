@@ -122,6 +122,11 @@ MAPPINGS: list[tuple[Callable[[], BaseException], grpc.StatusCode, str]] = [
         "UNSUPPORTED_WIRE_CONTENT",
     ),
     (lambda: domain.NothingToCompact(), grpc.StatusCode.FAILED_PRECONDITION, "NOTHING_TO_COMPACT"),
+    (
+        lambda: domain.UnansweredToolCall(("call-1", "call-2")),
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "UNANSWERED_TOOL_CALL",
+    ),
     (lambda: domain.Unavailable("db down"), grpc.StatusCode.UNAVAILABLE, "DATABASE_UNAVAILABLE"),
     (
         lambda: psycopg.errors.DeadlockDetected("deadlock detected"),
