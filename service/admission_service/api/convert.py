@@ -20,6 +20,7 @@ import hashlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from enum import Enum
 from typing import TypeVar
 
 from google.protobuf.message import Message as ProtoMessage
@@ -68,85 +69,46 @@ from admission_service.domain.trajectory import HeaderFact
 from admission_service.domain.wire import WireFormat
 
 V = TypeVar("V")
+K = TypeVar("K", bound=Enum)
+P = TypeVar("P", bound=int)
 
 # ---- enums --------------------------------------------------------------------------------
 
-_WIRE_FORMATS: Mapping[int, WireFormat] = {
-    pb.WIRE_FORMAT_UNSPECIFIED: WireFormat.NEUTRAL,
-    pb.WIRE_FORMAT_NEUTRAL: WireFormat.NEUTRAL,
-    pb.WIRE_FORMAT_OPENAI_CHAT: WireFormat.OPENAI_CHAT,
-    pb.WIRE_FORMAT_OPENAI_RESPONSES: WireFormat.OPENAI_RESPONSES,
-    pb.WIRE_FORMAT_ANTHROPIC_MESSAGES: WireFormat.ANTHROPIC_MESSAGES,
-}
-_WIRE_FORMATS_OUT: Mapping[WireFormat, pb.WireFormat.ValueType] = {
-    WireFormat.NEUTRAL: pb.WIRE_FORMAT_NEUTRAL,
-    WireFormat.OPENAI_CHAT: pb.WIRE_FORMAT_OPENAI_CHAT,
-    WireFormat.OPENAI_RESPONSES: pb.WIRE_FORMAT_OPENAI_RESPONSES,
-    WireFormat.ANTHROPIC_MESSAGES: pb.WIRE_FORMAT_ANTHROPIC_MESSAGES,
-}
-_SYSTEM_PROMPT_UPDATES: Mapping[int, Capability] = {
-    pb.SYSTEM_PROMPT_UPDATE_UNSPECIFIED: Capability.UNSPECIFIED,
-    pb.SYSTEM_PROMPT_UPDATE_REPLACE: Capability.REPLACE,
-    pb.SYSTEM_PROMPT_UPDATE_IN_HISTORY: Capability.IN_HISTORY,
-}
-_TOOL_UPDATES: Mapping[int, Capability] = {
-    pb.TOOL_UPDATE_UNSPECIFIED: Capability.UNSPECIFIED,
-    pb.TOOL_UPDATE_REPLACE: Capability.REPLACE,
-    pb.TOOL_UPDATE_IN_HISTORY: Capability.IN_HISTORY,
-}
-_ROLES_OUT: Mapping[Role, pb.MessageRole.ValueType] = {
-    Role.SYSTEM: pb.MESSAGE_ROLE_SYSTEM,
-    Role.USER: pb.MESSAGE_ROLE_USER,
-    Role.ASSISTANT: pb.MESSAGE_ROLE_ASSISTANT,
-    Role.TOOL: pb.MESSAGE_ROLE_TOOL,
-}
-_CAPABILITY_SOURCES: Mapping[CapabilitySource, pb.CapabilitySource.ValueType] = {
-    CapabilitySource.REQUEST: pb.CAPABILITY_SOURCE_REQUEST,
-    CapabilitySource.CATALOG: pb.CAPABILITY_SOURCE_CATALOG,
-    CapabilitySource.DEFAULT: pb.CAPABILITY_SOURCE_DEFAULT,
-}
-_COMMIT_OPS: Mapping[CommitOp, pb.CommitOperation.ValueType] = {
-    CommitOp.APPEND: pb.COMMIT_OPERATION_APPEND,
-    CommitOp.REPLACE: pb.COMMIT_OPERATION_REPLACE,
-}
-_HEADER_REASONS: Mapping[HeaderReason, pb.HeaderReason.ValueType] = {
-    HeaderReason.INITIAL: pb.HEADER_REASON_INITIAL,
-    HeaderReason.RESUME: pb.HEADER_REASON_RESUME,
-    HeaderReason.CHANGE: pb.HEADER_REASON_CHANGE,
-    HeaderReason.SERIES: pb.HEADER_REASON_SERIES,
-}
+
+def _named(members: Iterable[K], value: Callable[[str], P], prefix: str) -> dict[K, P]:
+    """Each member to the proto enum value named ``prefix`` + the member's name (a member the
+    proto lacks fails at import)."""
+    return {member: value(prefix + member.name) for member in members}
+
+
+def _inbound(table: Mapping[K, P], unspecified: K) -> dict[int, K]:
+    """The inverse of an outbound table, with the proto's zero value (UNSPECIFIED) read as
+    ``unspecified``."""
+    return {0: unspecified, **{int(value): member for member, value in table.items()}}
+
+
+_WIRE_FORMATS_OUT = _named(WireFormat, pb.WireFormat.Value, "WIRE_FORMAT_")
+_WIRE_FORMATS = _inbound(_WIRE_FORMATS_OUT, WireFormat.NEUTRAL)
+_SYSTEM_PROMPT_UPDATES = _inbound(
+    _named(Capability, pb.SystemPromptUpdate.Value, "SYSTEM_PROMPT_UPDATE_"),
+    Capability.UNSPECIFIED,
+)
+_TOOL_UPDATES = _inbound(
+    _named(Capability, pb.ToolUpdate.Value, "TOOL_UPDATE_"), Capability.UNSPECIFIED
+)
+_ROLES_OUT = _named(Role, pb.MessageRole.Value, "MESSAGE_ROLE_")
+_CAPABILITY_SOURCES = _named(CapabilitySource, pb.CapabilitySource.Value, "CAPABILITY_SOURCE_")
+_COMMIT_OPS = _named(CommitOp, pb.CommitOperation.Value, "COMMIT_OPERATION_")
+_HEADER_REASONS = _named(HeaderReason, pb.HeaderReason.Value, "HEADER_REASON_")
 _LOCATIONS: Mapping[str, pb.PromptLocation.ValueType] = {
     "none": pb.PROMPT_LOCATION_NONE,
     "head": pb.PROMPT_LOCATION_HEAD,
     "in_history": pb.PROMPT_LOCATION_IN_HISTORY,
 }
-_DIVERGENCE_REASONS: Mapping[DivergenceReason, pb.DivergenceReason.ValueType] = {
-    DivergenceReason.NONE: pb.DIVERGENCE_REASON_NONE,
-    DivergenceReason.FIRST_REQUEST: pb.DIVERGENCE_REASON_FIRST_REQUEST,
-    DivergenceReason.SYSTEM_CHANGED: pb.DIVERGENCE_REASON_SYSTEM_CHANGED,
-    DivergenceReason.TOOLS_CHANGED: pb.DIVERGENCE_REASON_TOOLS_CHANGED,
-    DivergenceReason.MESSAGES_CHANGED: pb.DIVERGENCE_REASON_MESSAGES_CHANGED,
-    DivergenceReason.MODEL_CHANGED: pb.DIVERGENCE_REASON_MODEL_CHANGED,
-    DivergenceReason.SERIES_START: pb.DIVERGENCE_REASON_SERIES_START,
-}
-_REQUEST_VIEWS: Mapping[int, app.RequestView] = {
-    pb.REQUEST_VIEW_UNSPECIFIED: app.RequestView.FULL,
-    pb.REQUEST_VIEW_FULL: app.RequestView.FULL,
-    pb.REQUEST_VIEW_DELTA: app.RequestView.DELTA,
-}
-_REQUEST_VIEWS_OUT: Mapping[app.RequestView, pb.RequestView.ValueType] = {
-    app.RequestView.FULL: pb.REQUEST_VIEW_FULL,
-    app.RequestView.DELTA: pb.REQUEST_VIEW_DELTA,
-}
-_EVENT_KINDS: Mapping[EventKind, pb.EventKind.ValueType] = {
-    EventKind.SYSTEM_MESSAGE: pb.EVENT_KIND_SYSTEM_MESSAGE,
-    EventKind.USER_MESSAGE: pb.EVENT_KIND_USER_MESSAGE,
-    EventKind.ASSISTANT_MESSAGE: pb.EVENT_KIND_ASSISTANT_MESSAGE,
-    EventKind.TOOL_RESULT: pb.EVENT_KIND_TOOL_RESULT,
-    EventKind.COMPACTION_SUMMARY: pb.EVENT_KIND_COMPACTION_SUMMARY,
-    EventKind.REQUEST_HEADER: pb.EVENT_KIND_REQUEST_HEADER,
-    EventKind.REQUEST_CONTEXT: pb.EVENT_KIND_REQUEST_CONTEXT,
-}
+_DIVERGENCE_REASONS = _named(DivergenceReason, pb.DivergenceReason.Value, "DIVERGENCE_REASON_")
+_REQUEST_VIEWS_OUT = _named(app.RequestView, pb.RequestView.Value, "REQUEST_VIEW_")
+_REQUEST_VIEWS = _inbound(_REQUEST_VIEWS_OUT, app.RequestView.FULL)
+_EVENT_KINDS = _named(EventKind, pb.EventKind.Value, "EVENT_KIND_")
 
 # Block kinds (the ContentBlock oneof names) each kind of inbound message may carry.
 USER_BLOCKS = frozenset({"text", "image"})
