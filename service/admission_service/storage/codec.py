@@ -11,8 +11,6 @@ that need values.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from promptadmission.v1 import session_pb2 as pb
 
 from admission_service.domain.messages import (
@@ -61,6 +59,11 @@ def _fill_block(target: pb.ContentBlock, block: Block) -> None:
             _fill_block(result.content.add(), part)
 
 
+def to_proto(message: Message) -> pb.Message:
+    """``message`` as the generated ``promptadmission.v1.Message``."""
+    return _fill(pb.Message(), message)
+
+
 def _fill(target: pb.Message, message: Message) -> pb.Message:
     target.role = _ROLES[message.role]
     for block in message.content:
@@ -70,7 +73,7 @@ def _fill(target: pb.Message, message: Message) -> pb.Message:
 
 def encode(message: Message) -> bytes:
     """``message`` as ``promptadmission.v1.Message``, serialized."""
-    return _fill(pb.Message(), message).SerializeToString(deterministic=True)
+    return to_proto(message).SerializeToString(deterministic=True)
 
 
 def frame(message: Message) -> bytes:
@@ -89,7 +92,7 @@ def encode_and_frame(message: Message) -> tuple[bytes, bytes]:
     )
 
 
-def _block(block: pb.ContentBlock) -> Block:
+def block_from_proto(block: pb.ContentBlock) -> Block:
     which = block.WhichOneof("block")
     if which == "text":
         return Text(block.text.text)
@@ -103,25 +106,24 @@ def _block(block: pb.ContentBlock) -> Block:
     result = block.tool_result
     content: list[Text | Image] = []
     for part in result.content:
-        inner = _block(part)
+        inner = block_from_proto(part)
         assert isinstance(inner, Text | Image)
         content.append(inner)
     return ToolResult(result.call_id, tuple(content), result.is_error)
 
 
-def _message(message: pb.Message) -> Message:
-    return Message(_ROLES_IN[message.role], tuple(_block(block) for block in message.content))
+def from_proto(message: pb.Message) -> Message:
+    """The domain value of a generated ``promptadmission.v1.Message``."""
+    return Message(
+        _ROLES_IN[message.role], tuple(block_from_proto(block) for block in message.content)
+    )
 
 
 def decode(data: bytes) -> Message:
     """The message ``encode`` encoded."""
-    return _message(pb.Message.FromString(data))
+    return from_proto(pb.Message.FromString(data))
 
 
 def decode_frames(frames: bytes) -> tuple[Message, ...]:
     """The messages of concatenated ``frame`` output, in order."""
-    return _messages(pb.DerivedRequest.FromString(frames).messages)
-
-
-def _messages(values: Iterable[pb.Message]) -> tuple[Message, ...]:
-    return tuple(_message(value) for value in values)
+    return tuple(from_proto(value) for value in pb.DerivedRequest.FromString(frames).messages)

@@ -1,14 +1,14 @@
-"""The values ``SessionStore`` reads and returns: frozen, typed, and named as the columns are.
+"""The values ``SessionStore`` reads and returns: frozen and typed.
 
-A row read for a caller that decodes it further (``StoredEvent``, ``LedgerRow``,
-``SystemNodeDetail``) keeps the column names, so ``row.payload`` reads the same whether the
-value came from SQLAlchemy or from here; the others are the session row and the surface as the
-use cases need them.
+The rows a caller reads further (``StoredEvent``, ``NodeRecord``, ``SystemNodeDetail``,
+``LedgerRow``) keep their columns' names and decode themselves into domain values
+(``event()``, ``decoded()``, ``update``), so no caller knows a stored encoding; the others are
+the session row and the surface as the use cases need them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
@@ -154,13 +154,6 @@ class NodeRecord:
         (message,) = codec.decode_frames(self.message_pb)
         return message
 
-    @property
-    def message(self) -> bytes | None:
-        """Until app/ reads ``decoded()`` (/work/requests.md): the message's JSON, as the
-        column dropped by migration 0005 held it."""
-        decoded = self.decoded()
-        return json_codec.encode_message(decoded) if decoded is not None else None
-
 
 # The events whose payload is JSON; every other event's is its message (``codec.encode``).
 _JSON_KINDS = frozenset({EventKind.REQUEST_HEADER.value, EventKind.REQUEST_CONTEXT.value})
@@ -181,19 +174,19 @@ class StoredEvent:
     source_seqs: list[int]
     admission_id: str | None
     prompt_update: bool
-    stored_payload: bytes = field(metadata={"column": "payload"})
+    payload: bytes
 
     def event(self) -> Event:
         """The row as a domain event."""
         message = header = context = None
         if self.kind in _JSON_KINDS:
-            payload = json_codec.loads(self.stored_payload)
+            payload = json_codec.loads(self.payload)
             header = json_codec.header_from_json(payload["header"]) if "header" in payload else None
             context = (
                 json_codec.context_from_json(payload["context"]) if "context" in payload else None
             )
         else:
-            message = codec.decode(self.stored_payload)
+            message = codec.decode(self.payload)
         return Event(
             seq=self.seq,
             kind=EventKind(self.kind),
@@ -207,12 +200,6 @@ class StoredEvent:
             admission_id=self.admission_id or "",
             update=self.prompt_update,
         )
-
-    @property
-    def payload(self) -> bytes:
-        """Until app/ reads ``event()`` (/work/requests.md): the payload's JSON as stored before
-        migration 0005."""
-        return json_codec.dumps(json_codec.event_payload(self.event()))
 
     def _op(self) -> SurfaceOp | None:
         if self.surface_op == "append":
@@ -254,15 +241,8 @@ class SystemNodeDetail:
         """Whether the system message updated the prompt (``Event.update``)."""
         return self.prompt_update
 
-    @property
-    def payload(self) -> bytes:
-        """Until app/ reads ``update`` (/work/requests.md): the update flag as the payload's JSON
-        held it before migration 0005."""
-        return json_codec.dumps({"update": True} if self.prompt_update else {})
-
 
 def columns(table: Table, row_type: type[Any]) -> list[Column[Any]]:
-    """The columns of ``table`` that make ``row_type``, in its field order (a field names its
-    column, or says it in its ``column`` metadata): a row selected with them is
-    ``row_type(*row)``."""
-    return [table.c[item.metadata.get("column", item.name)] for item in fields(row_type)]
+    """The columns of ``table`` that make ``row_type``, in its field order: a row selected
+    with them is ``row_type(*row)``."""
+    return [table.c[item.name] for item in fields(row_type)]

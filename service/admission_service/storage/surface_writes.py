@@ -30,7 +30,8 @@ _ANSWER = text(
     " RETURNING c.call_id, c.result_seq"
 )
 
-# A change of route family prices every surviving node again (app/service.py: _reprice).
+# A change of route family prices every surviving node again (app/use_cases/admit.py:
+# _reprice).
 _REPRICE = text(
     "UPDATE surface_nodes AS n SET tokens = u.tokens"
     " FROM unnest(CAST(:seqs AS bigint[]), CAST(:tokens AS bigint[])) AS u(seq, tokens)"

@@ -34,6 +34,8 @@ def test_encoding_equals_the_api_encoding(message: Message) -> None:
     expected = message_to_proto(message).SerializeToString(deterministic=True)
     assert codec.encode(message) == expected
     assert codec.decode(expected) == message
+    assert codec.to_proto(message) == message_to_proto(message)
+    assert codec.from_proto(message_to_proto(message)) == message
     encoded, framed = codec.encode_and_frame(message)
     assert (encoded, framed) == (expected, codec.frame(message))
     assert framed.endswith(encoded)
