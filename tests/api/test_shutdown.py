@@ -7,13 +7,7 @@ from pathlib import Path
 
 import pytest
 
-# free_port, serve_command and wait_until_serving are imported from here by other tests.
-from tests.api.serve_process import (  # noqa: F401
-    free_port,
-    serve_command,
-    serving,
-    wait_until_serving,
-)
+from tests.api.serve_process import serving
 
 GRACE_SECONDS = 5
 
