@@ -21,17 +21,8 @@ from admission_service.app.commands import (
     Usage,
 )
 from admission_service.app.limits import Limits
+from admission_service.domain import messages as msg
 from admission_service.domain.errors import InvalidArgument
-from admission_service.domain.messages import (
-    Block,
-    Image,
-    Message,
-    Reasoning,
-    Role,
-    Text,
-    Tool,
-    ToolCall,
-)
 from admission_service.domain.wire_common import inline_image, is_data_uri
 
 SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -119,7 +110,7 @@ def check_route(route: RouteRequest, limits: Limits) -> None:
     _check_count(route.context_window, "route.context_window")
 
 
-def check_tools(tools: Sequence[Tool], limits: Limits) -> None:
+def check_tools(tools: Sequence[msg.Tool], limits: Limits) -> None:
     if len(tools) > limits.max_tools:
         raise InvalidArgument("tools", "holds more than {limit} tools", limit=limits.max_tools)
     names: set[str] = set()
@@ -143,19 +134,19 @@ def check_tools(tools: Sequence[Tool], limits: Limits) -> None:
             )
 
 
-def _block_size(block: Block) -> int:
-    if isinstance(block, Text):
+def _block_size(block: msg.Block) -> int:
+    if isinstance(block, msg.Text):
         return _utf8_size(block.text)
-    if isinstance(block, Reasoning):
+    if isinstance(block, msg.Reasoning):
         return _utf8_size(block.text) + _utf8_size(block.signature)
-    if isinstance(block, Image):
+    if isinstance(block, msg.Image):
         return _utf8_size(block.uri) + _utf8_size(block.media_type)
-    if isinstance(block, ToolCall):
+    if isinstance(block, msg.ToolCall):
         return sum(map(_utf8_size, (block.call_id, block.name, block.arguments_json)))
     return _utf8_size(block.call_id) + sum(_block_size(inner) for inner in block.content)
 
 
-def _check_image(image: Image, field: str) -> None:
+def _check_image(image: msg.Image, field: str) -> None:
     """An image is a URL or a base64 ``data:`` URI, the two forms every provider format can
     carry (an inline image goes to Anthropic as a base64 source with the URI's media type)."""
     if not image.uri:
@@ -174,8 +165,10 @@ def _check_image(image: Image, field: str) -> None:
         )
 
 
-def check_message(message: Message, field: str, limits: Limits, allowed: tuple[type, ...]) -> None:
-    if not message.content and message.role is not Role.ASSISTANT:
+def check_message(
+    message: msg.Message, field: str, limits: Limits, allowed: tuple[type, ...]
+) -> None:
+    if not message.content and message.role is not msg.Role.ASSISTANT:
         raise InvalidArgument(f"{field}.content", "must hold at least one block")
     if len(message.content) > limits.max_blocks_per_message:
         raise InvalidArgument(
@@ -189,9 +182,9 @@ def check_message(message: Message, field: str, limits: Limits, allowed: tuple[t
         where = f"{field}.content[{index}]"
         if not isinstance(block, allowed):
             raise InvalidArgument(where, f"a {type(block).__name__} block is not allowed here")
-        if isinstance(block, Image):
+        if isinstance(block, msg.Image):
             _check_image(block, f"{where}.image")
-        if isinstance(block, ToolCall):
+        if isinstance(block, msg.ToolCall):
             if not block.call_id:
                 raise InvalidArgument(f"{where}.tool_call.call_id", "is required")
             _check_no_nul(block.call_id, f"{where}.tool_call.call_id")
@@ -242,9 +235,9 @@ def check_admit(command: AdmitCommand, limits: Limits) -> None:
     if len(command.users) > limits.max_users:
         raise InvalidArgument("users", "holds more than {limit} messages", limit=limits.max_users)
     for index, user in enumerate(command.users):
-        if user.role is not Role.USER:
+        if user.role is not msg.Role.USER:
             raise InvalidArgument(f"users[{index}].role", "must be USER")
-        check_message(user, f"users[{index}]", limits, (Text, Image))
+        check_message(user, f"users[{index}]", limits, (msg.Text, msg.Image))
 
 
 def check_admission_id(admission_id: str, limits: Limits) -> None:
@@ -275,9 +268,11 @@ def check_record(command: RecordCommand, limits: Limits) -> None:
             "assistant", "a record needs an assistant message, tool results or usage"
         )
     if command.assistant is not None:
-        if command.assistant.role is not Role.ASSISTANT:
+        if command.assistant.role is not msg.Role.ASSISTANT:
             raise InvalidArgument("assistant.role", "must be ASSISTANT")
-        check_message(command.assistant, "assistant", limits, (Text, Reasoning, ToolCall))
+        check_message(
+            command.assistant, "assistant", limits, (msg.Text, msg.Reasoning, msg.ToolCall)
+        )
         ids = [call.call_id for call in command.assistant.tool_calls()]
         if len(set(ids)) != len(ids):
             raise InvalidArgument("assistant.content", "repeats a tool call id")
@@ -296,10 +291,10 @@ def check_record(command: RecordCommand, limits: Limits) -> None:
                 f"{field}.call_id", "answers {call_id!r} twice", call_id=result.call_id
             )
         answered.add(result.call_id)
-        wrapped = Message(Role.TOOL, result.content)
-        check_message(wrapped, field, limits, (Text, Image))
+        wrapped = msg.Message(msg.Role.TOOL, result.content)
+        check_message(wrapped, field, limits, (msg.Text, msg.Image))
         if result.is_error and not any(
-            isinstance(block, Text) and block.text for block in result.content
+            isinstance(block, msg.Text) and block.text for block in result.content
         ):
             # The OpenAI formats have no error flag: the text is how the model learns it failed.
             raise InvalidArgument(f"{field}.content", "an error result must describe the failure")

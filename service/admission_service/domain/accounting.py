@@ -19,17 +19,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
-from admission_service.domain.messages import (
-    Block,
-    Image,
-    Message,
-    Reasoning,
-    Role,
-    Text,
-    Tool,
-    ToolCall,
-    ToolResult,
-)
+from admission_service.domain import messages as msg
 
 CHARS_PER_TOKEN = 4
 BLOCK_OVERHEAD = 4
@@ -78,35 +68,35 @@ def _json(value: object) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def block_tokens(block: Block, counter: TokenCounter = HEURISTIC_COUNTER) -> int:
-    if isinstance(block, Text | Reasoning):
+def block_tokens(block: msg.Block, counter: TokenCounter = HEURISTIC_COUNTER) -> int:
+    if isinstance(block, msg.Text | msg.Reasoning):
         return counter.count(block.text) + BLOCK_OVERHEAD
-    if isinstance(block, ToolCall):
+    if isinstance(block, msg.ToolCall):
         return counter.count(block.name) + counter.count(block.arguments_json) + BLOCK_OVERHEAD
-    if isinstance(block, ToolResult):
+    if isinstance(block, msg.ToolResult):
         return content_tokens(block.content, counter) + BLOCK_OVERHEAD
     return BLOCK_OVERHEAD + _tokens(_image_json(block))
 
 
-def _image_json(block: Image) -> str:
+def _image_json(block: msg.Image) -> str:
     return _json({"type": "image", "uri": block.uri, "mediaType": block.media_type})
 
 
-def content_tokens(content: Sequence[Block], counter: TokenCounter = HEURISTIC_COUNTER) -> int:
+def content_tokens(content: Sequence[msg.Block], counter: TokenCounter = HEURISTIC_COUNTER) -> int:
     return sum(block_tokens(block, counter) for block in content)
 
 
-def message_tokens(message: Message | None, counter: TokenCounter = HEURISTIC_COUNTER) -> int:
+def message_tokens(message: msg.Message | None, counter: TokenCounter = HEURISTIC_COUNTER) -> int:
     """The price of one derived message; a node deriving to nothing costs nothing."""
     if message is None or not message.content:
         return 0
-    if message.role is Role.SYSTEM:
+    if message.role is msg.Role.SYSTEM:
         # A system message has no block overhead: the reference prices its whole text at once.
         return counter.count(message.text) + ROLE_OVERHEAD
     return content_tokens(message.content, counter) + ROLE_OVERHEAD
 
 
-def tools_json(tools: Sequence[Tool]) -> str:
+def tools_json(tools: Sequence[msg.Tool]) -> str:
     """Tools as the JSON array a provider body carries (the schema text spliced in verbatim)."""
     items = (
         f'{{"name":{_json(tool.name)},"description":{_json(tool.description)},'
@@ -116,14 +106,14 @@ def tools_json(tools: Sequence[Tool]) -> str:
     return "[" + ",".join(items) + "]"
 
 
-def tools_tokens(tools: Sequence[Tool], counter: TokenCounter = HEURISTIC_COUNTER) -> int:
+def tools_tokens(tools: Sequence[msg.Tool], counter: TokenCounter = HEURISTIC_COUNTER) -> int:
     """The price of a tool set, remembered: a harness sends the same tool set every step, and a
     real tokenizer over kilobytes of schemas would otherwise cost a millisecond a step."""
     return _tools_tokens(tuple(tools), counter)
 
 
 @functools.lru_cache(maxsize=256)
-def _tools_tokens(tools: tuple[Tool, ...], counter: TokenCounter) -> int:
+def _tools_tokens(tools: tuple[msg.Tool, ...], counter: TokenCounter) -> int:
     if not tools:
         return 0
     return counter.count(tools_json(tools)) + BLOCK_OVERHEAD
@@ -188,7 +178,7 @@ class TokenBreakdown:
 
 def breakdown(
     nodes: Sequence[PricedNode],
-    tools: Sequence[Tool],
+    tools: Sequence[msg.Tool],
     counter: TokenCounter = HEURISTIC_COUNTER,
     *,
     total: int | None = None,

@@ -11,18 +11,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from admission_service.domain import messages as msg
 from admission_service.domain.events import Append, Event, EventKind, Replace
-from admission_service.domain.messages import (
-    Block,
-    Image,
-    Message,
-    Reasoning,
-    Role,
-    Text,
-    Tool,
-    ToolCall,
-    ToolResult,
-)
 from admission_service.domain.series import (
     ContextLog,
     HeaderLog,
@@ -42,18 +32,18 @@ def loads(data: bytes) -> Any:
     return json.loads(data)
 
 
-def block_to_json(block: Block) -> JsonObject:
-    if isinstance(block, Text):
+def block_to_json(block: msg.Block) -> JsonObject:
+    if isinstance(block, msg.Text):
         return {"type": "text", "text": block.text}
-    if isinstance(block, Image):
+    if isinstance(block, msg.Image):
         return {"type": "image", "uri": block.uri, "media_type": block.media_type}
-    if isinstance(block, Reasoning):
+    if isinstance(block, msg.Reasoning):
         # The signature is omitted when empty, so reasoning stored before it existed reads
         # (and digests) the same.
         if block.signature:
             return {"type": "reasoning", "text": block.text, "signature": block.signature}
         return {"type": "reasoning", "text": block.text}
-    if isinstance(block, ToolCall):
+    if isinstance(block, msg.ToolCall):
         return {
             "type": "tool_call",
             "call_id": block.call_id,
@@ -68,34 +58,34 @@ def block_to_json(block: Block) -> JsonObject:
     }
 
 
-def block_from_json(data: JsonObject) -> Block:
+def block_from_json(data: JsonObject) -> msg.Block:
     kind = data["type"]
     if kind == "text":
-        return Text(data["text"])
+        return msg.Text(data["text"])
     if kind == "image":
-        return Image(data["uri"], data["media_type"])
+        return msg.Image(data["uri"], data["media_type"])
     if kind == "reasoning":
-        return Reasoning(data["text"], data.get("signature", ""))
+        return msg.Reasoning(data["text"], data.get("signature", ""))
     if kind == "tool_call":
-        return ToolCall(data["call_id"], data["name"], data["arguments_json"])
+        return msg.ToolCall(data["call_id"], data["name"], data["arguments_json"])
     content = tuple(block_from_json(inner) for inner in data["content"])
-    assert all(isinstance(inner, Text | Image) for inner in content)
-    return ToolResult(data["call_id"], content, data["is_error"])  # type: ignore[arg-type]
+    assert all(isinstance(inner, msg.Text | msg.Image) for inner in content)
+    return msg.ToolResult(data["call_id"], content, data["is_error"])  # type: ignore[arg-type]
 
 
-def message_to_json(message: Message) -> JsonObject:
+def message_to_json(message: msg.Message) -> JsonObject:
     return {"role": message.role.value, "content": [block_to_json(b) for b in message.content]}
 
 
-def message_from_json(data: JsonObject) -> Message:
-    return Message(Role(data["role"]), tuple(block_from_json(b) for b in data["content"]))
+def message_from_json(data: JsonObject) -> msg.Message:
+    return msg.Message(msg.Role(data["role"]), tuple(block_from_json(b) for b in data["content"]))
 
 
-def encode_message(message: Message) -> bytes:
+def encode_message(message: msg.Message) -> bytes:
     return dumps(message_to_json(message))
 
 
-def tool_to_json(tool: Tool) -> JsonObject:
+def tool_to_json(tool: msg.Tool) -> JsonObject:
     return {
         "name": tool.name,
         "description": tool.description,
@@ -103,15 +93,15 @@ def tool_to_json(tool: Tool) -> JsonObject:
     }
 
 
-def tool_from_json(data: JsonObject) -> Tool:
-    return Tool(data["name"], data["description"], data["parameters_json"])
+def tool_from_json(data: JsonObject) -> msg.Tool:
+    return msg.Tool(data["name"], data["description"], data["parameters_json"])
 
 
-def encode_tools(tools: tuple[Tool, ...]) -> bytes:
+def encode_tools(tools: tuple[msg.Tool, ...]) -> bytes:
     return dumps([tool_to_json(tool) for tool in tools])
 
 
-def decode_tools(data: bytes) -> tuple[Tool, ...]:
+def decode_tools(data: bytes) -> tuple[msg.Tool, ...]:
     return tuple(tool_from_json(item) for item in loads(data))
 
 

@@ -19,16 +19,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from admission_service.domain.messages import (
-    Image,
-    Message,
-    Reasoning,
-    Role,
-    Text,
-    Tool,
-    ToolCall,
-    ToolResult,
-)
+from admission_service.domain import messages as msg
 from admission_service.domain.wire_common import (
     Json,
     WireFormat,
@@ -47,7 +38,7 @@ NO_IMAGE_PROVIDERS = frozenset({"deepseek"})
 
 
 def anthropic_messages(
-    messages: Sequence[Message], *, provider: str, tools: Sequence[Tool]
+    messages: Sequence[msg.Message], *, provider: str, tools: Sequence[msg.Tool]
 ) -> Json:
     system: str | None = None
     out: list[Json] = []
@@ -77,17 +68,17 @@ def anthropic_messages(
 
     for index, message in enumerate(messages):
         where = f"messages[{index}]"
-        if message.role is Role.SYSTEM:
+        if message.role is msg.Role.SYSTEM:
             if not out and system is None:
                 system = message.text
             else:
                 pending.append((index, message.text))
-        elif message.role is Role.ASSISTANT:
+        elif message.role is msg.Role.ASSISTANT:
             content = _assistant_content(message)
             if content:
                 flush()
             add("assistant", content)
-        elif message.role is Role.USER:
+        elif message.role is msg.Role.USER:
             add("user", _user_content(message.content, provider, where))
         else:
             add("user", [_tool_result(block, provider, where) for block in _results(message)])
@@ -100,21 +91,21 @@ def anthropic_messages(
     return body
 
 
-def _results(message: Message) -> list[ToolResult]:
-    return [block for block in message.content if isinstance(block, ToolResult)]
+def _results(message: msg.Message) -> list[msg.ToolResult]:
+    return [block for block in message.content if isinstance(block, msg.ToolResult)]
 
 
 def _user_content(content: Sequence[object], provider: str, where: str) -> list[Json]:
     parts: list[Json] = []
     for index, block in enumerate(content):
-        if isinstance(block, Text) and block.text:
+        if isinstance(block, msg.Text) and block.text:
             parts.append({"type": "text", "text": block.text})
-        elif isinstance(block, Image):
+        elif isinstance(block, msg.Image):
             parts.append(_image(block, provider, f"{where}.content[{index}]"))
     return parts
 
 
-def _image(image: Image, provider: str, where: str) -> Json:
+def _image(image: msg.Image, provider: str, where: str) -> Json:
     if provider in NO_IMAGE_PROVIDERS:
         refuse(WIRE, where, f"the {provider} Anthropic-compatible API takes no image blocks")
     inline = inline_image(image)
@@ -134,7 +125,7 @@ def _image(image: Image, provider: str, where: str) -> Json:
     return {"type": "image", "source": source}
 
 
-def _tool_result(block: ToolResult, provider: str, where: str) -> Json:
+def _tool_result(block: msg.ToolResult, provider: str, where: str) -> Json:
     entry: Json = {"type": "tool_result", "tool_use_id": block.call_id}
     content = _user_content(block.content, provider, where)
     if content:
@@ -144,14 +135,14 @@ def _tool_result(block: ToolResult, provider: str, where: str) -> Json:
     return entry
 
 
-def _assistant_content(message: Message) -> list[Json]:
+def _assistant_content(message: msg.Message) -> list[Json]:
     parts: list[Json] = []
     for block in message.content:
-        if isinstance(block, Reasoning) and block.signature:
+        if isinstance(block, msg.Reasoning) and block.signature:
             parts.append({"type": "thinking", "thinking": block.text, "signature": block.signature})
-        elif isinstance(block, Text) and block.text:
+        elif isinstance(block, msg.Text) and block.text:
             parts.append({"type": "text", "text": block.text})
-        elif isinstance(block, ToolCall):
+        elif isinstance(block, msg.ToolCall):
             parts.append(
                 {
                     "type": "tool_use",
@@ -163,7 +154,7 @@ def _assistant_content(message: Message) -> list[Json]:
     return parts
 
 
-def _tool(index: int, tool: Tool) -> Json:
+def _tool(index: int, tool: msg.Tool) -> Json:
     check_tool_name(WIRE, index, tool)
     schema = tool_schema(tool)
     if schema.get("type") != "object":

@@ -17,15 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from admission_service.domain.messages import (
-    Image,
-    Message,
-    Reasoning,
-    Role,
-    Text,
-    Tool,
-    ToolResult,
-)
+from admission_service.domain import messages as msg
 from admission_service.domain.wire_common import (
     Json,
     WireFormat,
@@ -40,27 +32,27 @@ REASONING_CONTENT_PROVIDERS = frozenset({"deepseek"})
 
 
 def openai_chat(
-    messages: Sequence[Message], *, provider: str, tools: Sequence[Tool], offset: int
+    messages: Sequence[msg.Message], *, provider: str, tools: Sequence[msg.Tool], offset: int
 ) -> Json:
     out: list[Json] = []
     # Chat's tool messages hold text only: images a tool returned follow the run of tool
     # messages in one user message, so every tool message still directly follows its call.
     tool_images: list[Json] = []
     for message in messages:
-        if message.role is not Role.TOOL and tool_images:
+        if message.role is not msg.Role.TOOL and tool_images:
             out.append({"role": "user", "content": tool_images})
             tool_images = []
-        if message.role is Role.SYSTEM:
+        if message.role is msg.Role.SYSTEM:
             out.append({"role": "system", "content": message.text})
-        elif message.role is Role.USER:
+        elif message.role is msg.Role.USER:
             out.append({"role": "user", "content": _chat_user_content(message)})
-        elif message.role is Role.ASSISTANT:
+        elif message.role is msg.Role.ASSISTANT:
             entry = _chat_assistant(message, provider)
             if entry is not None:
                 out.append(entry)
         else:
             for block in message.content:
-                assert isinstance(block, ToolResult)
+                assert isinstance(block, msg.ToolResult)
                 out.append(
                     {"role": "tool", "tool_call_id": block.call_id, "content": result_text(block)}
                 )
@@ -73,27 +65,27 @@ def openai_chat(
     return body
 
 
-def _chat_image(image: Image) -> Json:
+def _chat_image(image: msg.Image) -> Json:
     return {"type": "image_url", "image_url": {"url": image.uri}}
 
 
-def _chat_user_content(message: Message) -> str | list[Json]:
-    if len(message.content) == 1 and isinstance(message.content[0], Text):
+def _chat_user_content(message: msg.Message) -> str | list[Json]:
+    if len(message.content) == 1 and isinstance(message.content[0], msg.Text):
         return message.content[0].text
     parts: list[Json] = []
     for block in message.content:
-        if isinstance(block, Text):
+        if isinstance(block, msg.Text):
             parts.append({"type": "text", "text": block.text})
-        elif isinstance(block, Image):
+        elif isinstance(block, msg.Image):
             parts.append(_chat_image(block))
     return parts
 
 
-def _chat_assistant(message: Message, provider: str) -> Json | None:
+def _chat_assistant(message: msg.Message, provider: str) -> Json | None:
     """The assistant entry; None when nothing of it is expressible on this route (reasoning
     alone, on a provider that takes no reasoning back), like an empty assistant."""
-    text = "".join(b.text for b in message.content if isinstance(b, Text))
-    reasoning = "".join(b.text for b in message.content if isinstance(b, Reasoning))
+    text = "".join(b.text for b in message.content if isinstance(b, msg.Text))
+    reasoning = "".join(b.text for b in message.content if isinstance(b, msg.Reasoning))
     calls = message.tool_calls()
     with_reasoning = bool(reasoning) and provider in REASONING_CONTENT_PROVIDERS
     if not text and not calls and not with_reasoning:
@@ -113,7 +105,7 @@ def _chat_assistant(message: Message, provider: str) -> Json | None:
     return entry
 
 
-def _chat_tool(index: int, tool: Tool) -> Json:
+def _chat_tool(index: int, tool: msg.Tool) -> Json:
     check_tool_name(WireFormat.OPENAI_CHAT, index, tool)
     function: Json = {"name": tool.name}
     if tool.description:
@@ -122,16 +114,18 @@ def _chat_tool(index: int, tool: Tool) -> Json:
     return {"type": "function", "function": function}
 
 
-def openai_responses(messages: Sequence[Message], *, tools: Sequence[Tool], offset: int) -> Json:
+def openai_responses(
+    messages: Sequence[msg.Message], *, tools: Sequence[msg.Tool], offset: int
+) -> Json:
     items: list[Json] = []
     for index, message in enumerate(messages, start=offset):
-        if message.role is Role.SYSTEM:
+        if message.role is msg.Role.SYSTEM:
             role = "system" if index == 0 else "developer"
             items.append({"role": role, "content": message.text})
-        elif message.role is Role.USER:
+        elif message.role is msg.Role.USER:
             items.append({"role": "user", "content": _responses_content(message.content)})
-        elif message.role is Role.ASSISTANT:
-            text = "".join(b.text for b in message.content if isinstance(b, Text))
+        elif message.role is msg.Role.ASSISTANT:
+            text = "".join(b.text for b in message.content if isinstance(b, msg.Text))
             if text:
                 items.append({"role": "assistant", "content": text})
             items.extend(
@@ -145,7 +139,7 @@ def openai_responses(messages: Sequence[Message], *, tools: Sequence[Tool], offs
             )
         else:
             for block in message.content:
-                assert isinstance(block, ToolResult)
+                assert isinstance(block, msg.ToolResult)
                 output: str | list[Json] = result_text(block)
                 if result_images(block):
                     output = _responses_content(block.content)
@@ -161,14 +155,14 @@ def openai_responses(messages: Sequence[Message], *, tools: Sequence[Tool], offs
 def _responses_content(content: Sequence[object]) -> list[Json]:
     parts: list[Json] = []
     for block in content:
-        if isinstance(block, Text):
+        if isinstance(block, msg.Text):
             parts.append({"type": "input_text", "text": block.text})
-        elif isinstance(block, Image):
+        elif isinstance(block, msg.Image):
             parts.append({"type": "input_image", "image_url": block.uri, "detail": "auto"})
     return parts
 
 
-def _responses_tool(index: int, tool: Tool) -> Json:
+def _responses_tool(index: int, tool: msg.Tool) -> Json:
     check_tool_name(WireFormat.OPENAI_RESPONSES, index, tool)
     entry: Json = {"type": "function", "name": tool.name}
     if tool.description:
