@@ -9,7 +9,7 @@ from typing import TypeVar
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from admission_service.app import validation
-from admission_service.app.commands import Idempotency, Page
+from admission_service.app.commands import Page
 from admission_service.app.database import PostgresStorage
 from admission_service.app.gate import SessionGate
 from admission_service.app.hooks import NO_HOOKS, PhaseHooks
@@ -17,7 +17,7 @@ from admission_service.app.limits import Limits, Quotas
 from admission_service.app.page_tokens import PageTokens
 from admission_service.app.ports import SessionRepository, Storage
 from admission_service.app.quotas import TenantQuotas
-from admission_service.app.unit_of_work import Resources, UnitOfWork
+from admission_service.app.unit_of_work import Call, Resources, UnitOfWork
 from admission_service.domain.accounting import PreviousRequest, TokenCounter
 from admission_service.domain.catalog import Catalog
 from admission_service.domain.errors import SessionNotFound
@@ -65,46 +65,18 @@ class Machinery:
 
     # ---- the transaction shapes ---------------------------------------------------------
 
-    def _unit(
-        self,
-        method: str,
-        tenant: str,
-        session_id: str,
-        idempotency: Idempotency | None,
-        *,
-        validate_only: bool = False,
-        create: bool = False,
-    ) -> UnitOfWork:
-        return UnitOfWork(
-            self.resources,
-            method,
-            tenant,
-            session_id,
-            idempotency,
-            validate_only=validate_only,
-            create=create,
-        )
-
     async def _mutate(
         self,
-        method: str,
-        tenant: str,
-        session_id: str,
-        idempotency: Idempotency | None,
+        call: Call,
         expected_revision: int | None,
         work: Callable[[UnitOfWork], Awaitable[R]],
         encode: Callable[[R], bytes],
-        *,
-        validate_only: bool = False,
-        create: bool = False,
     ) -> bytes:
-        """One mutation: ``work`` runs in a unit of work that commits its result unless
-        ``validate_only`` (or an exception, or a cancellation)."""
-        if idempotency is not None:
-            validation.check_request_id(idempotency.request_id, self.limits)
-        async with self._unit(
-            method, tenant, session_id, idempotency, validate_only=validate_only, create=create
-        ) as uow:
+        """One mutation: ``work`` runs in a unit of work that commits its result unless the
+        call only validates (or raises, or is cancelled)."""
+        if call.idempotency is not None:
+            validation.check_request_id(call.idempotency.request_id, self.limits)
+        async with UnitOfWork(self.resources, call) as uow:
             replayed = await uow.replayed(encode)
             if replayed is not None:
                 return replayed
@@ -112,7 +84,7 @@ class Machinery:
             result = await work(uow)
             payload = encode(result)
             await uow.check_growth()
-            if not validate_only:
+            if not call.validate_only:
                 await uow.commit(result, payload, encode)
         return payload
 

@@ -43,6 +43,19 @@ class Resources:
     hooks: PhaseHooks
 
 
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One mutating call: the RPC, the session it writes, its idempotency key, and whether it
+    only validates (never commits) or creates the session."""
+
+    method: str
+    tenant: str
+    session_id: str
+    idempotency: Idempotency | None
+    validate_only: bool = False
+    create: bool = False
+
+
 class UnitOfWork:
     """One mutating call's transaction on one session (see the module docstring). The use case
     reads and writes through ``store`` and keeps ``record`` as the session row it leaves."""
@@ -50,22 +63,12 @@ class UnitOfWork:
     store: SessionRepository
     record: SessionRecord
 
-    def __init__(
-        self,
-        resources: Resources,
-        method: str,
-        tenant: str,
-        session_id: str,
-        idempotency: Idempotency | None,
-        *,
-        validate_only: bool = False,
-        create: bool = False,
-    ) -> None:
+    def __init__(self, resources: Resources, call: Call) -> None:
         self._resources = resources
-        self.method, self.tenant, self.session_id = method, tenant, session_id
-        self.idempotency = idempotency
-        self.validate_only = validate_only
-        self._create = create
+        self.method, self.tenant, self.session_id = call.method, call.tenant, call.session_id
+        self.idempotency = call.idempotency
+        self.validate_only = call.validate_only
+        self._create = call.create
         self._stack = AsyncExitStack()
         self._committed = False
 

@@ -21,7 +21,7 @@ from admission_service.app.derivation import Derivation, FramesQuery, request_ke
 from admission_service.app.hooks import Phase
 from admission_service.app.machinery import session_counter
 from admission_service.app.rows import forecast_json
-from admission_service.app.unit_of_work import UnitOfWork
+from admission_service.app.unit_of_work import Call, UnitOfWork
 from admission_service.app.use_cases.record import Recording
 from admission_service.domain import admission as rules
 from admission_service.domain import codec
@@ -158,16 +158,8 @@ class Admission(Recording, Derivation):
                 await self._add_request(tx, attempt.admission_id, number, result)
             return result if recorded is None else replace(result, recorded=recorded)
 
-        return await self._mutate(
-            method,
-            tenant,
-            command.session_id,
-            idempotency,
-            command.expected_revision,
-            work,
-            encode,
-            validate_only=command.validate_only,
-        )
+        call = Call(method, tenant, command.session_id, idempotency, command.validate_only)
+        return await self._mutate(call, command.expected_revision, work, encode)
 
     async def _attempt(
         self,

@@ -16,7 +16,7 @@ from admission_service.app.commands import (
 from admission_service.app.hooks import Phase
 from admission_service.app.machinery import Machinery, previous_request, session_counter
 from admission_service.app.ports import SessionRepository, SurfaceNode
-from admission_service.app.unit_of_work import UnitOfWork
+from admission_service.app.unit_of_work import Call, UnitOfWork
 from admission_service.domain import admission as rules
 from admission_service.domain.compaction import (
     CompactionNode,
@@ -142,12 +142,5 @@ class Compaction(Machinery):
                 revision, outcome.summary_seq, selected.shadowed_seqs, outcome.commits, prompt
             )
 
-        return await self._mutate(
-            "Compact",
-            tenant,
-            command.session_id,
-            idempotency,
-            command.expected_revision,
-            work,
-            encode,
-        )
+        call = Call("Compact", tenant, command.session_id, idempotency)
+        return await self._mutate(call, command.expected_revision, work, encode)

@@ -10,7 +10,7 @@ from admission_service.app.commands import Idempotency, RecordCommand, RecordRes
 from admission_service.app.hooks import Phase
 from admission_service.app.machinery import Machinery, previous_request, session_counter
 from admission_service.app.rows import usage_json
-from admission_service.app.unit_of_work import UnitOfWork
+from admission_service.app.unit_of_work import Call, UnitOfWork
 from admission_service.domain import codec
 from admission_service.domain import record as recording
 from admission_service.domain.errors import AdmissionNotFound
@@ -31,15 +31,8 @@ class Recording(Machinery):
         async def work(tx: UnitOfWork) -> RecordResult:
             return await self._record_output(tx, command)
 
-        return await self._mutate(
-            "Record",
-            tenant,
-            command.session_id,
-            idempotency,
-            command.expected_revision,
-            work,
-            encode,
-        )
+        call = Call("Record", tenant, command.session_id, idempotency)
+        return await self._mutate(call, command.expected_revision, work, encode)
 
     async def _record_output(self, tx: UnitOfWork, command: RecordCommand) -> RecordResult:
         """Record's transition inside ``tx`` (Record, and an Admit's previous_output). Leaves

@@ -11,7 +11,7 @@ from admission_service.app.commands import Idempotency, Page, SessionInfo
 from admission_service.app.machinery import Machinery
 from admission_service.app.ports import SessionRepository
 from admission_service.app.rows import session_info
-from admission_service.app.unit_of_work import UnitOfWork
+from admission_service.app.unit_of_work import Call, UnitOfWork
 from admission_service.storage.repository import SessionRecord
 
 _SESSION_NAMESPACE = uuid.UUID("6f1d8a52-3c1e-4c55-9a7e-8e0f1f3b7a10")
@@ -43,9 +43,8 @@ class Sessions(Machinery):
             await uow.check_new_session()
             return session_info(uow.record)
 
-        return await self._mutate(
-            "CreateSession", tenant, session_id, idempotency, None, create, encode, create=True
-        )
+        call = Call("CreateSession", tenant, session_id, idempotency, create=True)
+        return await self._mutate(call, None, create, encode)
 
     async def get_session(self, tenant: str, session_id: str) -> SessionInfo:
         async def get(store: SessionRepository, record: SessionRecord) -> SessionInfo:
@@ -86,6 +85,5 @@ class Sessions(Machinery):
         async def delete(tx: UnitOfWork) -> None:
             await tx.store.delete()
 
-        return await self._mutate(
-            "DeleteSession", tenant, session_id, idempotency, expected_revision, delete, encode
-        )
+        call = Call("DeleteSession", tenant, session_id, idempotency)
+        return await self._mutate(call, expected_revision, delete, encode)
