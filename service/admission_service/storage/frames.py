@@ -31,20 +31,27 @@ _FRAMES = (
     " AND message_pb IS NOT NULL"
 )
 
+# The tool calls on the surface still unanswered, in call order (partial index on the open
+# calls; the tool-call ordering rule, domain/admission.py).
+_OPEN_CALLS = (
+    "SELECT array_agg(c.call_id ORDER BY c.call_seq, c.call_id) FROM tool_calls AS c"
+    " WHERE c.tenant_id = %(t)s AND c.session_id = %(s)s AND c.result_seq IS NULL"
+    " AND EXISTS (SELECT 1 FROM surface_nodes AS n"
+    " WHERE n.tenant_id = %(t)s AND n.session_id = %(s)s AND n.seq = c.call_seq)"
+)
+
 # The system nodes (partial index, surface order) beside the frames, for an admission, and the
-# tool calls on the surface still unanswered (the tool-call ordering rule, domain/admission.py).
+# open tool calls.
 _SYSTEM_AND_FRAMES = (
     "SELECT f.*,"
     " (SELECT array_agg(seq ORDER BY position) FROM surface_nodes"
     "  WHERE tenant_id = %(t)s AND session_id = %(s)s AND is_system) AS system_seqs,"
     " (SELECT array_agg(system_text ORDER BY position) FROM surface_nodes"
     "  WHERE tenant_id = %(t)s AND session_id = %(s)s AND is_system) AS system_texts,"
-    " (SELECT array_agg(c.call_id ORDER BY c.call_seq, c.call_id) FROM tool_calls AS c"
-    "  WHERE c.tenant_id = %(t)s AND c.session_id = %(s)s AND c.result_seq IS NULL"
-    "  AND EXISTS (SELECT 1 FROM surface_nodes AS n"
-    "  WHERE n.tenant_id = %(t)s AND n.session_id = %(s)s AND n.seq = c.call_seq)) AS open_calls"
+    " (" + _OPEN_CALLS + ") AS open_calls"
     " FROM (" + _FRAMES + ") AS f"
 )
+
 
 # The frames of the surface as of an event seq, unless a replace since changed it (app/replay.py).
 _FRAMES_AS_OF = (
@@ -122,6 +129,13 @@ class FrameReads(SessionScope):
         )
         assert row is not None
         return _frames(row)
+
+    async def open_tool_calls(self) -> tuple[str, ...]:
+        """The ids of the tool calls on the surface that no result answers yet, in call order."""
+        await self.flush()
+        row = await self._execute_raw(_OPEN_CALLS, {"t": self.tenant, "s": self.session_id})
+        assert row is not None
+        return tuple(row[0] or ())
 
     async def frames_as_of(self, through_seq: int, first_message: int) -> bytes | None:
         """The derived messages from index ``first_message`` on of the surface as it was after
