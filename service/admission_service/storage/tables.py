@@ -63,6 +63,13 @@ class Base(DeclarativeBase):
     }
 
 
+class SessionKeyed:
+    """Every key leads with ``(tenant_id, session_id)``: the columns come first in every table."""
+
+    tenant_id: Mapped[str] = mapped_column(primary_key=True, sort_order=-1)
+    session_id: Mapped[str] = mapped_column(primary_key=True, sort_order=-1)
+
+
 def _session_fk() -> ForeignKeyConstraint:
     return ForeignKeyConstraint(
         ["tenant_id", "session_id"],
@@ -76,7 +83,7 @@ _NOW = func.now()
 _EMPTY_SEQS = text("'{}'")
 
 
-class SessionRow(Base):
+class SessionRow(SessionKeyed, Base):
     """One session: its counters and the series state the projection reads."""
 
     __tablename__ = "sessions"
@@ -85,8 +92,6 @@ class SessionRow(Base):
         Index(None, "tenant_id", "create_time", "session_id"),
     )
 
-    tenant_id: Mapped[str] = mapped_column(primary_key=True)
-    session_id: Mapped[str] = mapped_column(primary_key=True)
     revision: Mapped[int] = mapped_column(server_default=_ZERO)
     # The seq of the next event, and the surface position of the next appended node.
     next_seq: Mapped[int] = mapped_column(server_default=_ZERO)
@@ -115,7 +120,7 @@ class SessionRow(Base):
     update_time: Mapped[datetime] = mapped_column(server_default=_NOW, onupdate=_NOW)
 
 
-class EventRow(Base):
+class EventRow(SessionKeyed, Base):
     """The append-only event log. ``payload`` is a message event's message in its one stored
     encoding (``promptadmission.v1.Message``, storage/codec.py), or a request header or context
     event's JSON (migration 0005)."""
@@ -138,8 +143,6 @@ class EventRow(Base):
         ),
     )
 
-    tenant_id: Mapped[str] = mapped_column(primary_key=True)
-    session_id: Mapped[str] = mapped_column(primary_key=True)
     seq: Mapped[int] = mapped_column(primary_key=True)
     kind: Mapped[str]
     turn: Mapped[int]
@@ -155,7 +158,7 @@ class EventRow(Base):
     prompt_update: Mapped[bool] = mapped_column(server_default=text("false"))
 
 
-class SurfaceNodeRow(Base):
+class SurfaceNodeRow(SessionKeyed, Base):
     """The surviving surface nodes only. A replace deletes the shadowed rows and inserts the
     new node at the first shadowed position, so positions order the surface but have gaps."""
 
@@ -179,8 +182,6 @@ class SurfaceNodeRow(Base):
         ),
     )
 
-    tenant_id: Mapped[str] = mapped_column(primary_key=True)
-    session_id: Mapped[str] = mapped_column(primary_key=True)
     seq: Mapped[int] = mapped_column(primary_key=True)
     position: Mapped[int]
     is_system: Mapped[bool]
@@ -197,7 +198,7 @@ class SurfaceNodeRow(Base):
     commit_time: Mapped[datetime] = mapped_column(server_default=_NOW)
 
 
-class ToolCallRow(Base):
+class ToolCallRow(SessionKeyed, Base):
     """Every tool call an assistant node made, and the tool result that answered it.
 
     Record checks a tool result against this table by key instead of scanning the surface:
@@ -218,22 +219,18 @@ class ToolCallRow(Base):
         ),
     )
 
-    tenant_id: Mapped[str] = mapped_column(primary_key=True)
-    session_id: Mapped[str] = mapped_column(primary_key=True)
     call_id: Mapped[str] = mapped_column(primary_key=True)
     call_seq: Mapped[int]
     result_seq: Mapped[int | None]
 
 
-class AdmissionRow(Base):
+class AdmissionRow(SessionKeyed, Base):
     """A step's first attempt: what ``Reconcile`` reuses (prompt and tools are never
     re-assembled) and which users it admitted."""
 
     __tablename__ = "admissions"
     __table_args__ = (_session_fk(),)
 
-    tenant_id: Mapped[str] = mapped_column(primary_key=True)
-    session_id: Mapped[str] = mapped_column(primary_key=True)
     admission_id: Mapped[str] = mapped_column(primary_key=True)
     turn: Mapped[int]
     step: Mapped[int]
@@ -244,7 +241,7 @@ class AdmissionRow(Base):
     create_time: Mapped[datetime] = mapped_column(server_default=_NOW)
 
 
-class RequestRow(Base):
+class RequestRow(SessionKeyed, Base):
     """The cache ledger: one row per derived request, forecast now and usage observed later."""
 
     __tablename__ = "requests"
@@ -257,8 +254,6 @@ class RequestRow(Base):
         ),
     )
 
-    tenant_id: Mapped[str] = mapped_column(primary_key=True)
-    session_id: Mapped[str] = mapped_column(primary_key=True)
     request_index: Mapped[int] = mapped_column(primary_key=True)
     admission_id: Mapped[str]
     attempt: Mapped[int]
@@ -267,14 +262,12 @@ class RequestRow(Base):
     create_time: Mapped[datetime] = mapped_column(server_default=_NOW)
 
 
-class IdempotencyKeyRow(Base):
+class IdempotencyKeyRow(SessionKeyed, Base):
     """The stored response of a mutating RPC, replayed for a repeated ``request_id``."""
 
     __tablename__ = "idempotency_keys"
     __table_args__ = (Index(None, "create_time"),)  # expiry sweeps
 
-    tenant_id: Mapped[str] = mapped_column(primary_key=True)
-    session_id: Mapped[str] = mapped_column(primary_key=True)
     request_id: Mapped[str] = mapped_column(primary_key=True)
     method: Mapped[str]
     # SHA-256 of the canonical request: the same request_id with another request is refused.
