@@ -19,7 +19,9 @@ issue proposes, with raw psycopg 3 and no ORM:
 
 It serves ``/bench.Floor/Step`` like the floors (a ``RecordRequest``: the session id and the
 assistant message, which it records as the previous output, with a user message of the same
-size as the next input), so S1's and S2's clients measure it as they measure them.
+size as the next input), so S1's and S2's clients measure it as they measure them. The encoded
+``promptadmission.v1.Message`` is stored as the events' payload and (unframed: 2-3 bytes
+short) as the nodes' ``message_pb``.
 
     python -m bench.lean_step --listen 127.0.0.1:PORT --database-url URL [--migrate]
 """
