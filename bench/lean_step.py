@@ -33,6 +33,7 @@ import asyncio
 import uuid
 from typing import Any
 
+import psycopg
 from promptadmission.v1 import admission_service_pb2 as api
 from psycopg_pool import AsyncConnectionPool
 
@@ -97,6 +98,50 @@ WRITES = (
     " WHERE tenant_id = %(t)s AND session_id = %(s)s RETURNING revision"
 )
 CREATE = "INSERT INTO sessions (tenant_id, session_id) VALUES (%(t)s, %(s)s) ON CONFLICT DO NOTHING"
+# The one-round-trip variant: the same statements inside one PL/pgSQL function (its plans
+# cached by PL/pgSQL), called as one prepared statement in autocommit.
+_NAMES = {
+    "t": "p_t", "s": "p_s", "seq": "v_seq", "pos": "v_pos", "turn": "v_turn", "prev": "v_prev",
+    "adm": "p_adm", "out": "p_out", "in": "p_in", "usage": "p_usage", "prompt": "p_prompt",
+    "forecast": "p_forecast", "index": "v_index", "last": "p_last", "bytes": "p_bytes",
+}  # fmt: skip
+
+
+def _plpgsql(statement: str, into: str) -> str:
+    for name, variable in _NAMES.items():
+        statement = statement.replace(f"%({name})s", variable)
+    if statement.startswith("SELECT "):
+        return f"SELECT INTO {into} {statement.removeprefix('SELECT ')}"
+    return f"{statement} INTO {into}"
+
+
+FUNCTION = f"""
+CREATE OR REPLACE FUNCTION bench_lean_step(p_t text, p_s text, p_out bytea, p_in bytea,
+    p_adm text, p_usage bytea, p_prompt bytea, p_forecast bytea, p_last bytea, p_bytes bigint)
+RETURNS TABLE (o_revision bigint, o_frames bytea) LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_lock record; v_admission record; v_frames record;
+    v_rev bigint; v_seq bigint; v_pos bigint; v_turn bigint; v_prev text; v_index bigint;
+BEGIN
+    {_plpgsql(LOCK, "v_lock")};
+    IF NOT FOUND THEN
+        INSERT INTO sessions (tenant_id, session_id) VALUES (p_t, p_s) ON CONFLICT DO NOTHING;
+        RETURN QUERY SELECT 0::bigint, NULL::bytea;
+        RETURN;
+    END IF;
+    {_plpgsql(ADMISSION, "v_admission")};
+    IF FOUND THEN v_prev := v_admission.admission_id; END IF;
+    {_plpgsql(FRAMES, "v_frames")};
+    v_seq := v_lock.next_seq; v_pos := v_lock.next_position; v_turn := v_lock.next_seq / 2;
+    v_index := v_lock.request_count;
+    {_plpgsql(WRITES, "v_rev")};
+    RETURN QUERY SELECT v_rev, v_frames.frames;
+END
+$fn$"""
+CALL = (
+    "SELECT o_revision, o_frames FROM bench_lean_step(%(t)s, %(s)s, %(out)s, %(in)s, %(adm)s,"
+    " %(usage)s, %(prompt)s, %(forecast)s, %(last)s, %(bytes)s)"
+)
 PROMPT = b"You are a careful coding agent. Work in small, verified steps. " * 8
 FORECAST = b"\x08\xe8\x07\x10\x84\x07" * 8  # a serialized forecast's size
 LAST_REQUEST = b"\x01" * 120  # the session row's running prefix (count, price, digest, end)
@@ -156,11 +201,43 @@ async def step(
     return int(new[0]), read[0] if read else None
 
 
-async def serve(listen: str, database_url: str, pool_size: int, migrate: bool) -> None:
+async def step_in_one_call(
+    pool: AsyncConnectionPool[Any], session_id: str, output: bytes
+) -> tuple[int, bytes | None]:
+    """The same step as ``step`` in ONE round trip: the function above, in autocommit."""
+    async with pool.connection() as connection:
+        cursor = await connection.execute(
+            CALL,
+            {
+                "t": TENANT,
+                "s": session_id,
+                "out": output,
+                "in": output,
+                "adm": uuid.uuid4().hex,
+                "usage": FORECAST,
+                "prompt": PROMPT,
+                "forecast": FORECAST,
+                "last": LAST_REQUEST,
+                "bytes": 2 * len(output),
+            },
+        )
+        row = await cursor.fetchone()
+    assert row is not None
+    return int(row[0]), row[1]
+
+
+async def serve(
+    listen: str, database_url: str, pool_size: int, migrate: bool, one_call: bool = False
+) -> None:
     if migrate:
         from admission_service.storage.database import run_migrations
 
         await asyncio.to_thread(run_migrations, database_url)
+    if one_call:
+        async with await psycopg.AsyncConnection.connect(
+            libpq_url(database_url), autocommit=True
+        ) as connection:
+            await connection.execute(FUNCTION.encode())
     pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
         libpq_url(database_url),
         min_size=pool_size,
@@ -171,7 +248,8 @@ async def serve(listen: str, database_url: str, pool_size: int, migrate: bool) -
     await pool.open(wait=True)
 
     async def handler(request: api.RecordRequest, context: Any) -> api.RecordResponse:
-        revision, _ = await step(pool, request.session_id, request.assistant.SerializeToString())
+        run = step_in_one_call if one_call else step
+        revision, _ = await run(pool, request.session_id, request.assistant.SerializeToString())
         return api.RecordResponse(revision=revision)
 
     try:
@@ -180,14 +258,17 @@ async def serve(listen: str, database_url: str, pool_size: int, migrate: bool) -
         await pool.close()
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--listen", required=True)
     parser.add_argument("--database-url", required=True)
     parser.add_argument("--pool-size", type=int, default=10)
     parser.add_argument("--migrate", action="store_true", help="run the service's migrations")
-    args = parser.parse_args()
-    asyncio.run(serve(args.listen, args.database_url, args.pool_size, args.migrate))
+    parser.add_argument(
+        "--one-call", action="store_true", help="one round trip: the step as a PL/pgSQL function"
+    )
+    args = parser.parse_args(argv)
+    asyncio.run(serve(args.listen, args.database_url, args.pool_size, args.migrate, args.one_call))
 
 
 if __name__ == "__main__":

@@ -170,6 +170,9 @@ async def run(steps: int, show_steps: int, width: int) -> None:
             start_floor, proxied, Path(logs), 1, "bench.physical_floor"
         )
         lean = await asyncio.to_thread(start_floor, proxied, Path(logs), 1, "bench.lean_step")
+        one_call = await asyncio.to_thread(
+            start_floor, proxied, Path(logs), 1, "bench.lean_function"
+        )
         try:
             async with channel(service.target) as ch:
                 sessions = await _step_sessions(stub(ch), 10, 40)
@@ -184,7 +187,12 @@ async def run(steps: int, show_steps: int, width: int) -> None:
                 if show_steps:
                     wire.flights[:] = wire.flights[: int(step["round_trips_per_call"] + 0.5)]
                     print(show(wire, 100, width))  # noqa: T201
-            for name, server in (("physical floor", physical), ("lean step", lean)):
+            others = (
+                ("physical floor", physical),
+                ("lean step", lean),
+                ("lean step, one function call", one_call),
+            )
+            for name, server in others:
                 floor = Floor(server.target)
                 ids = [f"rt-{uuid.uuid4().hex}" for _ in range(10)]
                 for number in range(steps):
@@ -202,6 +210,7 @@ async def run(steps: int, show_steps: int, width: int) -> None:
             service.stop()
             physical.stop()
             lean.stop()
+            one_call.stop()
             proxy.close()
 
 
