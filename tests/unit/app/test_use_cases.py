@@ -28,6 +28,7 @@ from admission_service.app.hooks import Phase
 from admission_service.app.limits import Quotas
 from admission_service.app.page_tokens import PageTokens
 from admission_service.app.service import AdmissionApp
+from admission_service.domain.accounting import PricedNode, breakdown, message_tokens
 from admission_service.domain.catalog import parse_catalog
 from admission_service.domain.errors import (
     RequestIdReused,
@@ -35,11 +36,13 @@ from admission_service.domain.errors import (
     SessionAlreadyExists,
     SessionNotFound,
     SessionsQuotaExceeded,
+    StaleCompactionPlan,
     UnknownToolCall,
 )
 from admission_service.domain.messages import Message, Role, Text, ToolCall, ToolResult
 from admission_service.domain.surface import SessionLog
 from admission_service.domain.wire import WireFormat
+from admission_service.tokenizers import counter_for
 
 from tests.fakes.storage import FakeStorage
 
@@ -220,3 +223,37 @@ async def test_sessions_page_through(app: AdmissionApp) -> None:
         if not (token := page.next_page_token):
             break
     assert seen == ids
+
+
+async def test_a_plan_goes_stale_when_the_session_moves(app: AdmissionApp) -> None:
+    sid = await create(app)
+    first = await admit(app, sid, "A", users=(user("one"), user("two")))
+    plan = await app.plan_compaction("t", PlanCompactionCommand(sid, retain_tokens=0))
+    await admit(app, sid, "A", users=(user("three"),))
+    with pytest.raises(StaleCompactionPlan):
+        await app.compact("t", CompactCommand(sid, plan.plan_token, "s"), None, pickle.dumps)
+    assert first.revision == 1
+
+
+async def test_the_breakdown_is_the_running_price_of_the_surface(app: AdmissionApp) -> None:
+    sid = await create(app)
+    await admit(app, sid, "A", users=(user("hello there"),))
+    await admit(app, sid, "B", users=(user("again"),))  # in history: "A" stays a message
+    inspected = await app.inspect("t", sid, WireFormat.NEUTRAL)
+    counter = counter_for(ROUTE.provider)  # the route's tokenizer priced every node
+    messages = inspected.request.messages
+    priced = [PricedNode(0, message_tokens(m, counter), m.role is Role.SYSTEM) for m in messages]
+    assert inspected.breakdown == breakdown(priced, (), counter)
+
+
+async def test_the_trajectory_pages_through_every_request(app: AdmissionApp) -> None:
+    sid = await create(app)
+    for prompt in ("A", "B", "C"):
+        await admit(app, sid, prompt, users=(user(prompt.lower()),))
+    seen, token = [], ""
+    while True:
+        page = await app.list_trajectory("t", sid, 2, token)
+        seen += [entry.request_index for entry in page.items]
+        if not (token := page.next_page_token):
+            break
+    assert seen == [0, 1, 2]
