@@ -1,0 +1,38 @@
+"""Migration 0005's conversions, for every message: the stored JSON of revision 0004 becomes
+exactly the bytes storage now writes, and the downgrade gives back exactly that JSON."""
+
+from __future__ import annotations
+
+import importlib.util
+from types import ModuleType
+
+from admission_service.domain import codec as json_codec
+from admission_service.domain.messages import Message
+from admission_service.storage import codec
+from admission_service.storage.database import MIGRATIONS_DIR
+from hypothesis import given
+from promptadmission.v1 import session_pb2 as pb
+
+from .test_codec import messages
+
+
+def _migration() -> ModuleType:
+    path = MIGRATIONS_DIR / "versions" / "0005_one_message_encoding.py"
+    spec = importlib.util.spec_from_file_location("migration_0005", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+MIGRATION = _migration()
+
+
+@given(messages)
+def test_0004_json_converts_to_the_stored_encoding_and_back(message: Message) -> None:
+    stored_0004 = json_codec.message_to_json(message)
+    converted = MIGRATION._to_proto(stored_0004).SerializeToString(deterministic=True)
+    assert converted == codec.encode(message)
+    back = MIGRATION._dumps(MIGRATION._from_proto(pb.Message.FromString(converted)))
+    assert back == json_codec.encode_message(message)
