@@ -108,19 +108,23 @@ async def run(
         service = start_service(url, log_dir)
         floor = start_floor(url, log_dir)
         physical = start_floor(url, log_dir, module="bench.physical_floor")
-        # The lean step prototype on the service's schema (migrated by the service's start).
-        lean = start_floor(url, log_dir, module="bench.lean_step")
+        # The lean step prototypes on the service's schema (migrated by the service's start):
+        # two pipelined round trips, and one (the same statements in a PL/pgSQL function).
+        leans = {
+            "lean_step": start_floor(url, log_dir, module="bench.lean_step"),
+            "lean_function": start_floor(url, log_dir, module="bench.lean_function"),
+        }
         results["machine"]["service_workers"] = len(service.workers())
         profiler = start_profiler(service.pid, profile) if profile else None
         try:
             results["machine"]["service_rss_idle_mib"] = round(service.rss_mib(), 1)
             if "S1" in only:
                 results["s1"] = await scenarios.s1_sequential(
-                    service, floor, physical, plan, lean_server=lean
+                    service, floor, physical, plan, leans=leans
                 )
             if "S2" in only:
                 results["s2"], results["s6"] = await scenarios.s2_throughput_and_s6_memory(
-                    service, floor, physical, plan, lean_server=lean
+                    service, floor, physical, plan, leans=leans
                 )
             if "S3" in only:
                 results["s3"] = await scenarios.s3_length_and_s4_inspect(service, plan, url)
@@ -142,7 +146,8 @@ async def run(
             service.stop()
             floor.stop()
             physical.stop()
-            lean.stop()
+            for server in leans.values():
+                server.stop()
     return results
 
 
@@ -169,13 +174,15 @@ def headline(results: dict[str, Any]) -> dict[str, Any]:
             "floor_cpu_ms_per_call": s1["floor_cpu_ms_per_call"],
             "s1_admit_cpu_ms_per_call": s1["admit_cpu_ms_per_call"],
         }
-        if "lean_step_p50_ms" in s1:
-            out |= {
-                "lean_step_p50_ms": s1["lean_step_p50_ms"],
-                "lean_step_p50_ratio_physical": s1["lean_step_p50_ratio_physical"],
-                "lean_step_p99_ratio_physical": s1["lean_step_p99_ratio_physical"],
-                "lean_step_cpu_ms_per_call": s1["lean_step_cpu_ms_per_call"],
-            }
+        for name in ("lean_step", "lean_function"):
+            for measure in (
+                "p50_ms",
+                "p50_ratio_physical",
+                "p99_ratio_physical",
+                "cpu_ms_per_call",
+            ):
+                if f"{name}_{measure}" in s1:
+                    out[f"{name}_{measure}"] = s1[f"{name}_{measure}"]
     if "s2" in results:
         out |= {
             "physical_floor_calls_per_s_16": results["s2"]["physical_floor_calls_per_s"],
@@ -190,8 +197,9 @@ def headline(results: dict[str, Any]) -> dict[str, Any]:
             "s6_uss_mib": results["s6"]["uss_after_mib"],
             "s6_server_pss_mib": results["s6"]["server_pss_after_mib"],
         }
-    if "lean_steps_ratio_physical" in results.get("s2", {}):
-        out["s2_lean_steps_ratio_physical"] = results["s2"]["lean_steps_ratio_physical"]
+    for name in ("lean_step", "lean_function"):
+        if f"{name}_ratio_physical" in results.get("s2", {}):
+            out[f"s2_{name}_ratio_physical"] = results["s2"][f"{name}_ratio_physical"]
     if "s3" in results:
         s3 = results["s3"]
         out |= {

@@ -123,18 +123,19 @@ async def s1_sequential(
     floor_server: ServerProcess,
     physical_server: ServerProcess,
     plan: Plan,
-    lean_server: ServerProcess | None = None,
+    leans: dict[str, ServerProcess] | None = None,
 ) -> dict[str, Any]:
     """One caller, steady state, four kinds of call in alternating blocks: the physical floor's
     call, the same-stack floor's call, an Admit (continuing in-history series, unchanged prompt,
     one 200-character user message, FULL derived request of a ~50-node surface) and a one-call
-    step (the previous output + the next admission, DELTA); and a fifth with ``lean_server``:
-    the lean step prototype (``bench/lean_step.py``)."""
+    step (the previous output + the next admission, DELTA); and one more kind per server in
+    ``leans`` (name → server: the lean step prototypes, ``bench/lean_step.py``), reported
+    under ``<name>_*``."""
     async with channel(service.target) as ch:
         admission = stub(ch)
         floor = Floor(floor_server.target)
         physical = Floor(physical_server.target)
-        lean = Floor(lean_server.target) if lean_server is not None else None
+        lean_clients = {name: Floor(server.target) for name, server in (leans or {}).items()}
         sessions_needed = -(-plan.s1_samples // plan.s1_per_session)
         sessions = []
         for _ in range(sessions_needed):
@@ -150,13 +151,14 @@ async def s1_sequential(
             await one_call_step(warm_steps[0], f"w{i}")
             await floor.call("s1-warm")
             await physical.call("s1-warm")
-            if lean is not None:
-                await lean.call("s1-warm")
+            for client in lean_clients.values():
+                await client.call("s1-warm")
         floor_id = f"s1-{uuid.uuid4().hex}"
         blocks = 10
         per_block = plan.s1_samples // blocks or 1
         nodes: list[int] = []
-        cpu = {"service": 0.0, "step": 0.0, "floor": 0.0, "physical": 0.0, "lean": 0.0}
+        cpu = {"service": 0.0, "step": 0.0, "floor": 0.0, "physical": 0.0}
+        cpu |= {name: 0.0 for name in lean_clients}
         admits = iter(range(plan.s1_samples * 2))
         steps = iter(range(plan.s1_samples * 2))
 
@@ -197,15 +199,15 @@ async def s1_sequential(
             admit_block,
             step_block,
         ]
-        if lean is not None and lean_server is not None:
-            kinds.append(floor_block(lean, lean_server, "lean"))
+        for name, client in lean_clients.items():
+            kinds.append(floor_block(client, (leans or {})[name], name))
         physical_lat, floor_lat, service_lat, step_lat, *lean_lat = await _timed_blocks(
             blocks, *kinds
         )
         await floor.close()
         await physical.close()
-        if lean is not None:
-            await lean.close()
+        for client in lean_clients.values():
+            await client.close()
     p50, p99 = percentile(physical_lat, 50), percentile(physical_lat, 99)
     f50, f99 = percentile(floor_lat, 50), percentile(floor_lat, 99)
     s50, s99 = percentile(service_lat, 50), percentile(service_lat, 99)
@@ -216,15 +218,15 @@ async def s1_sequential(
         # latency on a shared machine, and what throughput is made of.
         return round(cpu[key] * 1000 / len(samples), 3)
 
-    lean_figures = {}
-    if lean_lat:
-        l50, l99 = percentile(lean_lat[0], 50), percentile(lean_lat[0], 99)
-        lean_figures = {
-            "lean_step_p50_ms": ms(l50),
-            "lean_step_p99_ms": ms(l99),
-            "lean_step_p50_ratio_physical": round(l50 / p50, 3),
-            "lean_step_p99_ratio_physical": round(l99 / p99, 3),
-            "lean_step_cpu_ms_per_call": per_call("lean", lean_lat[0]),
+    lean_figures: dict[str, float] = {}
+    for name, samples in zip(lean_clients, lean_lat, strict=True):
+        l50, l99 = percentile(samples, 50), percentile(samples, 99)
+        lean_figures |= {
+            f"{name}_p50_ms": ms(l50),
+            f"{name}_p99_ms": ms(l99),
+            f"{name}_p50_ratio_physical": round(l50 / p50, 3),
+            f"{name}_p99_ratio_physical": round(l99 / p99, 3),
+            f"{name}_cpu_ms_per_call": per_call(name, samples),
         }
     return {
         **lean_figures,
@@ -298,7 +300,7 @@ async def s2_throughput_and_s6_memory(
     physical_server: ServerProcess,
     plan: Plan,
     workers: int = 16,
-    lean_server: ServerProcess | None = None,
+    leans: dict[str, ServerProcess] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """16 concurrent callers on 16 sessions, one call per step (the previous output + the next
     admission, DELTA view: harness workers keep the prefix), against both floors' calls/s at
@@ -306,7 +308,9 @@ async def s2_throughput_and_s6_memory(
     time. The service's RSS is sampled throughout the one-call run (S6)."""
     physical_rate = await _floor_rate(physical_server, plan, workers)
     floor_rate = await _floor_rate(floor_server, plan, workers)
-    lean_rate = await _floor_rate(lean_server, plan, workers) if lean_server else None
+    lean_rates = {
+        name: await _floor_rate(server, plan, workers) for name, server in (leans or {}).items()
+    }
 
     # One connection per caller, as 16 harnesses would open: the kernel hands each connection
     # to one of the service's workers (SO_REUSEPORT), so one shared channel would load only one.
@@ -360,14 +364,11 @@ async def s2_throughput_and_s6_memory(
         "two_call_steps_per_s": round(two_call_rate, 1),
         "two_call_steps_ratio_physical": round(two_call_rate / physical_rate, 3),
         "surface_nodes_at_end": max(s.nodes for s in sessions),
-        **(
-            {
-                "lean_steps_per_s": round(lean_rate, 1),
-                "lean_steps_ratio_physical": round(lean_rate / physical_rate, 3),
-            }
-            if lean_rate is not None
-            else {}
-        ),
+        **{f"{name}_calls_per_s": round(rate, 1) for name, rate in lean_rates.items()},
+        **{
+            f"{name}_ratio_physical": round(rate / physical_rate, 3)
+            for name, rate in lean_rates.items()
+        },
         # Each worker's CPU seconds over the one-call run: every worker served its share.
         "worker_cpu_seconds": [
             round(cpu_after[pid] - cpu_before.get(pid, 0.0), 2) for pid in sorted(cpu_after)
