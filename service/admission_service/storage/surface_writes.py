@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import delete, func, select, text
+from sqlalchemy import Row, TextClause, delete, func, select, text
 
 from admission_service.domain.accounting import HEURISTIC_COUNTER, TokenCounter, message_tokens
 from admission_service.domain.codec import dumps, event_payload
@@ -185,18 +185,7 @@ class SurfaceWrites(SessionScope):
 
     async def reprice(self, prices: Sequence[tuple[int, int]]) -> None:
         """Set the stored price of each ``(seq, tokens)`` surface node, in one statement."""
-        await self.flush()
-        if not prices:
-            return
-        await self.connection.execute(
-            _REPRICE,
-            {
-                "t": self.tenant,
-                "s": self.session_id,
-                "seqs": [seq for seq, _ in prices],
-                "tokens": [tokens for _, tokens in prices],
-            },
-        )
+        await self._with_pairs(_REPRICE, ("seqs", "tokens"), prices)
 
     async def known_tool_calls(self, call_ids: Sequence[str]) -> set[str]:
         """Which of ``call_ids`` were already made in this session (on the surface or not)."""
@@ -213,34 +202,28 @@ class SurfaceWrites(SessionScope):
     async def mark_answered(self, answers: Sequence[tuple[str, int]]) -> None:
         """Record each ``(call_id, result_seq)`` as the call's answer, as the caller decided
         (which answers are valid is the domain's rule: ``open_tool_calls`` reads what it needs)."""
-        if not answers:
-            return
-        await self.flush()  # the calls may be in this transaction's deferred writes
-        await self.connection.execute(
-            _MARK_ANSWERED,
-            {
-                "t": self.tenant,
-                "s": self.session_id,
-                "ids": [call_id for call_id, _ in answers],
-                "seqs": [seq for _, seq in answers],
-            },
-        )
+        await self._with_pairs(_MARK_ANSWERED, ("ids", "seqs"), answers)
 
     async def answer_tool_calls(self, answers: Sequence[tuple[str, int]]) -> list[bool]:
         """Mark each ``(call_id, result_seq)`` answered if the call is open and still on the
         surface, in one statement; whether each answer took (a second answer to the same call
         does not)."""
-        if not answers:
-            return []
-        await self.flush()  # the calls may be in this transaction's deferred writes
-        rows = await self.connection.execute(
-            _ANSWER,
-            {
-                "t": self.tenant,
-                "s": self.session_id,
-                "ids": [call_id for call_id, _ in answers],
-                "seqs": [seq for _, seq in answers],
-            },
-        )
+        rows = await self._with_pairs(_ANSWER, ("ids", "seqs"), answers)
         answered = {row.call_id: row.result_seq for row in rows}
         return [answered.get(call_id) == seq for call_id, seq in answers]
+
+    async def _with_pairs(
+        self, statement: TextClause, names: tuple[str, str], pairs: Sequence[tuple[Any, Any]]
+    ) -> Sequence[Row[Any]]:
+        """Run ``statement`` (after a flush: what it updates may be in the deferred writes) with
+        the session's key as ``:t``/``:s`` and ``pairs`` as two arrays named ``names``; its rows.
+        Nothing runs, not even the flush, for no pairs."""
+        if not pairs:
+            return []
+        await self.flush()
+        first, second = names
+        values = {first: [a for a, _ in pairs], second: [b for _, b in pairs]}
+        result = await self.connection.execute(
+            statement, {"t": self.tenant, "s": self.session_id, **values}
+        )
+        return result.all() if result.returns_rows else []
