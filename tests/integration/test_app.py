@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import pickle
 import uuid
-from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
+from admission_service.api import convert
 from admission_service.app.commands import (
     AdmitCommand,
     AttemptResult,
@@ -22,6 +21,7 @@ from admission_service.app.commands import (
     SessionInfo,
     Usage,
 )
+from admission_service.app.machinery import Reply
 from admission_service.app.service import AdmissionApp
 from admission_service.domain.catalog import parse_catalog
 from admission_service.domain.errors import (
@@ -47,7 +47,13 @@ CATALOG = parse_catalog(
 )
 CAPABLE = RouteRequest("deepseek", "deepseek-flash", 128_000)
 INCAPABLE = RouteRequest("openai", "gpt", 128_000)
-encode: Callable[[Any], bytes] = pickle.dumps
+R = TypeVar("R")
+
+
+def fresh(reply: Reply[R]) -> R:
+    """The result of a call that ran (not replayed)."""
+    assert reply.result is not None
+    return reply.result
 
 
 def user(text: str) -> Message:
@@ -56,12 +62,12 @@ def user(text: str) -> Message:
 
 @pytest.fixture(scope="module")
 def app(engine: AsyncEngine) -> AdmissionApp:
-    return AdmissionApp(engine, CATALOG)
+    return AdmissionApp(engine, CATALOG, encoders=convert.ENCODERS)
 
 
 async def new_session(app: AdmissionApp, tenant: str = "t") -> str:
     session_id = f"s-{uuid.uuid4().hex}"
-    info: SessionInfo = pickle.loads(await app.create_session(tenant, session_id, None, encode))
+    info: SessionInfo = fresh(await app.create_session(tenant, session_id, None))
     assert info.revision == 0
     return session_id
 
@@ -71,7 +77,7 @@ async def admit(
 ) -> AttemptResult:
     command = AdmitCommand(session_id, 1, 1, prompt, (), route, **kwargs)
     idempotency = kwargs.pop("idempotency", None)
-    result: AttemptResult = pickle.loads(await app.admit("t", command, idempotency, encode))
+    result: AttemptResult = fresh(await app.admit("t", command, idempotency))
     return result
 
 
@@ -96,22 +102,21 @@ async def test_a_whole_session(app: AdmissionApp) -> None:
     assert first.forecast.divergence_reason.value == "first_request"
 
     call = Message(Role.ASSISTANT, (Text("look"), ToolCall("c1", "read", "{}")))
-    recorded: RecordResult = pickle.loads(
-        await app.record("t", RecordCommand(sid, first.admission_id, call), None, encode)
+    recorded: RecordResult = fresh(
+        await app.record("t", RecordCommand(sid, first.admission_id, call), None)
     )
     assert recorded.assistant_seq == 4
     result = ToolResult("c1", (Text("body"),))
-    recorded = pickle.loads(
+    recorded = fresh(
         await app.record(
             "t",
             RecordCommand(sid, first.admission_id, None, (result,), Usage(100, 5, 0, 100)),
             None,
-            encode,
         )
     )
     assert recorded.tool_result_seqs == (5,)
     with pytest.raises(UnknownToolCall):
-        await app.record("t", RecordCommand(sid, first.admission_id, None, (result,)), None, encode)
+        await app.record("t", RecordCommand(sid, first.admission_id, None, (result,)), None)
 
     second = await admit(app, sid, "B", users=(user("next"),), wire_format=WireFormat.OPENAI_CHAT)
     assert [c.commit.op.value for c in second.commits] == ["append"]
@@ -123,23 +128,23 @@ async def test_a_whole_session(app: AdmissionApp) -> None:
     plan = await app.plan_compaction("t", PlanCompactionCommand(sid, retain_tokens=0))
     assert plan.plan.start_seq == 1
     assert [m.text for m in plan.summarization_input][:2] == ["A", "hi"]
-    compacted: CompactResult = pickle.loads(
-        await app.compact("t", CompactCommand(sid, plan.plan_token, "s"), None, encode)
+    compacted: CompactResult = fresh(
+        await app.compact("t", CompactCommand(sid, plan.plan_token, "s"), None)
     )
     assert compacted.effective_prompt.text == "B"
     assert compacted.effective_prompt.location == "head"
     with pytest.raises(StaleCompactionPlan):
-        await app.compact("t", CompactCommand(sid, plan.plan_token, "s"), None, encode)
+        await app.compact("t", CompactCommand(sid, plan.plan_token, "s"), None)
 
-    retry: AttemptResult = pickle.loads(
-        await app.reconcile("t", ReconcileCommand(sid, second.admission_id, CAPABLE), None, encode)
+    retry: AttemptResult = fresh(
+        await app.reconcile("t", ReconcileCommand(sid, second.admission_id, CAPABLE), None)
     )
     assert retry.user_seqs == ()
     assert retry.starts_series is True
     assert retry.attempt == 1
     assert retry.header is not None and retry.header.reason.value == "series"
-    again: AttemptResult = pickle.loads(
-        await app.reconcile("t", ReconcileCommand(sid, second.admission_id, CAPABLE), None, encode)
+    again: AttemptResult = fresh(
+        await app.reconcile("t", ReconcileCommand(sid, second.admission_id, CAPABLE), None)
     )
     assert again.commits == () and again.header is None and again.context is None
 
@@ -164,24 +169,23 @@ async def test_idempotency_and_revision(app: AdmissionApp) -> None:
     sid = await new_session(app)
     key = Idempotency("r1", b"digest")
     command = AdmitCommand(sid, 1, 1, "A", (), CAPABLE, (user("u"),))
-    first = await app.admit("t", command, key, encode)
-    assert await app.admit("t", command, key, encode) == first
+    first = await app.admit("t", command, key)
+    replayed = await app.admit("t", command, key)
+    assert first.encoded is not None and replayed.result is None
+    assert replayed.encoded == first.encoded
     assert (await app.get_session("t", sid)).revision == 1
     with pytest.raises(RequestIdReused):
-        await app.admit("t", command, Idempotency("r1", b"other"), encode)
+        await app.admit("t", command, Idempotency("r1", b"other"))
     with pytest.raises(RevisionMismatch):
-        await app.admit(
-            "t", AdmitCommand(sid, 1, 2, "A", (), CAPABLE, expected_revision=0), None, encode
-        )
+        await app.admit("t", AdmitCommand(sid, 1, 2, "A", (), CAPABLE, expected_revision=0), None)
     with pytest.raises(SessionNotFound):
         await app.get_session("other-tenant", sid)
     with pytest.raises(AdmissionNotFound):
-        await app.reconcile("t", ReconcileCommand(sid, "nope", CAPABLE), None, encode)
-    deleted = await app.delete_session("t", sid, None, Idempotency("d1", b"x"), lambda _: b"ok")
-    assert deleted == b"ok"
-    assert (
-        await app.delete_session("t", sid, None, Idempotency("d1", b"x"), lambda _: b"no") == b"ok"
-    )
+        await app.reconcile("t", ReconcileCommand(sid, "nope", CAPABLE), None)
+    deleted = await app.delete_session("t", sid, None, Idempotency("d1", b"x"))
+    again = await app.delete_session("t", sid, None, Idempotency("d1", b"x"))
+    assert deleted.encoded is not None and again.result is None
+    assert again.encoded == deleted.encoded
     with pytest.raises(SessionNotFound):
         await app.get_session("t", sid)
 

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import pickle
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -31,7 +29,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 CATALOG = parse_catalog({"models": []})
 IN_HISTORY = RouteRequest("p", "m", 1000, Capability.IN_HISTORY)
 REPLACE = RouteRequest("p", "m", 1000, Capability.REPLACE)
-encode: Callable[[Any], bytes] = pickle.dumps
 
 
 def user(text: str) -> Message:
@@ -40,12 +37,12 @@ def user(text: str) -> Message:
 
 @pytest.fixture(scope="module")
 def app(engine: AsyncEngine) -> AdmissionApp:
-    return AdmissionApp(engine, CATALOG)
+    return AdmissionApp(engine, CATALOG, encoders=convert.ENCODERS)
 
 
 async def new_session(app: AdmissionApp) -> str:
     sid = f"delta-{uuid.uuid4().hex}"
-    await app.create_session("t", sid, None, encode)
+    await app.create_session("t", sid, None)
     return sid
 
 
@@ -59,7 +56,8 @@ async def admit(
 ) -> AttemptResult:
     route = kwargs.pop("route", IN_HISTORY)
     command = AdmitCommand(sid, 1, 1, prompt, (), route, tuple(map(user, users)), **kwargs)
-    result: AttemptResult = pickle.loads(await app.admit("t", command, None, encode))
+    result = (await app.admit("t", command, None)).result
+    assert result is not None
     return result
 
 
@@ -69,9 +67,9 @@ async def test_delta_carries_only_the_tail_and_chains_the_digest(app: AdmissionA
     assert first.request.view is RequestView.FULL
     assert first.request.total_messages == 2
     call = Message(Role.ASSISTANT, (Text("look"), ToolCall("c1", "read", "{}")))
-    await app.record("t", RecordCommand(sid, first.admission_id, call), None, encode)
+    await app.record("t", RecordCommand(sid, first.admission_id, call), None)
     result = ToolResult("c1", (Text("body"),))
-    await app.record("t", RecordCommand(sid, first.admission_id, None, (result,)), None, encode)
+    await app.record("t", RecordCommand(sid, first.admission_id, None, (result,)), None)
 
     second = await admit(app, sid, "B", "two", selection=delta(first))
     assert second.request.view is RequestView.DELTA
@@ -128,7 +126,7 @@ async def test_after_a_replacement_the_next_request_is_full(app: AdmissionApp) -
     third = await admit(app, sid, "B", "three", route=REPLACE, selection=delta(second))
     assert third.request.view is RequestView.DELTA
     plan = await app.plan_compaction("t", PlanCompactionCommand(sid, retain_tokens=0))
-    await app.compact("t", CompactCommand(sid, plan.plan_token, "s"), None, encode)
+    await app.compact("t", CompactCommand(sid, plan.plan_token, "s"), None)
     after = await admit(app, sid, "B", "four", route=REPLACE, selection=delta(third))
     assert after.request.view is RequestView.FULL
     assert after.forecast.divergence_reason.value == "series_start"

@@ -6,8 +6,9 @@ may not carry, and required sub-messages. Sizes, ranges and everything that need
 the use cases' business. Errors name the offending field by its proto path
 (``users[2].content[0]``).
 
-Outbound, responses of mutating RPCs are encoded with ``SerializeToString(deterministic=True)``:
-the use cases store those bytes with the effect and replay them for a repeated ``request_id``.
+Outbound, responses of mutating RPCs are encoded with ``SerializeToString(deterministic=True)``
+(``WRITES``): the use cases store those bytes with the effect and replay them for a repeated
+``request_id``, and the servicer sends them as they are (``EncodedResponse``).
 A derived request's messages arrive already encoded (the stored frames, ``app.EncodedMessages``)
 and are spliced, with the rendered body, after the rest of the response as a second occurrence
 of its ``request`` field, which protobuf parsers merge (repeated fields concatenate): no message
@@ -16,12 +17,13 @@ is re-encoded, and the idempotency record stores only the rest (``SplitAttemptEn
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
-from typing import TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from google.protobuf.message import Message as ProtoMessage
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -67,6 +69,9 @@ from admission_service.domain.series import (
 from admission_service.domain.surface import EffectivePrompt
 from admission_service.domain.trajectory import HeaderFact
 from admission_service.domain.wire import WireFormat
+
+if TYPE_CHECKING:
+    from admission_service.app.machinery import Reply
 
 V = TypeVar("V")
 K = TypeVar("K", bound=Enum)
@@ -775,6 +780,70 @@ def compact_response(result: app.CompactResult) -> api.CompactResponse:
 
 def encode_compact(result: app.CompactResult) -> bytes:
     return _encode(compact_response(result))
+
+
+def _summary(build: Callable[..., ProtoMessage]) -> Callable[[Any], ProtoMessage]:
+    return functools.partial(build, with_messages=False)
+
+
+@dataclass(frozen=True, slots=True)
+class WriteResponse:
+    """How a mutating RPC's response is made: its ``message`` type; ``encode``, the bytes the
+    use case stores for request_id and the edge sends as they are; ``summary``, the response
+    built from the typed result without the derived request's messages (what telemetry reads)."""
+
+    message: type[ProtoMessage]
+    encode: Callable[[Any], bytes]
+    summary: Callable[[Any], ProtoMessage]
+
+
+WRITES: Mapping[str, WriteResponse] = {
+    "CreateSession": WriteResponse(
+        api.CreateSessionResponse, encode_create_session, create_session_response
+    ),
+    "DeleteSession": WriteResponse(
+        api.DeleteSessionResponse, encode_delete_session, lambda _: api.DeleteSessionResponse()
+    ),
+    "Admit": WriteResponse(api.AdmitResponse, encode_admit, _summary(admit_response)),
+    "Reconcile": WriteResponse(
+        api.ReconcileResponse, encode_reconcile, _summary(reconcile_response)
+    ),
+    "Record": WriteResponse(api.RecordResponse, encode_record, record_response),
+    "Compact": WriteResponse(api.CompactResponse, encode_compact, compact_response),
+}
+# The use cases' encoders (``AdmissionApp(encoders=...)``), by method.
+ENCODERS: Mapping[str, Callable[[Any], bytes]] = {
+    method: write.encode for method, write in WRITES.items()
+}
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedResponse:
+    """A mutating RPC's response as the bytes gRPC sends unchanged (the servicer registers these
+    RPCs with a pass-through serializer): no parse, no second encoding. ``result`` is the use
+    case's typed result (None for a replayed response)."""
+
+    method: str
+    data: bytes
+    result: Any = None
+
+    def summary(self) -> ProtoMessage:
+        """The response without the derived request's messages and body, built from the typed
+        result; a replayed response is parsed whole."""
+        if self.result is None:
+            return self.message()
+        return WRITES[self.method].summary(self.result)
+
+    def message(self) -> ProtoMessage:
+        """The whole response, parsed from the bytes sent."""
+        return WRITES[self.method].message.FromString(self.data)
+
+
+def encoded_response(method: str, reply: Reply[Any]) -> EncodedResponse:
+    """``reply``'s response bytes: those the use case encoded (or replayed), else its result
+    encoded here (``validate_only``)."""
+    data = reply.encoded if reply.encoded is not None else WRITES[method].encode(reply.result)
+    return EncodedResponse(method, data, reply.result)
 
 
 def inspect_response(result: app.InspectResult) -> api.InspectResponse:

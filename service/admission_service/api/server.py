@@ -26,13 +26,13 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio  # type: ignore[attr-defined]
 from grpc_reflection.v1alpha import reflection
 from promptadmission.v1 import admission_service_pb2 as api
-from promptadmission.v1 import admission_service_pb2_grpc as api_grpc
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from admission_service.api import convert
 from admission_service.api.authentication import AuthenticateFirst
 from admission_service.api.errors import ErrorInterceptor
 from admission_service.api.health_probe import DatabaseProbe
-from admission_service.api.servicer import AdmissionServicer
+from admission_service.api.servicer import AdmissionServicer, add_to_server
 from admission_service.api.telemetry import TelemetryInterceptor
 from admission_service.api.tenancy import BearerTokens, DefaultTenant, TenantResolver
 from admission_service.api.token_reload import TokenReloader
@@ -217,6 +217,7 @@ async def start_server(
             hooks,
             page_tokens=page_tokens,
             quotas=settings.quotas,
+            encoders=convert.ENCODERS,
         )
         telemetry = TelemetryInterceptor(metrics, tracer, log_payloads=settings.log_payloads)
         authenticate = AuthenticateFirst(
@@ -226,7 +227,7 @@ async def start_server(
             interceptors=[telemetry, ErrorInterceptor(), authenticate],
             options=server_options(settings),
         )
-        api_grpc.add_AdmissionServiceServicer_to_server(AdmissionServicer(app, tenants), server)
+        add_to_server(AdmissionServicer(app, tenants), server)
         health = health_aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health, server)
         if settings.reflection:

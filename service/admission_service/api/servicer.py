@@ -2,8 +2,9 @@
 
 Each method resolves the call's tenant, converts the request to a command, awaits the use case,
 and converts the result to the response. No SQL, no business rules, no ``try``: errors are the
-``ErrorInterceptor``'s business. Mutating use cases return the encoded response (what they store
-for ``request_id`` replays), which is parsed back here (``_write``: every mutation's one path).
+``ErrorInterceptor``'s business. Mutating use cases return their result and the response bytes
+they stored for ``request_id`` replays (``_write``: every mutation's one path).
+``add_to_server`` registers the methods, each with its messages' (de)serializers.
 """
 
 from __future__ import annotations
@@ -13,45 +14,34 @@ from typing import Any, TypeVar
 
 import grpc
 from google.protobuf.message import Message as ProtoMessage
+from google.protobuf.message_factory import GetMessageClass
 from promptadmission.v1 import admission_service_pb2 as api
-from promptadmission.v1 import admission_service_pb2_grpc as api_grpc
 
 from admission_service.api import convert
 from admission_service.api.tenancy import TenantResolver
 from admission_service.app.commands import Idempotency
+from admission_service.app.machinery import Reply
 from admission_service.app.service import AdmissionApp
 
 Context = grpc.aio.ServicerContext[Any, Any]
 Command = TypeVar("Command")
-Response = TypeVar("Response", bound=ProtoMessage)
+SERVICE = api.DESCRIPTOR.services_by_name["AdmissionService"]
+
+# A mutating use case: (tenant, command, idempotency) -> its reply (result and response bytes).
+UseCase = Callable[[str, Command, Idempotency | None], Awaitable[Reply[Any]]]
 
 
-# A mutating use case: (tenant, command, idempotency, encode) -> the encoded response.
-UseCase = Callable[[str, Command, Idempotency | None, Callable[[Any], bytes]], Awaitable[bytes]]
-
-
-# The encoder of each mutation's response (what the use case stores for request_id replays).
-_ENCODERS: dict[type[ProtoMessage], Callable[[Any], bytes]] = {
-    api.CreateSessionResponse: convert.encode_create_session,
-    api.DeleteSessionResponse: convert.encode_delete_session,
-    api.AdmitResponse: convert.encode_admit,
-    api.ReconcileResponse: convert.encode_reconcile,
-    api.RecordResponse: convert.encode_record,
-    api.CompactResponse: convert.encode_compact,
-}
-
-
-class AdmissionServicer(api_grpc.AdmissionServiceServicer):
+class AdmissionServicer:
     def __init__(self, app: AdmissionApp, tenants: TenantResolver) -> None:
         self._app = app
         self._tenants = tenants
 
     async def CreateSession(
         self, request: api.CreateSessionRequest, context: Context
-    ) -> api.CreateSessionResponse:
+    ) -> ProtoMessage:
         command = request.session_id
         return await self._write(
-            context, request, api.CreateSessionResponse, self._app.create_session, command
+            context, request, "CreateSession", self._app.create_session, command
         )
 
     async def GetSession(
@@ -70,32 +60,26 @@ class AdmissionServicer(api_grpc.AdmissionServiceServicer):
 
     async def DeleteSession(
         self, request: api.DeleteSessionRequest, context: Context
-    ) -> api.DeleteSessionResponse:
+    ) -> ProtoMessage:
         revision = convert.delete_expected_revision(request)
 
-        async def delete(
-            tenant: str, session_id: str, key: Idempotency | None, encode: Callable[[None], bytes]
-        ) -> bytes:
-            return await self._app.delete_session(tenant, session_id, revision, key, encode)
+        async def delete(tenant: str, session_id: str, key: Idempotency | None) -> Reply[None]:
+            return await self._app.delete_session(tenant, session_id, revision, key)
 
         command = request.session_id
-        return await self._write(context, request, api.DeleteSessionResponse, delete, command)
+        return await self._write(context, request, "DeleteSession", delete, command)
 
-    async def Admit(self, request: api.AdmitRequest, context: Context) -> api.AdmitResponse:
+    async def Admit(self, request: api.AdmitRequest, context: Context) -> ProtoMessage:
         command = convert.admit_command(request)
-        return await self._write(context, request, api.AdmitResponse, self._app.admit, command)
+        return await self._write(context, request, "Admit", self._app.admit, command)
 
-    async def Reconcile(
-        self, request: api.ReconcileRequest, context: Context
-    ) -> api.ReconcileResponse:
+    async def Reconcile(self, request: api.ReconcileRequest, context: Context) -> ProtoMessage:
         command = convert.reconcile_command(request)
-        return await self._write(
-            context, request, api.ReconcileResponse, self._app.reconcile, command
-        )
+        return await self._write(context, request, "Reconcile", self._app.reconcile, command)
 
-    async def Record(self, request: api.RecordRequest, context: Context) -> api.RecordResponse:
+    async def Record(self, request: api.RecordRequest, context: Context) -> ProtoMessage:
         command = convert.record_command(request)
-        return await self._write(context, request, api.RecordResponse, self._app.record, command)
+        return await self._write(context, request, "Record", self._app.record, command)
 
     async def PlanCompaction(
         self, request: api.PlanCompactionRequest, context: Context
@@ -104,9 +88,9 @@ class AdmissionServicer(api_grpc.AdmissionServiceServicer):
         result = await self._app.plan_compaction(tenant, convert.plan_compaction_command(request))
         return convert.plan_compaction_response(result)
 
-    async def Compact(self, request: api.CompactRequest, context: Context) -> api.CompactResponse:
+    async def Compact(self, request: api.CompactRequest, context: Context) -> ProtoMessage:
         command = convert.compact_command(request)
-        return await self._write(context, request, api.CompactResponse, self._app.compact, command)
+        return await self._write(context, request, "Compact", self._app.compact, command)
 
     async def Inspect(self, request: api.InspectRequest, context: Context) -> api.InspectResponse:
         tenant = await self._tenants.tenant(context)
@@ -140,13 +124,29 @@ class AdmissionServicer(api_grpc.AdmissionServiceServicer):
         self,
         context: Context,
         request: Any,  # a mutating request: every one has a request_id
-        response: type[Response],
+        method: str,
         use_case: UseCase[Command],
         command: Command,
-    ) -> Response:
-        """A mutation: the use case stores and returns the encoded response (``_ENCODERS``);
-        parsed here."""
+    ) -> ProtoMessage:
+        """A mutation: the use case returns its result and the response bytes it stored."""
         tenant = await self._tenants.tenant(context)
         key = convert.idempotency_of(request.request_id, request)
-        data = await use_case(tenant, command, key, _ENCODERS[response])
-        return response.FromString(data)
+        encoded = convert.encoded_response(method, await use_case(tenant, command, key))
+        return encoded.message()
+
+
+def add_to_server(servicer: AdmissionServicer, server: grpc.aio.Server) -> None:
+    """Register every ``AdmissionService`` method of ``servicer`` on ``server``."""
+    handlers = {
+        method.name: grpc.unary_unary_rpc_method_handler(
+            getattr(servicer, method.name),
+            request_deserializer=GetMessageClass(method.input_type).FromString,
+            response_serializer=GetMessageClass(method.output_type).SerializeToString,
+        )
+        for method in SERVICE.methods
+    }
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(SERVICE.full_name, handlers),)
+    )
+    # As the generated add_AdmissionServiceServicer_to_server does (the type stubs lack it).
+    server.add_registered_method_handlers(SERVICE.full_name, handlers)  # type: ignore[attr-defined]

@@ -1,10 +1,11 @@
-"""The shared machinery of the use cases: their dependencies, the transaction shapes and what
-every use case reads of a session row."""
+"""The shared machinery of the use cases: their dependencies, the transaction shapes, what a
+mutation answers (``Reply``) and what every use case reads of a session row."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -28,13 +29,27 @@ R = TypeVar("R")
 T = TypeVar("T")
 # A page's items and, when more follow, the position of its last item.
 PageRead = tuple[tuple[T, ...], int | None]
+# Each mutating RPC's response encoder, by method (``Call.method``): the API edge's, given at
+# composition. The unit of work stores its bytes for a request_id and replays them verbatim.
+ResponseEncoders = Mapping[str, Callable[[Any], bytes]]
+
+
+@dataclass(frozen=True, slots=True)
+class Reply(Generic[R]):
+    """What a mutation answers: its typed ``result`` and, when the unit of work made them, the
+    response bytes (``encoded``: stored for the call's request_id, sent as they are). A repeated
+    request_id replays the stored bytes and has no result; ``validate_only`` stores nothing, so
+    nothing is encoded and the edge encodes the result."""
+
+    result: R | None
+    encoded: bytes | None = None
 
 
 class Machinery:
     """What every use case runs on: the storage, the per-session gate, the quotas, the limits,
-    the phase hooks, the catalog and the page tokens; and the two transaction shapes, a
-    mutation (``_mutate``: one ``UnitOfWork``) and a read of one session (``_read_session``:
-    one snapshot)."""
+    the phase hooks, the catalog, the page tokens and the response encoders; and the two
+    transaction shapes, a mutation (``_mutate``: one ``UnitOfWork``) and a read of one session
+    (``_read_session``: one snapshot)."""
 
     def __init__(
         self,
@@ -46,6 +61,7 @@ class Machinery:
         page_tokens: PageTokens | None = None,
         *,
         storage: Storage | None = None,
+        encoders: ResponseEncoders,
     ) -> None:
         """On PostgreSQL through ``engine``, or on another ``storage`` (the tests' fake)."""
         if storage is None:
@@ -59,6 +75,7 @@ class Machinery:
         self.catalog = catalog
         self.limits = limits or Limits()
         self.hooks = hooks
+        self.encoders = encoders
         self.quotas = TenantQuotas(quotas or Quotas())
         self.gate = SessionGate()  # a hot session's queued writers hold no pool connection
         self.resources = Resources(self.storage, self.gate, self.quotas, self.limits, self.hooks)
@@ -70,23 +87,25 @@ class Machinery:
         call: Call,
         expected_revision: int | None,
         work: Callable[[UnitOfWork], Awaitable[R]],
-        encode: Callable[[R], bytes],
-    ) -> bytes:
-        """One mutation: ``work`` runs in a unit of work that commits its result unless the
-        call only validates (or raises, or is cancelled)."""
+    ) -> Reply[R]:
+        """One mutation: ``work`` runs in a unit of work that commits its result, with the
+        encoded response stored for the request_id, unless the call only validates (or raises,
+        or is cancelled)."""
+        encode = self.encoders[call.method]
         if call.idempotency is not None:
             validation.check_request_id(call.idempotency.request_id, self.limits)
         async with UnitOfWork(self.resources, call) as uow:
             replayed = await uow.replayed(encode)
             if replayed is not None:
-                return replayed
+                return Reply(None, replayed)
             uow.load(expected_revision)
             result = await work(uow)
-            payload = encode(result)
             await uow.check_growth()
-            if not call.validate_only:
-                await uow.commit(result, payload, encode)
-        return payload
+            if call.validate_only:
+                return Reply(result)
+            encoded = encode(result)
+            await uow.commit(result, encoded, encode)
+        return Reply(result, encoded)
 
     async def _read_session(
         self,

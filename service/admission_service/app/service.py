@@ -16,7 +16,8 @@ from admission_service.app.use_cases.sessions import Sessions
 
 
 class AdmissionApp(Sessions, Admission, Compaction, Reads):
-    """Every mutating method takes the caller's ``Idempotency`` (or None) and an ``encode``
-    function turning its result into the response bytes; it returns those bytes. The bytes are
-    stored in the same transaction as the effect and replayed verbatim for a repeated
-    ``request_id``. With ``validate_only`` nothing is committed or stored."""
+    """Every mutating method takes the caller's ``Idempotency`` (or None) and returns a
+    ``Reply``: its typed result and the response bytes, encoded once by the method's encoder
+    (``encoders``, given at composition), stored in the same transaction as the effect and
+    replayed verbatim for a repeated ``request_id``. With ``validate_only`` nothing is
+    committed, stored or encoded."""

@@ -26,6 +26,7 @@ from admission_service.app.commands import (
 )
 from admission_service.app.hooks import Phase
 from admission_service.app.limits import Quotas
+from admission_service.app.machinery import Reply
 from admission_service.app.page_tokens import PageTokens
 from admission_service.app.service import AdmissionApp
 from admission_service.domain.accounting import PricedNode, breakdown, message_tokens
@@ -61,8 +62,18 @@ def user(text: str) -> Message:
     return Message(Role.USER, (Text(text),))
 
 
-def decode(data: bytes) -> Any:
-    return pickle.loads(data)
+# Every response encoded as the pickled result: the replays return what the first call did.
+ENCODERS = dict.fromkeys(
+    ("CreateSession", "DeleteSession", "Admit", "Reconcile", "Record", "Compact"), pickle.dumps
+)
+
+
+def decode(reply: Reply[Any]) -> Any:
+    """The call's result, or the one a replayed response carries."""
+    if reply.result is not None:
+        return reply.result
+    assert reply.encoded is not None
+    return pickle.loads(reply.encoded)
 
 
 class Cancelling:
@@ -77,7 +88,9 @@ class Cancelling:
 
 
 def make_app(storage: FakeStorage, **kwargs: Any) -> AdmissionApp:
-    return AdmissionApp(None, CATALOG, page_tokens=TOKENS, storage=storage, **kwargs)
+    return AdmissionApp(
+        None, CATALOG, page_tokens=TOKENS, storage=storage, encoders=ENCODERS, **kwargs
+    )
 
 
 @pytest.fixture
@@ -91,14 +104,14 @@ def app(storage: FakeStorage) -> AdmissionApp:
 
 
 async def create(app: AdmissionApp, session_id: str = "s", key: Idempotency | None = None) -> str:
-    info: SessionInfo = decode(await app.create_session("t", session_id, key, pickle.dumps))
+    info: SessionInfo = decode(await app.create_session("t", session_id, key))
     return info.session_id
 
 
 async def admit(app: AdmissionApp, session_id: str, prompt: str, **kwargs: Any) -> AttemptResult:
     key = kwargs.pop("idempotency", None)
     command = AdmitCommand(session_id, 1, 1, prompt, (), ROUTE, **kwargs)
-    result: AttemptResult = decode(await app.admit("t", command, key, pickle.dumps))
+    result: AttemptResult = decode(await app.admit("t", command, key))
     return result
 
 
@@ -109,27 +122,25 @@ async def test_a_step_admits_records_compacts_and_reconciles(app: AdmissionApp) 
     assert first.revision == 1 and first.log_seq == 4
     call = Message(Role.ASSISTANT, (ToolCall("c1", "read", "{}"),))
     recorded: RecordResult = decode(
-        await app.record("t", RecordCommand(sid, first.admission_id, call), None, pickle.dumps)
+        await app.record("t", RecordCommand(sid, first.admission_id, call), None)
     )
     assert recorded.assistant_seq == 4 and recorded.revision == 2
     answer = ToolResult("c1", (Text("body"),))
     command = RecordCommand(sid, first.admission_id, None, (answer,), Usage(10, 1, 0, 0))
-    recorded = decode(await app.record("t", command, None, pickle.dumps))
+    recorded = decode(await app.record("t", command, None))
     assert recorded.tool_result_seqs == (5,)
     with pytest.raises(UnknownToolCall):
-        await app.record("t", command, None, pickle.dumps)
+        await app.record("t", command, None)
 
     second = await admit(app, sid, "B", users=(user("next"),))
     assert second.forecast.reused_messages == 2  # the whole previous request
     plan = await app.plan_compaction("t", PlanCompactionCommand(sid, retain_tokens=0))
     compacted: CompactResult = decode(
-        await app.compact("t", CompactCommand(sid, plan.plan_token, "sum"), None, pickle.dumps)
+        await app.compact("t", CompactCommand(sid, plan.plan_token, "sum"), None)
     )
     assert compacted.effective_prompt.text == "B"
     retry: AttemptResult = decode(
-        await app.reconcile(
-            "t", ReconcileCommand(sid, second.admission_id, ROUTE), None, pickle.dumps
-        )
+        await app.reconcile("t", ReconcileCommand(sid, second.admission_id, ROUTE), None)
     )
     assert retry.attempt == 1 and retry.starts_series
 
@@ -171,13 +182,15 @@ async def test_a_repeated_request_id_replays_the_first_response(app: AdmissionAp
     sid = await create(app)
     key = Idempotency("r1", b"digest")
     command = AdmitCommand(sid, 1, 1, "A", (), ROUTE, (user("u"),))
-    first = await app.admit("t", command, key, pickle.dumps)
-    assert await app.admit("t", command, key, pickle.dumps) == first
+    first = await app.admit("t", command, key)
+    replayed = await app.admit("t", command, key)
+    assert first.encoded is not None and replayed.result is None
+    assert replayed.encoded == first.encoded
     assert (await app.get_session("t", sid)).revision == 1
     with pytest.raises(RequestIdReused):
-        await app.admit("t", command, Idempotency("r1", b"other"), pickle.dumps)
+        await app.admit("t", command, Idempotency("r1", b"other"))
     with pytest.raises(RequestIdReused):  # a request id names one call of one method
-        await app.record("t", RecordCommand(sid, "x", usage=Usage(1, 1, 0, 0)), key, pickle.dumps)
+        await app.record("t", RecordCommand(sid, "x", usage=Usage(1, 1, 0, 0)), key)
     with pytest.raises(RevisionMismatch):
         await admit(app, sid, "A", expected_revision=0)
 
@@ -196,8 +209,10 @@ async def test_create_session_takes_the_same_idempotent_path(app: AdmissionApp) 
 async def test_a_deleted_session_is_gone_and_its_delete_replays(app: AdmissionApp) -> None:
     sid = await create(app)
     key = Idempotency("d1", b"x")
-    assert await app.delete_session("t", sid, None, key, lambda _: b"ok") == b"ok"
-    assert await app.delete_session("t", sid, None, key, lambda _: b"no") == b"ok"
+    deleted = await app.delete_session("t", sid, None, key)
+    again = await app.delete_session("t", sid, None, key)
+    assert deleted.encoded is not None and again.result is None
+    assert again.encoded == deleted.encoded
     with pytest.raises(SessionNotFound):
         await app.get_session("t", sid)
     with pytest.raises(SessionNotFound):
@@ -231,7 +246,7 @@ async def test_a_plan_goes_stale_when_the_session_moves(app: AdmissionApp) -> No
     plan = await app.plan_compaction("t", PlanCompactionCommand(sid, retain_tokens=0))
     await admit(app, sid, "A", users=(user("three"),))
     with pytest.raises(StaleCompactionPlan):
-        await app.compact("t", CompactCommand(sid, plan.plan_token, "s"), None, pickle.dumps)
+        await app.compact("t", CompactCommand(sid, plan.plan_token, "s"), None)
     assert first.revision == 1
 
 

@@ -19,7 +19,7 @@ from admission_service.app.commands import (
 )
 from admission_service.app.derivation import Derivation, FramesQuery, request_key
 from admission_service.app.hooks import Phase
-from admission_service.app.machinery import session_counter
+from admission_service.app.machinery import Reply, session_counter
 from admission_service.app.rows import forecast_json
 from admission_service.app.unit_of_work import Call, UnitOfWork
 from admission_service.app.use_cases.record import Recording
@@ -61,8 +61,7 @@ class Admission(Recording, Derivation):
         tenant: str,
         command: AdmitCommand,
         idempotency: Idempotency | None,
-        encode: Callable[[AttemptResult], bytes],
-    ) -> bytes:
+    ) -> Reply[AttemptResult]:
         validation.check_admit(command, self.limits)
         output = command.previous_output
         if output is not None:
@@ -92,15 +91,14 @@ class Admission(Recording, Derivation):
             )
             return attempt, 0, recorded
 
-        return await self._step("Admit", tenant, command, idempotency, encode, begin)
+        return await self._step("Admit", tenant, command, idempotency, begin)
 
     async def reconcile(
         self,
         tenant: str,
         command: ReconcileCommand,
         idempotency: Idempotency | None,
-        encode: Callable[[AttemptResult], bytes],
-    ) -> bytes:
+    ) -> Reply[AttemptResult]:
         validation.check_reconcile(command, self.limits)
 
         async def begin(tx: UnitOfWork, route: Route) -> _Begun:
@@ -119,7 +117,7 @@ class Admission(Recording, Derivation):
             )
             return attempt, admitted.attempts, None
 
-        return await self._step("Reconcile", tenant, command, idempotency, encode, begin)
+        return await self._step("Reconcile", tenant, command, idempotency, begin)
 
     async def _step(
         self,
@@ -127,9 +125,8 @@ class Admission(Recording, Derivation):
         tenant: str,
         command: AdmitCommand | ReconcileCommand,
         idempotency: Idempotency | None,
-        encode: Callable[[AttemptResult], bytes],
         begin: Callable[[UnitOfWork, Route], Awaitable[_Begun]],
-    ) -> bytes:
+    ) -> Reply[AttemptResult]:
         """The one path of an attempt, first (Admit) or retried (Reconcile): ``begin`` makes
         the attempt, its number and (Admit) the previous output it recorded; the domain's
         transition, the writes, the derived request and the ledger row follow."""
@@ -159,7 +156,7 @@ class Admission(Recording, Derivation):
             return result if recorded is None else replace(result, recorded=recorded)
 
         call = Call(method, tenant, command.session_id, idempotency, command.validate_only)
-        return await self._mutate(call, command.expected_revision, work, encode)
+        return await self._mutate(call, command.expected_revision, work)
 
     async def _attempt(
         self,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from admission_service.app import bounds, validation
@@ -14,7 +14,7 @@ from admission_service.app.commands import (
     PlanResult,
 )
 from admission_service.app.hooks import Phase
-from admission_service.app.machinery import Machinery, previous_request, session_counter
+from admission_service.app.machinery import Machinery, Reply, previous_request, session_counter
 from admission_service.app.ports import SessionRepository, SurfaceNode
 from admission_service.app.unit_of_work import Call, UnitOfWork
 from admission_service.domain import admission as rules
@@ -101,8 +101,7 @@ class Compaction(Machinery):
         tenant: str,
         command: CompactCommand,
         idempotency: Idempotency | None,
-        encode: Callable[[CompactResult], bytes],
-    ) -> bytes:
+    ) -> Reply[CompactResult]:
         validation.check_compact(command, self.limits)
         scope = f"compaction/{tenant}/{command.session_id}"
         token = _plan_cursor(self.page_tokens.decode(scope, command.plan_token, "plan_token"))
@@ -143,4 +142,4 @@ class Compaction(Machinery):
             )
 
         call = Call("Compact", tenant, command.session_id, idempotency)
-        return await self._mutate(call, command.expected_revision, work, encode)
+        return await self._mutate(call, command.expected_revision, work)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
 
 from admission_service.app import validation
 from admission_service.app.commands import Idempotency, RecordCommand, RecordResult
 from admission_service.app.hooks import Phase
-from admission_service.app.machinery import Machinery, previous_request, session_counter
+from admission_service.app.machinery import Machinery, Reply, previous_request, session_counter
 from admission_service.app.rows import usage_json
 from admission_service.app.unit_of_work import Call, UnitOfWork
 from admission_service.domain import codec
@@ -24,15 +23,14 @@ class Recording(Machinery):
         tenant: str,
         command: RecordCommand,
         idempotency: Idempotency | None,
-        encode: Callable[[RecordResult], bytes],
-    ) -> bytes:
+    ) -> Reply[RecordResult]:
         validation.check_record(command, self.limits)
 
         async def work(tx: UnitOfWork) -> RecordResult:
             return await self._record_output(tx, command)
 
         call = Call("Record", tenant, command.session_id, idempotency)
-        return await self._mutate(call, command.expected_revision, work, encode)
+        return await self._mutate(call, command.expected_revision, work)
 
     async def _record_output(self, tx: UnitOfWork, command: RecordCommand) -> RecordResult:
         """Record's transition inside ``tx`` (Record, and an Admit's previous_output). Leaves

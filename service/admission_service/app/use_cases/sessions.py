@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
 from datetime import datetime
 
 from admission_service.app import validation
 from admission_service.app.commands import Idempotency, Page, SessionInfo
-from admission_service.app.machinery import Machinery
+from admission_service.app.machinery import Machinery, Reply
 from admission_service.app.ports import SessionRepository
 from admission_service.app.rows import session_info
 from admission_service.app.unit_of_work import Call, UnitOfWork
@@ -25,8 +24,7 @@ class Sessions(Machinery):
         tenant: str,
         session_id: str,
         idempotency: Idempotency | None,
-        encode: Callable[[SessionInfo], bytes],
-    ) -> bytes:
+    ) -> Reply[SessionInfo]:
         if idempotency is not None:
             validation.check_request_id(idempotency.request_id, self.limits)
         if not session_id:
@@ -44,7 +42,7 @@ class Sessions(Machinery):
             return session_info(uow.record)
 
         call = Call("CreateSession", tenant, session_id, idempotency, create=True)
-        return await self._mutate(call, None, create, encode)
+        return await self._mutate(call, None, create)
 
     async def get_session(self, tenant: str, session_id: str) -> SessionInfo:
         async def get(store: SessionRepository, record: SessionRecord) -> SessionInfo:
@@ -77,8 +75,7 @@ class Sessions(Machinery):
         session_id: str,
         expected_revision: int | None,
         idempotency: Idempotency | None,
-        encode: Callable[[None], bytes],
-    ) -> bytes:
+    ) -> Reply[None]:
         validation.check_session_id(session_id, self.limits)
         validation.check_expected_revision(expected_revision)
 
@@ -86,4 +83,4 @@ class Sessions(Machinery):
             await tx.store.delete()
 
         call = Call("DeleteSession", tenant, session_id, idempotency)
-        return await self._mutate(call, expected_revision, delete, encode)
+        return await self._mutate(call, expected_revision, delete)
