@@ -584,21 +584,27 @@ class SplitAttemptEncoder:
         return _encode(response)
 
     def body(self, body_json: str, frames: bytes) -> bytes:
-        inner = frames
-        if body_json:
-            encoded = body_json.encode()
-            inner = b"".join(
-                (_varint(_BODY_JSON_FIELD << 3 | 2), _varint(len(encoded)), encoded, frames)
-            )
-        if not inner:
-            return b""
-        return b"".join((_varint(self.request_field << 3 | 2), _varint(len(inner)), inner))
+        return b"".join(self._body(body_json, frames))
 
     def __call__(self, result: app.AttemptResult) -> bytes:
         messages = result.request.messages
         if not isinstance(messages, app.EncodedMessages):
             return self.head(result)
-        return self.head(result) + self.body(result.request.body_json, messages.frames)
+        # One join: the frames are copied once, into the response.
+        body = self._body(result.request.body_json, messages.frames)
+        return b"".join((self.head(result), *body))
+
+    def _body(self, body_json: str, frames: bytes) -> tuple[bytes, ...]:
+        """The body's parts: the ``request`` field's tag and length, the rendered body as its
+        ``body_json`` field, then the frames (nothing when both are empty)."""
+        inner: tuple[bytes, ...] = (frames,)
+        if body_json:
+            encoded = body_json.encode()
+            inner = (_varint(_BODY_JSON_FIELD << 3 | 2), _varint(len(encoded)), encoded, frames)
+        size = sum(map(len, inner))
+        if not size:
+            return ()
+        return (_varint(self.request_field << 3 | 2), _varint(size), *inner)
 
 
 def usage_to_proto(usage: app.Usage) -> pb.Usage:
