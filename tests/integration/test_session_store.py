@@ -134,39 +134,3 @@ async def test_what_is_written_reads_back_the_same(engine: AsyncEngine) -> None:
             (7, b"be kind", True),
         ]
         await transaction.rollback()
-
-
-async def test_storage_persists_what_the_caller_decided(engine: AsyncEngine) -> None:
-    """The revision, a node's price and which tool calls are answered come from the caller."""
-    calls = Message(Role.ASSISTANT, (ToolCall("c1", "grep", "{}"), ToolCall("c2", "grep", "{}")))
-    events = [
-        Event(0, EventKind.USER_MESSAGE, 1, 1, Append(), message=Message(Role.USER, (Text("q"),))),
-        Event(1, EventKind.ASSISTANT_MESSAGE, 1, 1, Append(), message=calls),
-    ]
-    async with engine.connect() as connection, connection.begin() as transaction:
-        store = SessionStore(connection, "t", f"store-{uuid.uuid4().hex}")
-        record = await store.create()
-        assert record is not None
-        written = await store.write_events(events, 0, prices={0: 11, 1: 13})
-        assert written.tokens == 24
-        assert [node.tokens for node in await store.surface()] == [11, 13]
-        assert await store.open_tool_calls() == ("c1", "c2")
-        await store.mark_answered([("c2", 2)])
-        assert await store.open_tool_calls() == ("c1",)
-        revision = await store.save(
-            record,
-            next_seq=2,
-            next_position=written.next_position,
-            series=record.series,
-            last_request=None,
-            shadowed=None,
-            request_count=0,
-            surface_tokens=written.tokens,
-            revision=7,
-        )
-        assert revision == 7
-        await store.flush()
-        saved = await store.read(lock=False)
-        assert saved is not None
-        assert saved.revision == 7
-        await transaction.rollback()

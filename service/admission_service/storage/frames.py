@@ -130,13 +130,6 @@ class FrameReads(SessionScope):
         assert row is not None
         return _frames(row)
 
-    async def open_tool_calls(self) -> tuple[str, ...]:
-        """The ids of the tool calls on the surface that no result answers yet, in call order."""
-        await self.flush()
-        row = await self._execute_raw(_OPEN_CALLS, {"t": self.tenant, "s": self.session_id})
-        assert row is not None
-        return tuple(row[0] or ())
-
     async def frames_as_of(self, through_seq: int, first_message: int) -> bytes | None:
         """The derived messages from index ``first_message`` on of the surface as it was after
         event ``through_seq``, as concatenated frames; None when a node was shadowed since

@@ -130,15 +130,12 @@ class SessionRows(SessionScope):
         shadowed: Shadowed | None,
         request_count: int,
         surface_tokens: int,
-        revision: int | None = None,
     ) -> int:
         """Write the new counters and series state; returns the revision.
 
-        ``revision`` is the one the caller decided; without it (until app/ passes it) the
-        revision moves here, by one when events were logged.
+        The revision counts changes of the history: it moves only when events were logged.
         """
-        if revision is None:
-            revision = record.revision + (1 if next_seq != record.next_seq else 0)
+        revision = record.revision + (1 if next_seq != record.next_seq else 0)
         values: dict[str, Any] = {
             "revision": revision,
             "next_seq": next_seq,

@@ -3,7 +3,7 @@ it is written) and the tool calls they make."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Row, TextClause, delete, func, select, text
@@ -30,12 +30,6 @@ _ANSWER = text(
     " RETURNING c.call_id, c.result_seq"
 )
 
-_MARK_ANSWERED = text(
-    "UPDATE tool_calls AS c SET result_seq = u.result_seq"
-    " FROM unnest(CAST(:ids AS text[]), CAST(:seqs AS bigint[])) AS u(call_id, result_seq)"
-    " WHERE c.tenant_id = :t AND c.session_id = :s AND c.call_id = u.call_id"
-)
-
 # A change of route family prices every surviving node again (app/use_cases/admit.py:
 # _reprice).
 _REPRICE = text(
@@ -53,14 +47,12 @@ class SurfaceWrites(SessionScope):
         new_events: Sequence[Event],
         next_position: int,
         counter: TokenCounter = HEURISTIC_COUNTER,
-        prices: Mapping[int, int] | None = None,
     ) -> Written:
         """Log ``new_events`` and apply their surface operations, in order.
 
         Consecutive appended nodes (and their tool calls) are inserted in one statement each.
-        A new node's price is ``prices[seq]``, as the caller computed it; without ``prices``
-        (until app/ passes them) it is computed here with ``counter`` (the session's route's
-        tokenizer). Only a change of route family prices a node again (``reprice``).
+        Each new node is priced here with ``counter`` (the session's route's tokenizer); only a
+        change of route family prices it again (``reprice``).
         """
         shadowed: Shadowed | None = None
         tokens = 0
@@ -83,7 +75,7 @@ class SurfaceWrites(SessionScope):
             if event.op is None:
                 continue
             message = event.derived_message()
-            price = prices[event.seq] if prices is not None else message_tokens(message, counter)
+            price = message_tokens(message, counter)
             node: dict[str, Any] = {
                 **self._keys(),
                 "seq": event.seq,
@@ -198,11 +190,6 @@ class SurfaceWrites(SessionScope):
             )
         )
         return {row.call_id for row in rows}
-
-    async def mark_answered(self, answers: Sequence[tuple[str, int]]) -> None:
-        """Record each ``(call_id, result_seq)`` as the call's answer, as the caller decided
-        (which answers are valid is the domain's rule: ``open_tool_calls`` reads what it needs)."""
-        await self._with_pairs(_MARK_ANSWERED, ("ids", "seqs"), answers)
 
     async def answer_tool_calls(self, answers: Sequence[tuple[str, int]]) -> list[bool]:
         """Mark each ``(call_id, result_seq)`` answered if the call is open and still on the
