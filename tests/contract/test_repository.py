@@ -6,9 +6,9 @@ import uuid
 
 import pytest
 from admission_service.app.ports import Storage
-from admission_service.domain import protowire
 from admission_service.domain.events import Append, Event, EventKind, Replace, system_event
 from admission_service.domain.messages import Message, Role, Text, ToolCall, ToolResult
+from admission_service.storage import codec
 
 TENANT = "contract"
 
@@ -88,7 +88,7 @@ async def test_the_revision_moves_only_when_events_were_logged(storage: Storage)
         record = await unit.store.read(lock=True)
         assert record is not None and record.revision == 1 and record.next_seq == 1
         assert record.surface_nodes == 1 and record.log_bytes > 0
-        assert record.surface_bytes == len(protowire.frame(user(0, "a").message))  # type: ignore[arg-type]
+        assert record.surface_bytes == len(codec.frame(user(0, "a").message))  # type: ignore[arg-type]
         same = await unit.store.save(
             record,
             next_seq=1,
@@ -115,7 +115,7 @@ async def test_appended_nodes_are_the_tail_until_flushed(storage: Storage) -> No
         before = await unit.store.frames(0, None)
         assert before.messages == 1  # the tail is not read back before the flush
         assert before.frames + written.tail.frames == b"".join(
-            protowire.frame(e.message)  # type: ignore[arg-type]
+            codec.frame(e.message)  # type: ignore[arg-type]
             for e in (user(0, "a"), user(1, "b"), user(2, "c"))
         )
         await unit.store.flush()
@@ -156,7 +156,7 @@ async def test_frames_as_of_an_earlier_seq(storage: Storage) -> None:
     session_id = await new_session(storage, user(0, "a"), user(1, "b"), user(2, "c"))
     async with storage.unit(TENANT, session_id, snapshot=True) as unit:
         frames = await unit.store.frames_as_of(1, 1)
-        assert frames == protowire.frame(user(1, "b").message)  # type: ignore[arg-type]
+        assert frames == codec.frame(user(1, "b").message)  # type: ignore[arg-type]
 
 
 async def test_tool_calls_are_answered_once_while_on_the_surface(storage: Storage) -> None:
