@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import hashlib
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -830,8 +830,8 @@ class EncodedResponse:
     case's typed result (None for a replayed response)."""
 
     method: str
-    data: bytes
-    result: Any = None
+    data: bytes = field(repr=False)
+    result: Any = field(default=None, repr=False)
 
     def summary(self) -> ProtoMessage:
         """The response without the derived request's messages and body, built from the typed

@@ -3,8 +3,10 @@
 Each method resolves the call's tenant, converts the request to a command, awaits the use case,
 and converts the result to the response. No SQL, no business rules, no ``try``: errors are the
 ``ErrorInterceptor``'s business. Mutating use cases return their result and the response bytes
-they stored for ``request_id`` replays (``_write``: every mutation's one path).
-``add_to_server`` registers the methods, each with its messages' (de)serializers.
+they stored for ``request_id`` replays (``_write``: every mutation's one path); those bytes —
+a derived request's stored frames spliced in, or a replayed response — go to gRPC as they are
+(``convert.EncodedResponse``, registered with a pass-through serializer by ``add_to_server``):
+never parsed and encoded again.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
-from google.protobuf.message import Message as ProtoMessage
 from google.protobuf.message_factory import GetMessageClass
 from promptadmission.v1 import admission_service_pb2 as api
 
@@ -38,7 +39,7 @@ class AdmissionServicer:
 
     async def CreateSession(
         self, request: api.CreateSessionRequest, context: Context
-    ) -> ProtoMessage:
+    ) -> convert.EncodedResponse:
         command = request.session_id
         return await self._write(
             context, request, "CreateSession", self._app.create_session, command
@@ -60,7 +61,7 @@ class AdmissionServicer:
 
     async def DeleteSession(
         self, request: api.DeleteSessionRequest, context: Context
-    ) -> ProtoMessage:
+    ) -> convert.EncodedResponse:
         revision = convert.delete_expected_revision(request)
 
         async def delete(tenant: str, session_id: str, key: Idempotency | None) -> Reply[None]:
@@ -69,15 +70,17 @@ class AdmissionServicer:
         command = request.session_id
         return await self._write(context, request, "DeleteSession", delete, command)
 
-    async def Admit(self, request: api.AdmitRequest, context: Context) -> ProtoMessage:
+    async def Admit(self, request: api.AdmitRequest, context: Context) -> convert.EncodedResponse:
         command = convert.admit_command(request)
         return await self._write(context, request, "Admit", self._app.admit, command)
 
-    async def Reconcile(self, request: api.ReconcileRequest, context: Context) -> ProtoMessage:
+    async def Reconcile(
+        self, request: api.ReconcileRequest, context: Context
+    ) -> convert.EncodedResponse:
         command = convert.reconcile_command(request)
         return await self._write(context, request, "Reconcile", self._app.reconcile, command)
 
-    async def Record(self, request: api.RecordRequest, context: Context) -> ProtoMessage:
+    async def Record(self, request: api.RecordRequest, context: Context) -> convert.EncodedResponse:
         command = convert.record_command(request)
         return await self._write(context, request, "Record", self._app.record, command)
 
@@ -88,7 +91,9 @@ class AdmissionServicer:
         result = await self._app.plan_compaction(tenant, convert.plan_compaction_command(request))
         return convert.plan_compaction_response(result)
 
-    async def Compact(self, request: api.CompactRequest, context: Context) -> ProtoMessage:
+    async def Compact(
+        self, request: api.CompactRequest, context: Context
+    ) -> convert.EncodedResponse:
         command = convert.compact_command(request)
         return await self._write(context, request, "Compact", self._app.compact, command)
 
@@ -127,21 +132,30 @@ class AdmissionServicer:
         method: str,
         use_case: UseCase[Command],
         command: Command,
-    ) -> ProtoMessage:
-        """A mutation: the use case returns its result and the response bytes it stored."""
+    ) -> convert.EncodedResponse:
+        """A mutation: the use case returns its result and the response bytes it stored (or
+        replayed), sent as they are."""
         tenant = await self._tenants.tenant(context)
         key = convert.idempotency_of(request.request_id, request)
-        encoded = convert.encoded_response(method, await use_case(tenant, command, key))
-        return encoded.message()
+        return convert.encoded_response(method, await use_case(tenant, command, key))
+
+
+def _as_is(response: convert.EncodedResponse) -> bytes:
+    return response.data
 
 
 def add_to_server(servicer: AdmissionServicer, server: grpc.aio.Server) -> None:
-    """Register every ``AdmissionService`` method of ``servicer`` on ``server``."""
+    """Register every ``AdmissionService`` method of ``servicer`` on ``server``: a mutation's
+    response bytes pass through unchanged, a read's message is serialized by gRPC."""
     handlers = {
         method.name: grpc.unary_unary_rpc_method_handler(
             getattr(servicer, method.name),
             request_deserializer=GetMessageClass(method.input_type).FromString,
-            response_serializer=GetMessageClass(method.output_type).SerializeToString,
+            response_serializer=(
+                _as_is
+                if method.name in convert.WRITES
+                else GetMessageClass(method.output_type).SerializeToString
+            ),
         )
         for method in SERVICE.methods
     }

@@ -37,6 +37,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from admission_service.api.authentication import parsed_request
+from admission_service.api.convert import EncodedResponse
 from admission_service.api.unary import Behavior, Continuation, wrap_unary
 from admission_service.telemetry import context as call_context
 from admission_service.telemetry.metrics import Metrics
@@ -59,6 +60,14 @@ def _request_id(metadata: Any) -> str:
                 return value
             break
     return call_context.new_request_id()
+
+
+def _message(response: Any, *, whole: bool) -> Any:
+    """A mutation's response bytes (``EncodedResponse``) as a message: whole, parsed, or the
+    summary metrics read (built from the use case's result, no parse)."""
+    if isinstance(response, EncodedResponse):
+        return response.message() if whole else response.summary()
+    return response
 
 
 def _payload(message: Any) -> Any:
@@ -164,10 +173,11 @@ class TelemetryInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg
         method.handled(code).inc()
         method.latency.observe(seconds)
         if code is grpc.StatusCode.OK:
-            self._metrics.observe_response(parsed_request(request), response)
+            self._metrics.observe_response(parsed_request(request), _message(response, whole=False))
         if self._log_payloads:
             if code is grpc.StatusCode.OK:
-                _log.debug("response payload", extra={"fields": {"response": _payload(response)}})
+                payload = _payload(_message(response, whole=True))
+                _log.debug("response payload", extra={"fields": {"response": payload}})
             if parsed_request(request) is not None:
                 # After the call: the body is parsed only once the caller is authenticated.
                 payload = _payload(parsed_request(request))
