@@ -69,6 +69,7 @@ from admission_service.domain.series import (
 from admission_service.domain.surface import EffectivePrompt
 from admission_service.domain.trajectory import HeaderFact
 from admission_service.domain.wire import WireFormat
+from admission_service.storage import codec
 
 if TYPE_CHECKING:
     from admission_service.app.machinery import Reply
@@ -191,16 +192,10 @@ def _block_from_proto(block: pb.ContentBlock, field: str, allowed: frozenset[str
         raise InvalidArgument(
             field, f"a {which} block is not allowed here (allowed: {', '.join(sorted(allowed))})"
         )
-    if which == "text":
-        return Text(block.text.text)
-    if which == "image":
-        return Image(block.image.uri, block.image.media_type)
-    if which == "reasoning":
-        return Reasoning(block.reasoning.text, block.reasoning.signature)
-    if which == "tool_call":
-        call = block.tool_call
-        return ToolCall(call.call_id, call.name, call.arguments_json)
-    # Inbound tool results travel as RecordRequest.tool_results, so no caller allows this kind.
+    if which != "tool_result":
+        return codec.block_from_proto(block)
+    # Inbound tool results travel as RecordRequest.tool_results, so no caller allows this kind;
+    # their content is checked block by block with the field path.
     result = block.tool_result
     return ToolResult(
         result.call_id,
