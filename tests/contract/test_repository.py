@@ -6,7 +6,14 @@ import uuid
 
 import pytest
 from admission_service.app.ports import Storage
-from admission_service.domain.events import Append, Event, EventKind, Replace, system_event
+from admission_service.domain.events import (
+    Append,
+    Event,
+    EventKind,
+    Replace,
+    revision_after,
+    system_event,
+)
 from admission_service.domain.messages import Message, Role, Text, ToolCall, ToolResult
 from admission_service.storage import codec
 
@@ -50,6 +57,7 @@ async def new_session(storage: Storage, *events: Event) -> str:
             shadowed=written.shadowed,
             request_count=0,
             surface_tokens=written.tokens,
+            revision=revision_after(record.revision, len(events)),
         )
         await unit.commit()
     return session_id
@@ -82,14 +90,14 @@ async def test_leaving_a_unit_without_commit_writes_nothing(storage: Storage) ->
         assert await unit.store.read(lock=False) is None
 
 
-async def test_the_revision_moves_only_when_events_were_logged(storage: Storage) -> None:
+async def test_the_revision_saved_is_the_callers(storage: Storage) -> None:
     session_id = await new_session(storage, user(0, "a"))
     async with storage.unit(TENANT, session_id) as unit:
         record = await unit.store.read(lock=True)
         assert record is not None and record.revision == 1 and record.next_seq == 1
         assert record.surface_nodes == 1 and record.log_bytes > 0
         assert record.surface_bytes == len(codec.frame(user(0, "a").message))  # type: ignore[arg-type]
-        same = await unit.store.save(
+        await unit.store.save(
             record,
             next_seq=1,
             next_position=record.next_position,
@@ -98,12 +106,12 @@ async def test_the_revision_moves_only_when_events_were_logged(storage: Storage)
             shadowed=None,
             request_count=5,
             surface_tokens=record.surface_tokens,
+            revision=7,
         )
-        assert same == 1
         await unit.commit()
     async with storage.unit(TENANT, session_id, snapshot=True) as unit:
         read = await unit.store.read(lock=False)
-        assert read is not None and (read.revision, read.request_count) == (1, 5)
+        assert read is not None and (read.revision, read.request_count) == (7, 5)
 
 
 async def test_appended_nodes_are_the_tail_until_flushed(storage: Storage) -> None:

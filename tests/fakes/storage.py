@@ -176,8 +176,8 @@ class FakeSessionStore:
         shadowed: Shadowed | None,
         request_count: int,
         surface_tokens: int,
-    ) -> int:
-        revision = record.revision + (1 if next_seq != record.next_seq else 0)
+        revision: int,
+    ) -> None:
         unsaved, self._saved_growth = self.growth.minus(self._saved_growth), replace(self.growth)
 
         def write() -> None:
@@ -201,7 +201,6 @@ class FakeSessionStore:
             )
 
         self._deferred.append(write)
-        return revision
 
     async def delete(self) -> None:
         self._state.sessions.pop(self._key, None)

@@ -111,6 +111,7 @@ async def test_what_is_written_reads_back_the_same(engine: AsyncEngine) -> None:
             shadowed=written.shadowed,
             request_count=0,
             surface_tokens=written.tokens,
+            revision=1,
         )
 
         assert [row.event() for row in await store.events_after(-1, 100)] == events

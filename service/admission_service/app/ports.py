@@ -118,7 +118,8 @@ class SessionRepository(Protocol):
         shadowed: Shadowed | None,
         request_count: int,
         surface_tokens: int,
-    ) -> int: ...
+        revision: int,
+    ) -> None: ...
     async def delete(self) -> None: ...
 
     # idempotency

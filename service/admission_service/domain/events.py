@@ -98,3 +98,9 @@ def system_event(
         system_message(text),
         update=update,
     )
+
+
+def revision_after(revision: int, logged: int) -> int:
+    """The session's revision after a write that logged ``logged`` events: the revision counts
+    changes of the history, so it moves (by one) only when events were logged."""
+    return revision + (1 if logged else 0)

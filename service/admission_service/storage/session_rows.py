@@ -130,12 +130,10 @@ class SessionRows(SessionScope):
         shadowed: Shadowed | None,
         request_count: int,
         surface_tokens: int,
-    ) -> int:
-        """Write the new counters and series state; returns the revision.
-
-        The revision counts changes of the history: it moves only when events were logged.
-        """
-        revision = record.revision + (1 if next_seq != record.next_seq else 0)
+        revision: int,
+    ) -> None:
+        """Write the new counters, series state and ``revision``, as the caller decided them
+        (when the revision moves is the domain's rule: ``domain.events.revision_after``)."""
         values: dict[str, Any] = {
             "revision": revision,
             "next_seq": next_seq,
@@ -170,7 +168,6 @@ class SessionRows(SessionScope):
             )
 
         self.batch.defer(build)
-        return revision
 
     async def delete(self) -> None:
         """Delete the session; its events, surface, admissions and ledger cascade."""

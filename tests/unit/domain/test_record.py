@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from admission_service.domain.errors import InvalidArgument, UnknownToolCall
-from admission_service.domain.events import Append, EventKind
+from admission_service.domain.events import Append, EventKind, revision_after
 from admission_service.domain.messages import Message, Role, Text, ToolCall, ToolResult
 from admission_service.domain.record import Admitted, check_answered, record
 
@@ -48,3 +48,8 @@ def test_every_result_answers_an_open_call() -> None:
     with pytest.raises(UnknownToolCall) as raised:
         check_answered(RESULTS, [True, False])
     assert raised.value.metadata["field"] == "tool_results[1].call_id"
+
+
+def test_the_revision_moves_only_when_events_were_logged() -> None:
+    assert revision_after(4, 0) == 4
+    assert (revision_after(4, 1), revision_after(4, 3)) == (5, 5)

@@ -33,6 +33,7 @@ from admission_service.domain.accounting import (
 )
 from admission_service.domain.catalog import resolve_route
 from admission_service.domain.errors import AdmissionNotFound, fields_under
+from admission_service.domain.events import revision_after
 from admission_service.domain.series import Route
 from admission_service.domain.surface import effective_prompt, fold_system_nodes
 from admission_service.domain.wire import WireFormat
@@ -201,7 +202,8 @@ class Admission(Recording, Derivation):
         predicted = forecast_totals(
             record.last_request, key, derived.totals, starts_series=outcome.starts_series
         )
-        revision = await tx.store.save(
+        revision = revision_after(record.revision, len(outcome.events))
+        await tx.store.save(
             record,
             next_seq=record.next_seq + len(outcome.events),
             next_position=written.next_position,
@@ -210,6 +212,7 @@ class Admission(Recording, Derivation):
             shadowed=None,  # the next forecast compares with this request
             request_count=record.request_count + 1,
             surface_tokens=record.surface_tokens + written.tokens,
+            revision=revision,
         )
         prompt = effective_prompt(fold_system_nodes(system_nodes, outcome.events))
         await tx.reached(Phase.DERIVE)

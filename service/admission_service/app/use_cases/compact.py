@@ -27,6 +27,7 @@ from admission_service.domain.compaction import (
     summarization_input,
 )
 from admission_service.domain.errors import InvalidArgument, NothingToCompact, StaleCompactionPlan
+from admission_service.domain.events import revision_after
 from admission_service.domain.projection import SystemNode
 from admission_service.domain.surface import effective_prompt
 from admission_service.storage import codec
@@ -127,7 +128,8 @@ class Compaction(Machinery):
                 shadowed = record.shadowed.earliest(shadowed)
             prompt = effective_prompt(await tx.store.system_nodes())
             await tx.reached(Phase.DERIVE)
-            revision = await tx.store.save(
+            revision = revision_after(record.revision, len(outcome.events))
+            await tx.store.save(
                 record,
                 next_seq=record.next_seq + len(outcome.events),
                 next_position=written.next_position,
@@ -136,6 +138,7 @@ class Compaction(Machinery):
                 shadowed=shadowed,
                 request_count=record.request_count,
                 surface_tokens=record.surface_tokens + written.tokens,
+                revision=revision,
             )
             return CompactResult(
                 revision, outcome.summary_seq, selected.shadowed_seqs, outcome.commits, prompt

@@ -13,6 +13,7 @@ from admission_service.app.unit_of_work import Call, UnitOfWork
 from admission_service.domain import codec
 from admission_service.domain import record as recording
 from admission_service.domain.errors import AdmissionNotFound
+from admission_service.domain.events import revision_after
 
 
 class Recording(Machinery):
@@ -59,7 +60,8 @@ class Recording(Machinery):
             usage = codec.dumps(usage_json(command.usage))
             await tx.store.observe_usage(admitted.admission_id, usage)
         await tx.reached(Phase.DERIVE)
-        revision = await tx.store.save(
+        revision = revision_after(record.revision, outcome.next_seq - record.next_seq)
+        await tx.store.save(
             record,
             next_seq=outcome.next_seq,
             next_position=written.next_position,
@@ -68,6 +70,7 @@ class Recording(Machinery):
             shadowed=record.shadowed,
             request_count=record.request_count,
             surface_tokens=record.surface_tokens + written.tokens,
+            revision=revision,
         )
         tx.record = replace(
             record,
