@@ -6,6 +6,7 @@ import uuid
 
 import pytest
 from admission_service.app.ports import Storage
+from admission_service.domain.accounting import node_prices
 from admission_service.domain.events import (
     Append,
     Event,
@@ -41,13 +42,18 @@ def answer(seq: int, call_id: str) -> Event:
     return Event(seq, EventKind.TOOL_RESULT, 1, 1, Append(), (), message)
 
 
+def at(position: int, events: list[Event]) -> tuple[list[Event], int, dict[int, int]]:
+    """``write_events``'s arguments: ``events`` from ``position``, priced by the domain."""
+    return events, position, node_prices(events)
+
+
 async def new_session(storage: Storage, *events: Event) -> str:
     """A committed session holding ``events`` (their seqs from 0)."""
     session_id = _sid()
     async with storage.unit(TENANT, session_id) as unit:
         record = await unit.store.create()
         assert record is not None
-        written = await unit.store.write_events(events, 0)
+        written = await unit.store.write_events(events, 0, node_prices(events))
         await unit.store.save(
             record,
             next_seq=len(events),
@@ -117,7 +123,7 @@ async def test_the_revision_saved_is_the_callers(storage: Storage) -> None:
 async def test_appended_nodes_are_the_tail_until_flushed(storage: Storage) -> None:
     session_id = await new_session(storage, user(0, "a"))
     async with storage.unit(TENANT, session_id) as unit:
-        written = await unit.store.write_events([user(1, "b"), user(2, "c")], 1)
+        written = await unit.store.write_events(*at(1, [user(1, "b"), user(2, "c")]))
         assert written.next_position == 3 and written.shadowed is None
         assert written.tail.messages == 2 and written.tail.tokens == written.tokens
         before = await unit.store.frames(0, None)
@@ -147,7 +153,7 @@ async def test_a_replacement_shadows_a_run(storage: Storage) -> None:
         assert surface[1].decoded() == user(1, "a").message
         assert await unit.store.frames_as_of(3, 1) is not None
         shadowed_tokens = surface[1].tokens + surface[2].tokens
-        written = await unit.store.write_events([user(4, "summary", Replace(1, 2))], 4)
+        written = await unit.store.write_events(*at(4, [user(4, "summary", Replace(1, 2))]))
         assert written.shadowed is not None and written.shadowed.position == 1
         assert not written.shadowed.system
         surface = await unit.store.surface()
@@ -173,7 +179,7 @@ async def test_tool_calls_are_answered_once_while_on_the_surface(storage: Storag
         assert await unit.store.known_tool_calls(["x", "z"]) == {"x"}
         _, _, open_calls = await unit.store.system_nodes_and_frames(0, None)
         assert open_calls == ("x", "y")
-        await unit.store.write_events([answer(1, "x"), answer(2, "x")], 1)
+        await unit.store.write_events(*at(1, [answer(1, "x"), answer(2, "x")]))
         assert await unit.store.answer_tool_calls([("x", 1), ("x", 2), ("nope", 1)]) == [
             True,
             False,
@@ -285,3 +291,11 @@ async def test_sessions_are_listed_in_creation_order(storage: Storage) -> None:
         assert [r.session_id for r in after] == ["a"]
         assert await unit.usage.count_sessions() == 3
         assert await unit.usage.stored_bytes() == 0
+
+
+async def test_a_node_is_stored_at_the_callers_price(storage: Storage) -> None:
+    session_id = await new_session(storage)
+    async with storage.unit(TENANT, session_id) as unit:
+        written = await unit.store.write_events([user(0, "a"), user(1, "b")], 0, {0: 11, 1: 13})
+        assert (written.tokens, written.tail.tokens) == (24, 24)
+        assert [node.tokens for node in await unit.store.surface()] == [11, 13]

@@ -14,16 +14,13 @@ from __future__ import annotations
 import asyncio
 import copy
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Self
 
 from admission_service.domain.accounting import (
-    HEURISTIC_COUNTER,
     PreviousRequest,
-    TokenCounter,
-    message_tokens,
 )
 from admission_service.domain.events import Append, Event, EventKind, Replace
 from admission_service.domain.messages import Message, Tool
@@ -255,7 +252,7 @@ class FakeSessionStore:
         self,
         new_events: Sequence[Event],
         next_position: int,
-        counter: TokenCounter = HEURISTIC_COUNTER,
+        prices: Mapping[int, int],
     ) -> Written:
         shadowed: Shadowed | None = None
         tokens = 0
@@ -271,7 +268,7 @@ class FakeSessionStore:
             if event.op is None:
                 continue
             message = event.derived_message()
-            price = message_tokens(message, counter)
+            price = prices[event.seq]
             node = NodeRow(
                 event.seq,
                 -1,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 
+from admission_service.domain.accounting import node_prices
 from admission_service.domain.events import Append, Event, EventKind, Replace
 from admission_service.domain.messages import (
     Image,
@@ -101,7 +102,7 @@ async def test_what_is_written_reads_back_the_same(engine: AsyncEngine) -> None:
         store = SessionStore(connection, "t", f"store-{uuid.uuid4().hex}")
         record = await store.create()
         assert record is not None
-        written = await store.write_events(events, record.next_position)
+        written = await store.write_events(events, record.next_position, node_prices(events))
         await store.save(
             record,
             next_seq=len(events),

@@ -15,11 +15,11 @@ derived messages, concatenated (``storage.codec.frame``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol, Self
 
-from admission_service.domain.accounting import PreviousRequest, TokenCounter
+from admission_service.domain.accounting import PreviousRequest
 from admission_service.domain.events import Event
 from admission_service.domain.messages import Message, Tool
 from admission_service.domain.projection import SystemNode
@@ -135,7 +135,7 @@ class SessionRepository(Protocol):
 
     # the event log and the surface
     async def write_events(
-        self, new_events: Sequence[Event], next_position: int, counter: TokenCounter = ...
+        self, new_events: Sequence[Event], next_position: int, prices: Mapping[int, int]
     ) -> Written: ...
     async def system_nodes(self) -> tuple[SystemNode, ...]: ...
     async def surface(self, *, with_empty: bool = True) -> Sequence[SurfaceNode]: ...

@@ -20,6 +20,7 @@ from enum import StrEnum
 from typing import Protocol
 
 from admission_service.domain import messages as msg
+from admission_service.domain.events import Event
 
 CHARS_PER_TOKEN = 4
 BLOCK_OVERHEAD = 4
@@ -94,6 +95,19 @@ def message_tokens(message: msg.Message | None, counter: TokenCounter = HEURISTI
         # A system message has no block overhead: the reference prices its whole text at once.
         return counter.count(message.text) + ROLE_OVERHEAD
     return content_tokens(message.content, counter) + ROLE_OVERHEAD
+
+
+def node_prices(
+    events: Sequence[Event], counter: TokenCounter = HEURISTIC_COUNTER
+) -> dict[int, int]:
+    """The price of each surface node ``events`` put on the surface, by seq: its derived message
+    priced with ``counter`` (the session's route's tokenizer) once, as it is written; only a
+    change of route family prices it again."""
+    return {
+        event.seq: message_tokens(event.derived_message(), counter)
+        for event in events
+        if event.op is not None
+    }
 
 
 def tools_json(tools: Sequence[msg.Tool]) -> str:

@@ -1,14 +1,13 @@
-"""The event log and the surface it builds: events, surface nodes (each priced and encoded as
-it is written) and the tool calls they make."""
+"""The event log and the surface it builds: events, surface nodes (each encoded as it is
+written, at the price the caller gave) and the tool calls they make."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Row, TextClause, delete, func, select, text
 
-from admission_service.domain.accounting import HEURISTIC_COUNTER, TokenCounter, message_tokens
 from admission_service.domain.codec import dumps, event_payload
 from admission_service.domain.events import Append, Event, Replace
 from admission_service.storage import codec
@@ -46,13 +45,14 @@ class SurfaceWrites(SessionScope):
         self,
         new_events: Sequence[Event],
         next_position: int,
-        counter: TokenCounter = HEURISTIC_COUNTER,
+        prices: Mapping[int, int],
     ) -> Written:
         """Log ``new_events`` and apply their surface operations, in order.
 
         Consecutive appended nodes (and their tool calls) are inserted in one statement each.
-        Each new node is priced here with ``counter`` (the session's route's tokenizer); only a
-        change of route family prices it again (``reprice``).
+        A new node's price is ``prices[seq]``, as the caller computed it
+        (``domain.accounting.node_prices``); only a change of route family prices it again
+        (``reprice``).
         """
         shadowed: Shadowed | None = None
         tokens = 0
@@ -75,7 +75,7 @@ class SurfaceWrites(SessionScope):
             if event.op is None:
                 continue
             message = event.derived_message()
-            price = message_tokens(message, counter)
+            price = prices[event.seq]
             node: dict[str, Any] = {
                 **self._keys(),
                 "seq": event.seq,

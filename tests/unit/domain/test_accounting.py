@@ -11,9 +11,11 @@ from admission_service.domain.accounting import (
     breakdown,
     js_length,
     message_tokens,
+    node_prices,
     observed_input_tokens,
     tools_tokens,
 )
+from admission_service.domain.events import Append, Event, EventKind
 from admission_service.domain.messages import (
     Image,
     Message,
@@ -154,3 +156,12 @@ def test_forecast_reasons_and_reused_prefix() -> None:
     other_tools = RequestKey("p", "m", "u", 10)
     tools = forecast(previous(1), other_tools, tokens, None, starts_series=False)
     assert (tools.reused_tokens, tools.divergence_reason) == (0, DivergenceReason.TOOLS_CHANGED)
+
+
+def test_each_surface_node_is_priced_by_its_derived_message() -> None:
+    said = Message(Role.USER, (Text("hello there"),))
+    events = [
+        Event(3, EventKind.USER_MESSAGE, 1, 1, Append(), message=said),
+        Event(4, EventKind.REQUEST_HEADER, 1, 1),
+    ]
+    assert node_prices(events) == {3: message_tokens(said)}

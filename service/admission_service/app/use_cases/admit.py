@@ -30,6 +30,7 @@ from admission_service.domain.accounting import (
     TokenCounter,
     forecast_totals,
     message_tokens,
+    node_prices,
 )
 from admission_service.domain.catalog import resolve_route
 from admission_service.domain.errors import AdmissionNotFound, fields_under
@@ -182,7 +183,9 @@ class Admission(Recording, Derivation):
         state = rules.AdmissionState(record.next_seq, system_nodes, record.series, open_calls)
         outcome = rules.admit(state, attempt) if first else rules.reconcile(state, attempt)
         await tx.reached(Phase.PROJECT)
-        written = await tx.store.write_events(outcome.events, record.next_position, counter)
+        written = await tx.store.write_events(
+            outcome.events, record.next_position, node_prices(outcome.events, counter)
+        )
         shadowed = written.shadowed
         if record.shadowed is not None:
             shadowed = record.shadowed.earliest(shadowed)

@@ -18,6 +18,7 @@ from admission_service.app.machinery import Machinery, Reply, previous_request, 
 from admission_service.app.ports import SessionRepository, SurfaceNode
 from admission_service.app.unit_of_work import Call, UnitOfWork
 from admission_service.domain import admission as rules
+from admission_service.domain.accounting import node_prices
 from admission_service.domain.compaction import (
     CompactionNode,
     compact,
@@ -122,7 +123,9 @@ class Compaction(Machinery):
             counter = session_counter(record)
             outcome = compact(state, selected, command.summary, counter=counter)
             await tx.reached(Phase.PROJECT)
-            written = await tx.store.write_events(outcome.events, record.next_position, counter)
+            written = await tx.store.write_events(
+                outcome.events, record.next_position, node_prices(outcome.events, counter)
+            )
             shadowed = written.shadowed
             if record.shadowed is not None:
                 shadowed = record.shadowed.earliest(shadowed)

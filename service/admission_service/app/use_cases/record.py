@@ -12,6 +12,7 @@ from admission_service.app.rows import usage_json
 from admission_service.app.unit_of_work import Call, UnitOfWork
 from admission_service.domain import codec
 from admission_service.domain import record as recording
+from admission_service.domain.accounting import node_prices
 from admission_service.domain.errors import AdmissionNotFound
 from admission_service.domain.events import revision_after
 
@@ -52,7 +53,9 @@ class Recording(Machinery):
         await tx.reached(Phase.VALIDATE)
         await tx.reached(Phase.PROJECT)
         written = await tx.store.write_events(
-            outcome.events, record.next_position, session_counter(record)
+            outcome.events,
+            record.next_position,
+            node_prices(outcome.events, session_counter(record)),
         )
         answered = await tx.store.answer_tool_calls(outcome.answers(command.tool_results))
         recording.check_answered(command.tool_results, answered)
