@@ -173,21 +173,19 @@ async def test_frames_as_of_an_earlier_seq(storage: Storage) -> None:
         assert frames == codec.frame(user(1, "b").message)  # type: ignore[arg-type]
 
 
-async def test_tool_calls_are_answered_once_while_on_the_surface(storage: Storage) -> None:
+async def test_an_answer_is_recorded_and_reports_whether_the_call_was_open(
+    storage: Storage,
+) -> None:
     session_id = await new_session(storage, calling(0, "x", "y"))
     async with storage.unit(TENANT, session_id) as unit:
         assert await unit.store.known_tool_calls(["x", "z"]) == {"x"}
         _, _, open_calls = await unit.store.system_nodes_and_frames(0, None)
         assert open_calls == ("x", "y")
         await unit.store.write_events(*at(1, [answer(1, "x"), answer(2, "x")]))
-        assert await unit.store.answer_tool_calls([("x", 1), ("x", 2), ("nope", 1)]) == [
-            True,
-            False,
-            False,
-        ]
-        assert await unit.store.answer_tool_calls([("x", 3)]) == [False]
+        assert await unit.store.mark_answered([("x", 1), ("nope", 2)]) == {"x": True}
         _, _, open_calls = await unit.store.system_nodes_and_frames(0, None)
         assert open_calls == ("y",)
+        assert await unit.store.mark_answered([("x", 2)]) == {"x": False}
 
 
 async def test_admissions_count_their_attempts(storage: Storage) -> None:

@@ -399,20 +399,20 @@ class FakeSessionStore:
         await self.flush()
         return {call_id for call_id in call_ids if call_id in self._mine.calls}
 
-    async def answer_tool_calls(self, answers: Sequence[tuple[str, int]]) -> list[bool]:
+    async def mark_answered(self, answers: Sequence[tuple[str, int]]) -> dict[str, bool]:
         if not answers:
-            return []
+            return {}
         await self.flush()
         session = self._mine
         on_surface = {node.seq for node in session.nodes}
-        answered: dict[str, int] = {}
-        for call_id, seq in sorted(answers, key=lambda answer: answer[1]):
+        was_open: dict[str, bool] = {}
+        for call_id, seq in answers:
             call = session.calls.get(call_id)
-            if call_id in answered or call is None or call[1] is not None:
+            if call is None:
                 continue
-            if call[0] in on_surface:
-                call[1] = answered[call_id] = seq
-        return [answered.get(call_id) == seq for call_id, seq in answers]
+            was_open[call_id] = call[1] is None and call[0] in on_surface
+            call[1] = seq
+        return was_open
 
     # ---- admissions and the ledger
 

@@ -202,3 +202,17 @@ async def test_pagination(app: AdmissionApp) -> None:
         if not token:
             break
     assert sorted(seen) == sorted(ids)
+
+
+async def test_a_result_answers_a_call_of_the_same_record(app: AdmissionApp) -> None:
+    sid = await new_session(app)
+    first = await admit(app, sid, "A", users=(user("hi"),))
+    call = Message(Role.ASSISTANT, (ToolCall("c1", "read", "{}"),))
+    result = ToolResult("c1", (Text("body"),))
+    stray = ToolResult("c9", (Text("body"),))
+    with pytest.raises(UnknownToolCall) as raised:
+        await app.record("t", RecordCommand(sid, first.admission_id, call, (result, stray)), None)
+    assert raised.value.metadata["field"] == "tool_results[1].call_id"
+    once = RecordCommand(sid, first.admission_id, call, (result,))
+    recorded: RecordResult = fresh(await app.record("t", once, None))
+    assert (recorded.assistant_seq, recorded.tool_result_seqs) == (4, (5,))

@@ -4,12 +4,13 @@ in order — logged from the session's next seq under the admission's turn and s
 
 Two rules come with it: a tool call id names one call in a session (an assistant message may
 not reuse one already made), and every tool result answers a tool call still open on the
-surface (checked against what storage could mark answered, ``check_answered``).
+surface (``check_answered``: a call answers once; storage records the answers
+``RecordOutcome.answers`` chose and reports which calls were open before).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from admission_service.domain.errors import InvalidArgument, UnknownToolCall
@@ -34,11 +35,13 @@ class RecordOutcome:
     next_seq: int
 
     def answers(self, results: Sequence[ToolResult]) -> list[tuple[str, int]]:
-        """``(call_id, result seq)`` for each of ``results`` (the tool results recorded)."""
-        return [
-            (result.call_id, seq)
-            for result, seq in zip(results, self.tool_result_seqs, strict=True)
-        ]
+        """``(call_id, result seq)``: the answer each call gets from ``results`` (the tool
+        results recorded), the first in request order; a later result for the same call answers
+        nothing (``check_answered``)."""
+        answers: dict[str, int] = {}
+        for result, seq in zip(results, self.tool_result_seqs, strict=True):
+            answers.setdefault(result.call_id, seq)
+        return list(answers.items())
 
 
 def record(
@@ -76,10 +79,14 @@ def record(
     return RecordOutcome(tuple(events), assistant_seq, tuple(result_seqs), seq)
 
 
-def check_answered(tool_results: Sequence[ToolResult], answered: Sequence[bool]) -> None:
-    """UNKNOWN_TOOL_CALL for the first result that answered no open tool call (``answered``:
-    whether each result took, in order)."""
-    for index, (result, ok) in enumerate(zip(tool_results, answered, strict=True)):
+def check_answered(tool_results: Sequence[ToolResult], was_open: Mapping[str, bool]) -> None:
+    """UNKNOWN_TOOL_CALL for the first result that answers no open tool call: its call was not
+    made, or not open on the surface before (``was_open``, by call id), or an earlier result
+    already answers it."""
+    answered: set[str] = set()
+    for index, result in enumerate(tool_results):
+        ok = result.call_id not in answered and was_open.get(result.call_id, False)
+        answered.add(result.call_id)
         if not ok:
             raise UnknownToolCall(
                 f"tool_results[{index}].call_id",

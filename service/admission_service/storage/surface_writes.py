@@ -16,17 +16,18 @@ from admission_service.storage.scope import SessionScope
 from admission_service.storage.tables import surface_nodes as nodes
 from admission_service.storage.tables import tool_calls
 
-# Record answers every tool call of a step at once. With the same call answered twice in one
-# request, the row is updated once, by the first answer in request order (DISTINCT ON).
-_ANSWER = text(
-    "UPDATE tool_calls AS c SET result_seq = a.result_seq"
-    " FROM (SELECT DISTINCT ON (call_id) call_id, result_seq"
-    " FROM unnest(CAST(:ids AS text[]), CAST(:seqs AS bigint[])) AS u(call_id, result_seq)"
-    " ORDER BY call_id, result_seq) AS a"
-    " WHERE c.tenant_id = :t AND c.session_id = :s AND c.call_id = a.call_id"
-    " AND c.result_seq IS NULL AND EXISTS (SELECT 1 FROM surface_nodes AS n"
-    " WHERE n.tenant_id = :t AND n.session_id = :s AND n.seq = c.call_seq)"
-    " RETURNING c.call_id, c.result_seq"
+# Record the answers the domain chose (one per call); each updated call is returned with
+# whether it was open on the surface before, for the domain's check (domain/record.py).
+_MARK_ANSWERED = text(
+    "UPDATE tool_calls AS c SET result_seq = u.result_seq"
+    " FROM unnest(CAST(:ids AS text[]), CAST(:seqs AS bigint[])) AS u(call_id, result_seq),"
+    " (SELECT o.call_id, o.result_seq IS NULL AND EXISTS (SELECT 1 FROM surface_nodes AS n"
+    " WHERE n.tenant_id = :t AND n.session_id = :s AND n.seq = o.call_seq) AS was_open"
+    " FROM tool_calls AS o WHERE o.tenant_id = :t AND o.session_id = :s"
+    " AND o.call_id = ANY(CAST(:ids AS text[]))) AS before"
+    " WHERE c.tenant_id = :t AND c.session_id = :s AND c.call_id = u.call_id"
+    " AND before.call_id = c.call_id"
+    " RETURNING c.call_id, before.was_open"
 )
 
 # A change of route family prices every surviving node again (app/use_cases/admit.py:
@@ -191,13 +192,12 @@ class SurfaceWrites(SessionScope):
         )
         return {row.call_id for row in rows}
 
-    async def answer_tool_calls(self, answers: Sequence[tuple[str, int]]) -> list[bool]:
-        """Mark each ``(call_id, result_seq)`` answered if the call is open and still on the
-        surface, in one statement; whether each answer took (a second answer to the same call
-        does not)."""
-        rows = await self._with_pairs(_ANSWER, ("ids", "seqs"), answers)
-        answered = {row.call_id: row.result_seq for row in rows}
-        return [answered.get(call_id) == seq for call_id, seq in answers]
+    async def mark_answered(self, answers: Sequence[tuple[str, int]]) -> dict[str, bool]:
+        """Record each ``(call_id, result_seq)`` as the call's answer, in one statement, as the
+        caller decided (one answer per call); for each call made in this session, whether it
+        was open on the surface before (which answers are valid is the domain's rule)."""
+        rows = await self._with_pairs(_MARK_ANSWERED, ("ids", "seqs"), answers)
+        return {row.call_id: row.was_open for row in rows}
 
     async def _with_pairs(
         self, statement: TextClause, names: tuple[str, str], pairs: Sequence[tuple[Any, Any]]

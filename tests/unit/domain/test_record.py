@@ -44,9 +44,13 @@ def test_a_tool_call_id_names_one_call_in_a_session() -> None:
 
 
 def test_every_result_answers_an_open_call() -> None:
-    check_answered(RESULTS, [True, True])
+    open_calls = {result.call_id: True for result in RESULTS}
+    check_answered(RESULTS, open_calls)
     with pytest.raises(UnknownToolCall) as raised:
-        check_answered(RESULTS, [True, False])
+        check_answered(RESULTS, {**open_calls, RESULTS[1].call_id: False})
+    assert raised.value.metadata["field"] == "tool_results[1].call_id"
+    with pytest.raises(UnknownToolCall) as raised:
+        check_answered([RESULTS[0], RESULTS[0]], open_calls)  # a call answers once
     assert raised.value.metadata["field"] == "tool_results[1].call_id"
 
 

@@ -57,8 +57,8 @@ class Recording(Machinery):
             record.next_position,
             node_prices(outcome.events, session_counter(record)),
         )
-        answered = await tx.store.answer_tool_calls(outcome.answers(command.tool_results))
-        recording.check_answered(command.tool_results, answered)
+        was_open = await tx.store.mark_answered(outcome.answers(command.tool_results))
+        recording.check_answered(command.tool_results, was_open)
         if command.usage is not None:
             usage = codec.dumps(usage_json(command.usage))
             await tx.store.observe_usage(admitted.admission_id, usage)
