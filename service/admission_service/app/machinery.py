@@ -3,7 +3,7 @@ mutation answers (``Reply``) and what every use case reads of a session row."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -19,10 +19,11 @@ from admission_service.app.page_tokens import PageTokens
 from admission_service.app.ports import SessionRepository, Storage
 from admission_service.app.quotas import TenantQuotas
 from admission_service.app.unit_of_work import Call, Resources, UnitOfWork
-from admission_service.domain.accounting import PreviousRequest, TokenCounter
+from admission_service.domain.accounting import PreviousRequest, TokenCounter, node_prices
 from admission_service.domain.catalog import Catalog
 from admission_service.domain.errors import SessionNotFound
-from admission_service.storage.repository import RequestPrefix, SessionRecord
+from admission_service.domain.events import Event
+from admission_service.storage.repository import RequestPrefix, SessionRecord, Shadowed, Written
 from admission_service.tokenizers import counter_for
 
 R = TypeVar("R")
@@ -164,3 +165,18 @@ def previous_request(record: SessionRecord) -> tuple[PreviousRequest, RequestPre
     if record.last_request is None or record.prefix is None:
         return None
     return record.last_request, record.prefix
+
+
+async def write_outcome(
+    store: SessionRepository,
+    record: SessionRecord,
+    events: Sequence[Event],
+    counter: TokenCounter,
+) -> tuple[Written, Shadowed | None]:
+    """Write a transition's events at the surface's end, each new node priced by the domain with
+    ``counter``; with the first position shadowed since the last request (this write's or an
+    earlier one's), which the next cache forecast starts from."""
+    written = await store.write_events(events, record.next_position, node_prices(events, counter))
+    if record.shadowed is None:
+        return written, written.shadowed
+    return written, record.shadowed.earliest(written.shadowed)

@@ -19,7 +19,7 @@ from admission_service.app.commands import (
 )
 from admission_service.app.derivation import Derivation, FramesQuery, request_key
 from admission_service.app.hooks import Phase
-from admission_service.app.machinery import Reply, session_counter
+from admission_service.app.machinery import Reply, session_counter, write_outcome
 from admission_service.app.rows import forecast_json
 from admission_service.app.unit_of_work import Call, UnitOfWork
 from admission_service.app.use_cases.record import Recording
@@ -30,7 +30,6 @@ from admission_service.domain.accounting import (
     TokenCounter,
     forecast_totals,
     message_tokens,
-    node_prices,
 )
 from admission_service.domain.catalog import resolve_route
 from admission_service.domain.errors import AdmissionNotFound, fields_under
@@ -183,12 +182,7 @@ class Admission(Recording, Derivation):
         state = rules.AdmissionState(record.next_seq, system_nodes, record.series, open_calls)
         outcome = rules.admit(state, attempt) if first else rules.reconcile(state, attempt)
         await tx.reached(Phase.PROJECT)
-        written = await tx.store.write_events(
-            outcome.events, record.next_position, node_prices(outcome.events, counter)
-        )
-        shadowed = written.shadowed
-        if record.shadowed is not None:
-            shadowed = record.shadowed.earliest(shadowed)
+        written, shadowed = await write_outcome(tx.store, record, outcome.events, counter)
         key = request_key(attempt.route, attempt.tools, counter)
         derived = await self._derive(
             tx.store,

@@ -14,11 +14,16 @@ from admission_service.app.commands import (
     PlanResult,
 )
 from admission_service.app.hooks import Phase
-from admission_service.app.machinery import Machinery, Reply, previous_request, session_counter
+from admission_service.app.machinery import (
+    Machinery,
+    Reply,
+    previous_request,
+    session_counter,
+    write_outcome,
+)
 from admission_service.app.ports import SessionRepository, SurfaceNode
 from admission_service.app.unit_of_work import Call, UnitOfWork
 from admission_service.domain import admission as rules
-from admission_service.domain.accounting import node_prices
 from admission_service.domain.compaction import (
     CompactionNode,
     compact,
@@ -123,12 +128,7 @@ class Compaction(Machinery):
             counter = session_counter(record)
             outcome = compact(state, selected, command.summary, counter=counter)
             await tx.reached(Phase.PROJECT)
-            written = await tx.store.write_events(
-                outcome.events, record.next_position, node_prices(outcome.events, counter)
-            )
-            shadowed = written.shadowed
-            if record.shadowed is not None:
-                shadowed = record.shadowed.earliest(shadowed)
+            written, shadowed = await write_outcome(tx.store, record, outcome.events, counter)
             prompt = effective_prompt(await tx.store.system_nodes())
             await tx.reached(Phase.DERIVE)
             revision = revision_after(record.revision, len(outcome.events))

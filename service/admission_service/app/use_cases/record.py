@@ -7,12 +7,17 @@ from dataclasses import replace
 from admission_service.app import validation
 from admission_service.app.commands import Idempotency, RecordCommand, RecordResult
 from admission_service.app.hooks import Phase
-from admission_service.app.machinery import Machinery, Reply, previous_request, session_counter
+from admission_service.app.machinery import (
+    Machinery,
+    Reply,
+    previous_request,
+    session_counter,
+    write_outcome,
+)
 from admission_service.app.rows import usage_json
 from admission_service.app.unit_of_work import Call, UnitOfWork
 from admission_service.domain import codec
 from admission_service.domain import record as recording
-from admission_service.domain.accounting import node_prices
 from admission_service.domain.errors import AdmissionNotFound
 from admission_service.domain.events import revision_after
 
@@ -52,11 +57,8 @@ class Recording(Machinery):
         )
         await tx.reached(Phase.VALIDATE)
         await tx.reached(Phase.PROJECT)
-        written = await tx.store.write_events(
-            outcome.events,
-            record.next_position,
-            node_prices(outcome.events, session_counter(record)),
-        )
+        # A Record appends only: it shadows nothing, so the session keeps its shadowed position.
+        written, _ = await write_outcome(tx.store, record, outcome.events, session_counter(record))
         was_open = await tx.store.mark_answered(outcome.answers(command.tool_results))
         recording.check_answered(command.tool_results, was_open)
         if command.usage is not None:
