@@ -43,11 +43,9 @@ from admission_service.domain.messages import (
     Block,
     Image,
     Message,
-    Reasoning,
     Role,
     Text,
     Tool,
-    ToolCall,
     ToolResult,
 )
 from admission_service.domain.projection import CommitOp
@@ -102,7 +100,6 @@ _SYSTEM_PROMPT_UPDATES = _inbound(
 _TOOL_UPDATES = _inbound(
     _named(Capability, pb.ToolUpdate.Value, "TOOL_UPDATE_"), Capability.UNSPECIFIED
 )
-_ROLES_OUT = _named(Role, pb.MessageRole.Value, "MESSAGE_ROLE_")
 _CAPABILITY_SOURCES = _named(CapabilitySource, pb.CapabilitySource.Value, "CAPABILITY_SOURCE_")
 _COMMIT_OPS = _named(CommitOp, pb.CommitOperation.Value, "COMMIT_OPERATION_")
 _HEADER_REASONS = _named(HeaderReason, pb.HeaderReason.Value, "HEADER_REASON_")
@@ -384,37 +381,6 @@ def timestamp(value: datetime) -> Timestamp:
     return stamp
 
 
-def _block_to_proto(block: Block) -> pb.ContentBlock:
-    if isinstance(block, Text):
-        return pb.ContentBlock(text=pb.TextBlock(text=block.text))
-    if isinstance(block, Image):
-        return pb.ContentBlock(image=pb.ImageBlock(uri=block.uri, media_type=block.media_type))
-    if isinstance(block, Reasoning):
-        return pb.ContentBlock(
-            reasoning=pb.ReasoningBlock(text=block.text, signature=block.signature)
-        )
-    if isinstance(block, ToolCall):
-        return pb.ContentBlock(
-            tool_call=pb.ToolCallBlock(
-                call_id=block.call_id, name=block.name, arguments_json=block.arguments_json
-            )
-        )
-    return pb.ContentBlock(
-        tool_result=pb.ToolResultBlock(
-            call_id=block.call_id,
-            content=[_block_to_proto(part) for part in block.content],
-            is_error=block.is_error,
-        )
-    )
-
-
-def message_to_proto(message: Message) -> pb.Message:
-    return pb.Message(
-        role=_ROLES_OUT[message.role],
-        content=[_block_to_proto(block) for block in message.content],
-    )
-
-
 def tool_to_proto(tool: Tool) -> pb.Tool:
     return pb.Tool(
         name=tool.name, description=tool.description, parameters_json=tool.parameters_json
@@ -546,7 +512,7 @@ def derived_request_to_proto(
         if with_messages:
             proto.MergeFromString(view.messages.frames)
     else:
-        proto.messages.extend(message_to_proto(message) for message in view.messages)
+        proto.messages.extend(codec.to_proto(message) for message in view.messages)
     return proto
 
 
@@ -653,7 +619,7 @@ def event_to_proto(view: app.EventView) -> pb.Event:
         proto.surface_op.replace.start_seq = event.op.start_seq
         proto.surface_op.replace.end_seq = event.op.end_seq
     if event.message is not None:
-        proto.message.CopyFrom(message_to_proto(event.message))
+        proto.message.CopyFrom(codec.to_proto(event.message))
     elif event.header is not None:
         proto.header.CopyFrom(header_log_to_proto(event.header))
     elif event.context is not None:
@@ -763,7 +729,7 @@ def plan_compaction_response(result: app.PlanResult) -> api.PlanCompactionRespon
         end_seq=plan.end_seq,
         shadowed_seqs=plan.shadowed_seqs,
         shadowed_tokens=plan.shadowed_tokens,
-        summarization_input=[message_to_proto(message) for message in result.summarization_input],
+        summarization_input=[codec.to_proto(message) for message in result.summarization_input],
         tools=_tools(result.tools),
         revision=result.revision,
     )

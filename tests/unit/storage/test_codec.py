@@ -3,8 +3,8 @@ spliced from the stored frames, never re-encoded), and reads back to the same me
 
 from __future__ import annotations
 
-from admission_service.api.convert import message_to_proto
 from admission_service.domain.messages import (
+    Block,
     Image,
     Message,
     Reasoning,
@@ -27,6 +27,40 @@ blocks = st.one_of(
     st.builds(ToolResult, texts, st.tuples(inner, inner) | st.tuples(), st.booleans()),
 )
 messages = st.builds(Message, st.sampled_from(list(Role)), st.lists(blocks, max_size=4).map(tuple))
+
+_ROLES = {role: pb.MessageRole.Value(f"MESSAGE_ROLE_{role.name}") for role in Role}
+
+
+def _block_to_proto(block: Block) -> pb.ContentBlock:
+    """The reference: the API's ``ContentBlock`` built field by field from the proto schema."""
+    if isinstance(block, Text):
+        return pb.ContentBlock(text=pb.TextBlock(text=block.text))
+    if isinstance(block, Image):
+        return pb.ContentBlock(image=pb.ImageBlock(uri=block.uri, media_type=block.media_type))
+    if isinstance(block, Reasoning):
+        return pb.ContentBlock(
+            reasoning=pb.ReasoningBlock(text=block.text, signature=block.signature)
+        )
+    if isinstance(block, ToolCall):
+        return pb.ContentBlock(
+            tool_call=pb.ToolCallBlock(
+                call_id=block.call_id, name=block.name, arguments_json=block.arguments_json
+            )
+        )
+    return pb.ContentBlock(
+        tool_result=pb.ToolResultBlock(
+            call_id=block.call_id,
+            content=[_block_to_proto(part) for part in block.content],
+            is_error=block.is_error,
+        )
+    )
+
+
+def message_to_proto(message: Message) -> pb.Message:
+    """The reference ``promptadmission.v1.Message`` (the API edge sends ``codec.to_proto``)."""
+    return pb.Message(
+        role=_ROLES[message.role], content=[_block_to_proto(block) for block in message.content]
+    )
 
 
 @given(messages)
