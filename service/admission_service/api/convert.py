@@ -381,6 +381,10 @@ def timestamp(value: datetime) -> Timestamp:
     return stamp
 
 
+def _optional_time(value: datetime | None) -> Timestamp | None:
+    return timestamp(value) if value is not None else None
+
+
 def tool_to_proto(tool: Tool) -> pb.Tool:
     return pb.Tool(
         name=tool.name, description=tool.description, parameters_json=tool.parameters_json
@@ -591,10 +595,12 @@ def ledger_entry_to_proto(entry: app.LedgerEntry) -> pb.LedgerEntry:
     return proto
 
 
-def system_node_to_proto(node: app.SystemNodeView) -> pb.SystemPromptNode:
+def system_node_to_proto(node: app.SystemNodeView | PromptNode) -> pb.SystemPromptNode:
+    """A surviving system node (Inspect) or the node an effective prompt stands on
+    (ListTrajectory, where a synthetic node has no time)."""
     return pb.SystemPromptNode(
         seq=node.seq,
-        time=timestamp(node.time),
+        time=_optional_time(node.time),
         turn=node.turn,
         step=node.step,
         text=node.text,
@@ -843,10 +849,6 @@ _CHANGE_KINDS: Mapping[ChangeKind, tpb.PromptChangeKind.ValueType] = {
 }
 
 
-def _optional_time(value: datetime | None) -> Timestamp | None:
-    return timestamp(value) if value is not None else None
-
-
 def prompt_snapshot_to_proto(prompt: PromptSnapshot) -> tpb.PromptSnapshot:
     return tpb.PromptSnapshot(
         provider=prompt.provider,
@@ -882,17 +884,6 @@ def header_fact_to_proto(fact: HeaderFact) -> tpb.HeaderFact:
     return proto
 
 
-def prompt_node_to_proto(node: PromptNode) -> pb.SystemPromptNode:
-    return pb.SystemPromptNode(
-        seq=node.seq,
-        time=_optional_time(node.time),
-        turn=node.turn,
-        step=node.step,
-        text=node.text,
-        update=node.update,
-    )
-
-
 def trajectory_entry_to_proto(entry: TrajectoryEntry) -> tpb.TrajectoryEntry:
     ledger, point = entry.ledger, entry.point
     proto = tpb.TrajectoryEntry(
@@ -909,7 +900,7 @@ def trajectory_entry_to_proto(entry: TrajectoryEntry) -> tpb.TrajectoryEntry:
     if point.change is not None:
         proto.change.CopyFrom(prompt_change_to_proto(point.change))
     if point.effective is not None:
-        proto.effective_prompt.CopyFrom(prompt_node_to_proto(point.effective))
+        proto.effective_prompt.CopyFrom(system_node_to_proto(point.effective))
     if point.context is not None:
         proto.context.CopyFrom(request_context_to_proto(point.context))
     if ledger.observed is not None:
