@@ -20,16 +20,19 @@ from promptadmission.v1 import admission_service_pb2 as api
 
 from admission_service.api import convert
 from admission_service.api.tenancy import TenantResolver
-from admission_service.app.commands import Idempotency
+from admission_service.app.commands import Idempotency, Page
 from admission_service.app.machinery import Reply
 from admission_service.app.service import AdmissionApp
 
 Context = grpc.aio.ServicerContext[Any, Any]
 Command = TypeVar("Command")
+Item = TypeVar("Item")
 SERVICE = api.DESCRIPTOR.services_by_name["AdmissionService"]
 
 # A mutating use case: (tenant, command, idempotency) -> its reply (result and response bytes).
 UseCase = Callable[[str, Command, Idempotency | None], Awaitable[Reply[Any]]]
+# A paged read of one session: (tenant, session_id, page_size, page_token) -> the page.
+PageRead = Callable[[str, str, int, str], Awaitable[Page[Item]]]
 
 
 class AdmissionServicer:
@@ -40,9 +43,8 @@ class AdmissionServicer:
     async def CreateSession(
         self, request: api.CreateSessionRequest, context: Context
     ) -> convert.EncodedResponse:
-        command = request.session_id
         return await self._write(
-            context, request, "CreateSession", self._app.create_session, command
+            context, request, "CreateSession", _session_id, self._app.create_session
         )
 
     async def GetSession(
@@ -67,22 +69,22 @@ class AdmissionServicer:
         async def delete(tenant: str, session_id: str, key: Idempotency | None) -> Reply[None]:
             return await self._app.delete_session(tenant, session_id, revision, key)
 
-        command = request.session_id
-        return await self._write(context, request, "DeleteSession", delete, command)
+        return await self._write(context, request, "DeleteSession", _session_id, delete)
 
     async def Admit(self, request: api.AdmitRequest, context: Context) -> convert.EncodedResponse:
-        command = convert.admit_command(request)
-        return await self._write(context, request, "Admit", self._app.admit, command)
+        return await self._write(context, request, "Admit", convert.admit_command, self._app.admit)
 
     async def Reconcile(
         self, request: api.ReconcileRequest, context: Context
     ) -> convert.EncodedResponse:
-        command = convert.reconcile_command(request)
-        return await self._write(context, request, "Reconcile", self._app.reconcile, command)
+        return await self._write(
+            context, request, "Reconcile", convert.reconcile_command, self._app.reconcile
+        )
 
     async def Record(self, request: api.RecordRequest, context: Context) -> convert.EncodedResponse:
-        command = convert.record_command(request)
-        return await self._write(context, request, "Record", self._app.record, command)
+        return await self._write(
+            context, request, "Record", convert.record_command, self._app.record
+        )
 
     async def PlanCompaction(
         self, request: api.PlanCompactionRequest, context: Context
@@ -94,8 +96,9 @@ class AdmissionServicer:
     async def Compact(
         self, request: api.CompactRequest, context: Context
     ) -> convert.EncodedResponse:
-        command = convert.compact_command(request)
-        return await self._write(context, request, "Compact", self._app.compact, command)
+        return await self._write(
+            context, request, "Compact", convert.compact_command, self._app.compact
+        )
 
     async def Inspect(self, request: api.InspectRequest, context: Context) -> api.InspectResponse:
         tenant = await self._tenants.tenant(context)
@@ -110,34 +113,44 @@ class AdmissionServicer:
     async def ListEvents(
         self, request: api.ListEventsRequest, context: Context
     ) -> api.ListEventsResponse:
-        tenant = await self._tenants.tenant(context)
-        page = await self._app.list_events(
-            tenant, request.session_id, request.page_size, request.page_token
-        )
+        page = await self._session_page(context, request, self._app.list_events)
         return convert.list_events_response(page)
 
     async def ListTrajectory(
         self, request: api.ListTrajectoryRequest, context: Context
     ) -> api.ListTrajectoryResponse:
-        tenant = await self._tenants.tenant(context)
-        page = await self._app.list_trajectory(
-            tenant, request.session_id, request.page_size, request.page_token
-        )
+        page = await self._session_page(context, request, self._app.list_trajectory)
         return convert.list_trajectory_response(page)
+
+    async def _session_page(
+        self,
+        context: Context,
+        request: api.ListEventsRequest | api.ListTrajectoryRequest,
+        read: PageRead[Item],
+    ) -> Page[Item]:
+        """A page of one session's rows (ListEvents, ListTrajectory)."""
+        tenant = await self._tenants.tenant(context)
+        return await read(tenant, request.session_id, request.page_size, request.page_token)
 
     async def _write(
         self,
         context: Context,
         request: Any,  # a mutating request: every one has a request_id
         method: str,
+        to_command: Callable[[Any], Command],
         use_case: UseCase[Command],
-        command: Command,
     ) -> convert.EncodedResponse:
-        """A mutation: the use case returns its result and the response bytes it stored (or
-        replayed), sent as they are."""
+        """A mutation: the request converted to its command (its shape checked before the
+        tenant is resolved); the use case returns its result and the response bytes it stored
+        (or replayed), sent as they are."""
+        command = to_command(request)
         tenant = await self._tenants.tenant(context)
         key = convert.idempotency_of(request.request_id, request)
         return convert.encoded_response(method, await use_case(tenant, command, key))
+
+
+def _session_id(request: api.CreateSessionRequest | api.DeleteSessionRequest) -> str:
+    return request.session_id
 
 
 def _as_is(response: convert.EncodedResponse) -> bytes:
