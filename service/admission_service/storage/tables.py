@@ -70,12 +70,16 @@ class SessionKeyed:
     session_id: Mapped[str] = mapped_column(primary_key=True, sort_order=-1)
 
 
-def _session_fk() -> ForeignKeyConstraint:
-    return ForeignKeyConstraint(
-        ["tenant_id", "session_id"],
-        ["sessions.tenant_id", "sessions.session_id"],
-        ondelete="CASCADE",
-    )
+def _session_fk(table: str = "sessions", *columns: str) -> ForeignKeyConstraint:
+    """A foreign key to ``table``'s row of the same session (``sessions``: the session itself)
+    by ``(tenant_id, session_id, *columns)``; deleting the parent row deletes the child."""
+    keys = ["tenant_id", "session_id", *columns]
+    return ForeignKeyConstraint(keys, [f"{table}.{key}" for key in keys], ondelete="CASCADE")
+
+
+def _session_index(name: str, column: str, where: str) -> Index:
+    """A partial index of the rows ``where`` holds, by session and then ``column``."""
+    return Index(name, "tenant_id", "session_id", column, postgresql_where=text(where))
 
 
 _ZERO = text("0")
@@ -166,20 +170,10 @@ class SurfaceNodeRow(SessionKeyed, Base):
     __table_args__ = (
         _session_fk(),
         # Every node is an event of the same session.
-        ForeignKeyConstraint(
-            ["tenant_id", "session_id", "seq"],
-            ["events.tenant_id", "events.session_id", "events.seq"],
-            ondelete="CASCADE",
-        ),
+        _session_fk("events", "seq"),
         UniqueConstraint("tenant_id", "session_id", "position"),
         # The projection rule reads only the surviving system nodes.
-        Index(
-            "ix_surface_nodes_system",
-            "tenant_id",
-            "session_id",
-            "position",
-            postgresql_where=text("is_system"),
-        ),
+        _session_index("ix_surface_nodes_system", "position", "is_system"),
     )
 
     seq: Mapped[int] = mapped_column(primary_key=True)
@@ -210,13 +204,7 @@ class ToolCallRow(SessionKeyed, Base):
         _session_fk(),
         # Every Admit reads the session's unanswered calls (the tool-call ordering rule): only
         # those, however many calls the session has made.
-        Index(
-            "ix_tool_calls_open",
-            "tenant_id",
-            "session_id",
-            "call_seq",
-            postgresql_where=text("result_seq IS NULL"),
-        ),
+        _session_index("ix_tool_calls_open", "call_seq", "result_seq IS NULL"),
     )
 
     call_id: Mapped[str] = mapped_column(primary_key=True)
@@ -247,11 +235,7 @@ class RequestRow(SessionKeyed, Base):
     __tablename__ = "requests"
     __table_args__ = (
         _session_fk(),
-        ForeignKeyConstraint(
-            ["tenant_id", "session_id", "admission_id"],
-            ["admissions.tenant_id", "admissions.session_id", "admissions.admission_id"],
-            ondelete="CASCADE",
-        ),
+        _session_fk("admissions", "admission_id"),
     )
 
     request_index: Mapped[int] = mapped_column(primary_key=True)
