@@ -71,11 +71,6 @@ def _parser() -> argparse.ArgumentParser:
     )
     inspect.add_argument("session_id", metavar="SESSION_ID")
     inspect.add_argument(
-        "--target",
-        metavar="HOST:PORT",
-        help=f"the service's address (default: PAS_LISTEN, else {DEFAULT_LISTEN})",
-    )
-    inspect.add_argument(
         "--wire",
         choices=sorted(WIRE_FORMATS),
         default="neutral",
@@ -90,14 +85,11 @@ def _parser() -> argparse.ArgumentParser:
         help="print the trajectory instead: every request with the prompt it saw and its change",
     )
     inspect.add_argument(
-        "--timeout", type=float, default=10.0, help="call deadline in seconds (default 10)"
-    )
-    inspect.add_argument(
         "--token",
         default=os.environ.get("PAS_TOKEN") or None,
         help="bearer token to send (default: PAS_TOKEN)",
     )
-    _add_channel_arguments(inspect)
+    _add_client_arguments(inspect, timeout=10)
     health = commands.add_parser(
         "health",
         help="check a running service's grpc.health.v1 status (for container health checks)",
@@ -105,19 +97,11 @@ def _parser() -> argparse.ArgumentParser:
         "otherwise (not serving, unreachable, or no answer within --timeout).",
     )
     health.add_argument(
-        "--target",
-        metavar="HOST:PORT",
-        help=f"the service's address (default: PAS_LISTEN, else {DEFAULT_LISTEN})",
-    )
-    health.add_argument(
         "--service",
         default="",
         help="the service name to check (default: the server as a whole)",
     )
-    health.add_argument(
-        "--timeout", type=float, default=3.0, help="call deadline in seconds (default 3)"
-    )
-    _add_channel_arguments(health)
+    _add_client_arguments(health, timeout=3)
     token = commands.add_parser(
         "token",
         help="make a bearer token for a tenant and print its PAS_AUTH_TOKENS entry",
@@ -130,7 +114,20 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_channel_arguments(parser: argparse.ArgumentParser) -> None:
+def _add_client_arguments(parser: argparse.ArgumentParser, *, timeout: int) -> None:
+    """What a command that calls a running service needs: its address, the call deadline
+    (``timeout`` seconds by default) and the channel's TLS files."""
+    parser.add_argument(
+        "--target",
+        metavar="HOST:PORT",
+        help=f"the service's address (default: PAS_LISTEN, else {DEFAULT_LISTEN})",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=float(timeout),
+        help=f"call deadline in seconds (default {timeout})",
+    )
     parser.add_argument("--tls-ca", type=Path, metavar="PEM", help="TLS: trust this CA bundle")
     parser.add_argument("--tls-cert", type=Path, metavar="PEM", help="mTLS: client certificate")
     parser.add_argument("--tls-key", type=Path, metavar="PEM", help="mTLS: client private key")
