@@ -10,6 +10,7 @@ import uuid
 from typing import Any
 
 import pytest
+from admission_service.api import convert
 from admission_service.app.commands import (
     AdmitCommand,
     AttemptResult,
@@ -20,6 +21,7 @@ from admission_service.app.commands import (
     ReconcileCommand,
     RecordCommand,
     RecordResult,
+    RequestView,
     RouteRequest,
     SessionInfo,
     Usage,
@@ -44,6 +46,7 @@ from admission_service.domain.messages import Message, Role, Text, ToolCall, Too
 from admission_service.domain.surface import SessionLog
 from admission_service.domain.wire import WireFormat
 from admission_service.tokenizers import counter_for
+from promptadmission.v1 import admission_service_pb2 as api
 
 from tests.fakes.storage import FakeStorage
 
@@ -88,9 +91,8 @@ class Cancelling:
 
 
 def make_app(storage: FakeStorage, **kwargs: Any) -> AdmissionApp:
-    return AdmissionApp(
-        None, CATALOG, page_tokens=TOKENS, storage=storage, encoders=ENCODERS, **kwargs
-    )
+    kwargs.setdefault("encoders", ENCODERS)
+    return AdmissionApp(None, CATALOG, page_tokens=TOKENS, storage=storage, **kwargs)
 
 
 @pytest.fixture
@@ -193,6 +195,36 @@ async def test_a_repeated_request_id_replays_the_first_response(app: AdmissionAp
         await app.record("t", RecordCommand(sid, "x", usage=Usage(1, 1, 0, 0)), key)
     with pytest.raises(RevisionMismatch):
         await admit(app, sid, "A", expected_revision=0)
+
+
+async def test_a_replay_rebuilds_a_long_full_response_byte_for_byte(storage: FakeStorage) -> None:
+    """The API's encoders store an Admit's head and rebuild its derived request from the stored
+    frames (``app/replay.py``): from the surface's nodes, and once a replace shadowed some of
+    them, from the log."""
+    app = make_app(storage, encoders=convert.ENCODERS)
+    sid = await create(app)
+    sent: list[tuple[AdmitCommand, Idempotency, bytes]] = []
+    for turn in range(1, 5):
+        users = tuple(user(f"{turn}.{n} nul\x00 astral \U0001f600") for n in range(64))
+        wire = (WireFormat.NEUTRAL, WireFormat.OPENAI_CHAT)[turn % 2]  # a body rendered again
+        command = AdmitCommand(sid, turn, 1, "A", (), ROUTE, users, wire_format=wire)
+        key = Idempotency(f"r{turn}", b"digest")
+        reply = await app.admit("t", command, key)
+        assert reply.result is not None and reply.encoded is not None
+        assert reply.result.request.view is RequestView.FULL
+        sent.append((command, key, reply.encoded))
+    assert len(api.AdmitResponse.FromString(sent[-1][2]).request.messages) == 1 + 4 * 64
+    for command, key, encoded in sent:
+        replayed = await app.admit("t", command, key)
+        assert replayed.result is None and replayed.encoded == encoded
+
+    plan = await app.plan_compaction("t", PlanCompactionCommand(sid, retain_tokens=0))
+    await app.compact("t", CompactCommand(sid, plan.plan_token, "summary"), None)
+    async with storage.unit("t", sid, snapshot=True) as unit:
+        assert await unit.store.frames_as_of(0, 0) is None  # nodes were shadowed since
+    for command, key, encoded in sent:  # a replace since: the surface is folded from the log
+        replayed = await app.admit("t", command, key)
+        assert replayed.result is None and replayed.encoded == encoded
 
 
 async def test_create_session_takes_the_same_idempotent_path(app: AdmissionApp) -> None:
