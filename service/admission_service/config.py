@@ -73,9 +73,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from admission_service.app.limits import (
     IDEMPOTENCY_RETENTION_SECONDS,
@@ -100,6 +101,9 @@ LOOPBACK_HOSTS = frozenset({"localhost", "[::1]", "::1"})
 _TENANT = re.compile(r"[A-Za-z0-9._-]{1,128}")
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
+_INF = float("inf")
+T = TypeVar("T")
+D = TypeVar("D")
 
 
 class ConfigError(ValueError):
@@ -271,29 +275,36 @@ class _Reader:
     def _fail(self, name: str, expected: str) -> ConfigError:
         return ConfigError(f"{name} must be {expected}, got {self.env.get(name, '')!r}")
 
-    def integer(self, name: str, default: int, *, minimum: int) -> int:
+    def _parsed(
+        self,
+        name: str,
+        default: D,
+        parse: Callable[[str], T],
+        valid: Callable[[T], bool],
+        expected: str,
+    ) -> T | D:
+        """``name`` as ``parse`` reads it, or ``default`` when unset; a value ``parse`` cannot
+        read (ValueError) or ``valid`` refuses is not ``expected``."""
         raw = self.text(name)
         if not raw:
             return default
         try:
-            value = int(raw)
+            value = parse(raw)
         except ValueError:
-            raise self._fail(name, f"an integer >= {minimum}") from None
-        if value < minimum:
-            raise self._fail(name, f"an integer >= {minimum}")
+            raise self._fail(name, expected) from None
+        if not valid(value):
+            raise self._fail(name, expected)
         return value
 
+    def integer(self, name: str, default: int, *, minimum: int) -> int:
+        return self._parsed(
+            name, default, int, lambda value: value >= minimum, f"an integer >= {minimum}"
+        )
+
     def number(self, name: str, default: float) -> float:
-        raw = self.text(name)
-        if not raw:
-            return default
-        try:
-            value = float(raw)
-        except ValueError:
-            raise self._fail(name, "a number of seconds >= 0") from None
-        if not value >= 0 or value == float("inf"):
-            raise self._fail(name, "a number of seconds >= 0")
-        return value
+        return self._parsed(
+            name, default, float, lambda value: 0 <= value < _INF, "a number of seconds >= 0"
+        )
 
     def boolean(self, name: str, default: bool) -> bool:
         raw = self.text(name).lower()
@@ -345,12 +356,13 @@ class _Reader:
 
     def role_name(self, name: str) -> str | None:
         """A PostgreSQL role name (quoted wherever it is used, so any printable one works)."""
-        raw = self.text(name)
-        if not raw:
-            return None
-        if len(raw.encode()) > 63 or not raw.isprintable():
-            raise self._fail(name, "a PostgreSQL role name (1-63 bytes, printable)")
-        return raw
+        return self._parsed(
+            name,
+            None,
+            str,
+            lambda raw: len(raw.encode()) <= 63 and raw.isprintable(),
+            "a PostgreSQL role name (1-63 bytes, printable)",
+        )
 
     def secrets(self, name: str, minimum_chars: int) -> tuple[str, ...]:
         """Comma or space separated secrets, each at least ``minimum_chars`` long."""
