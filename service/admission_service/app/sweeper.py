@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from dataclasses import KW_ONLY, dataclass, field
 
 from prometheus_client import Counter
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -26,22 +27,15 @@ SWEEP_BATCH = 500
 _log = logging.getLogger(__name__)
 
 
+@dataclass(eq=False)
 class IdempotencySweeper:
-    def __init__(
-        self,
-        engine: AsyncEngine,
-        swept: Counter,
-        *,
-        retention_seconds: float = IDEMPOTENCY_RETENTION_SECONDS,
-        interval_seconds: float = IDEMPOTENCY_SWEEP_SECONDS,
-        batch: int = SWEEP_BATCH,
-    ) -> None:
-        self.engine = engine
-        self.swept = swept
-        self.retention_seconds = retention_seconds
-        self.interval_seconds = interval_seconds
-        self.batch = batch
-        self._task: asyncio.Task[None] | None = None
+    engine: AsyncEngine
+    swept: Counter
+    _: KW_ONLY
+    retention_seconds: float = IDEMPOTENCY_RETENTION_SECONDS
+    interval_seconds: float = IDEMPOTENCY_SWEEP_SECONDS
+    batch: int = SWEEP_BATCH
+    _task: asyncio.Task[None] | None = field(default=None, init=False, repr=False)
 
     async def sweep(self) -> int:
         """Delete every key expired now, batch by batch; how many."""

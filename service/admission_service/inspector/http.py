@@ -17,6 +17,7 @@ import binascii
 import logging
 import threading
 from collections.abc import Awaitable, Callable
+from dataclasses import KW_ONLY, dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TypeVar
@@ -89,24 +90,17 @@ def token_of(authorization: str | None) -> str:
     raise _Refused(HTTPStatus.UNAUTHORIZED, "credentials required", {"WWW-Authenticate": REALM})
 
 
+@dataclass(eq=False)
 class Inspector:
     """The pages, bound to one service (its use cases, tenants and event loop)."""
 
-    def __init__(
-        self,
-        app: AdmissionApp,
-        tenants: TenantResolver,
-        default_tenant: str,
-        loop: asyncio.AbstractEventLoop,
-        *,
-        timeout: float = 10.0,
-    ) -> None:
-        self.app = app
-        self.tenants = tenants
-        self.default_tenant = default_tenant
-        self.loop = loop
-        self.timeout = timeout
-        self.environment = templates()
+    app: AdmissionApp
+    tenants: TenantResolver
+    default_tenant: str
+    loop: asyncio.AbstractEventLoop
+    _: KW_ONLY
+    timeout: float = 10.0
+    environment: Environment = field(default_factory=templates, init=False, repr=False)
 
     def tenant(self, authorization: str | None) -> str:
         if not isinstance(self.tenants, BearerTokens):
