@@ -12,7 +12,6 @@ from admission_service.app.commands import (
     AttemptResult,
     CompactCommand,
     CompactResult,
-    Idempotency,
     PlanCompactionCommand,
     ReconcileCommand,
     RecordCommand,
@@ -23,12 +22,7 @@ from admission_service.app.commands import (
 )
 from admission_service.app.machinery import Reply
 from admission_service.app.service import AdmissionApp
-from admission_service.domain.catalog import parse_catalog
 from admission_service.domain.errors import (
-    AdmissionNotFound,
-    RequestIdReused,
-    RevisionMismatch,
-    SessionNotFound,
     StaleCompactionPlan,
     UnknownToolCall,
 )
@@ -38,15 +32,8 @@ from admission_service.domain.surface import SessionLog
 from admission_service.domain.wire import WireFormat
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-CATALOG = parse_catalog(
-    {
-        "models": [
-            {"id": "deepseek-flash", "provider": "deepseek", "system_prompt_update": "in-history"}
-        ]
-    }
-)
-CAPABLE = RouteRequest("deepseek", "deepseek-flash", 128_000)
-INCAPABLE = RouteRequest("openai", "gpt", 128_000)
+from tests.app_support import CATALOG, ROUTE, user
+
 R = TypeVar("R")
 
 
@@ -56,28 +43,23 @@ def fresh(reply: Reply[R]) -> R:
     return reply.result
 
 
-def user(text: str) -> Message:
-    return Message(Role.USER, (Text(text),))
-
-
 @pytest.fixture(scope="module")
 def app(engine: AsyncEngine) -> AdmissionApp:
     return AdmissionApp(engine, CATALOG, encoders=convert.ENCODERS)
 
 
-async def new_session(app: AdmissionApp, tenant: str = "t") -> str:
+async def new_session(app: AdmissionApp) -> str:
     session_id = f"s-{uuid.uuid4().hex}"
-    info: SessionInfo = fresh(await app.create_session(tenant, session_id, None))
+    info: SessionInfo = fresh(await app.create_session("t", session_id, None))
     assert info.revision == 0
     return session_id
 
 
 async def admit(
-    app: AdmissionApp, session_id: str, prompt: str, route: RouteRequest = CAPABLE, **kwargs: Any
+    app: AdmissionApp, session_id: str, prompt: str, route: RouteRequest = ROUTE, **kwargs: Any
 ) -> AttemptResult:
     command = AdmitCommand(session_id, 1, 1, prompt, (), route, **kwargs)
-    idempotency = kwargs.pop("idempotency", None)
-    result: AttemptResult = fresh(await app.admit("t", command, idempotency))
+    result: AttemptResult = fresh(await app.admit("t", command, None))
     return result
 
 
@@ -137,14 +119,14 @@ async def test_a_whole_session(app: AdmissionApp) -> None:
         await app.compact("t", CompactCommand(sid, plan.plan_token, "s"), None)
 
     retry: AttemptResult = fresh(
-        await app.reconcile("t", ReconcileCommand(sid, second.admission_id, CAPABLE), None)
+        await app.reconcile("t", ReconcileCommand(sid, second.admission_id, ROUTE), None)
     )
     assert retry.user_seqs == ()
     assert retry.starts_series is True
     assert retry.attempt == 1
     assert retry.header is not None and retry.header.reason.value == "series"
     again: AttemptResult = fresh(
-        await app.reconcile("t", ReconcileCommand(sid, second.admission_id, CAPABLE), None)
+        await app.reconcile("t", ReconcileCommand(sid, second.admission_id, ROUTE), None)
     )
     assert again.commits == () and again.header is None and again.context is None
 
@@ -156,52 +138,6 @@ async def test_a_whole_session(app: AdmissionApp) -> None:
     log = await audit(app, sid)
     users = [e for e in log.events if e.kind is EventKind.USER_MESSAGE]
     assert len(users) == 2
-
-
-async def test_validate_only_commits_nothing(app: AdmissionApp) -> None:
-    sid = await new_session(app)
-    dry = await admit(app, sid, "A", users=(user("x"),), validate_only=True)
-    assert dry.admission_id == "" and len(dry.request.messages) == 2
-    assert (await app.get_session("t", sid)).event_count == 0
-
-
-async def test_idempotency_and_revision(app: AdmissionApp) -> None:
-    sid = await new_session(app)
-    key = Idempotency("r1", b"digest")
-    command = AdmitCommand(sid, 1, 1, "A", (), CAPABLE, (user("u"),))
-    first = await app.admit("t", command, key)
-    replayed = await app.admit("t", command, key)
-    assert first.encoded is not None and replayed.result is None
-    assert replayed.encoded == first.encoded
-    assert (await app.get_session("t", sid)).revision == 1
-    with pytest.raises(RequestIdReused):
-        await app.admit("t", command, Idempotency("r1", b"other"))
-    with pytest.raises(RevisionMismatch):
-        await app.admit("t", AdmitCommand(sid, 1, 2, "A", (), CAPABLE, expected_revision=0), None)
-    with pytest.raises(SessionNotFound):
-        await app.get_session("other-tenant", sid)
-    with pytest.raises(AdmissionNotFound):
-        await app.reconcile("t", ReconcileCommand(sid, "nope", CAPABLE), None)
-    deleted = await app.delete_session("t", sid, None, Idempotency("d1", b"x"))
-    again = await app.delete_session("t", sid, None, Idempotency("d1", b"x"))
-    assert deleted.encoded is not None and again.result is None
-    assert again.encoded == deleted.encoded
-    with pytest.raises(SessionNotFound):
-        await app.get_session("t", sid)
-
-
-async def test_pagination(app: AdmissionApp) -> None:
-    tenant = f"tenant-{uuid.uuid4().hex}"
-    ids = [await new_session(app, tenant) for _ in range(5)]
-    seen: list[str] = []
-    token = ""
-    while True:
-        page = await app.list_sessions(tenant, 2, token)
-        seen += [s.session_id for s in page.items]
-        token = page.next_page_token
-        if not token:
-            break
-    assert sorted(seen) == sorted(ids)
 
 
 async def test_a_result_answers_a_call_of_the_same_record(app: AdmissionApp) -> None:

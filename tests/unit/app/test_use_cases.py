@@ -22,7 +22,6 @@ from admission_service.app.commands import (
     RecordCommand,
     RecordResult,
     RequestView,
-    RouteRequest,
     SessionInfo,
     Usage,
 )
@@ -32,8 +31,8 @@ from admission_service.app.machinery import Reply
 from admission_service.app.page_tokens import PageTokens
 from admission_service.app.service import AdmissionApp
 from admission_service.domain.accounting import PricedNode, breakdown, message_tokens
-from admission_service.domain.catalog import parse_catalog
 from admission_service.domain.errors import (
+    AdmissionNotFound,
     RequestIdReused,
     RevisionMismatch,
     SessionAlreadyExists,
@@ -48,21 +47,10 @@ from admission_service.domain.wire import WireFormat
 from admission_service.tokenizers import counter_for
 from promptadmission.v1 import admission_service_pb2 as api
 
+from tests.app_support import CATALOG, ROUTE, user
 from tests.fakes.storage import FakeStorage
 
-CATALOG = parse_catalog(
-    {
-        "models": [
-            {"id": "deepseek-flash", "provider": "deepseek", "system_prompt_update": "in-history"}
-        ]
-    }
-)
-ROUTE = RouteRequest("deepseek", "deepseek-flash", 128_000)
 TOKENS = PageTokens([b"k" * 32])
-
-
-def user(text: str) -> Message:
-    return Message(Role.USER, (Text(text),))
 
 
 # Every response encoded as the pickled result: the replays return what the first call did.
@@ -225,6 +213,16 @@ async def test_a_replay_rebuilds_a_long_full_response_byte_for_byte(storage: Fak
     for command, key, encoded in sent:  # a replace since: the surface is folded from the log
         replayed = await app.admit("t", command, key)
         assert replayed.result is None and replayed.encoded == encoded
+
+
+async def test_another_tenants_session_and_an_unknown_admission_are_not_found(
+    app: AdmissionApp,
+) -> None:
+    sid = await create(app)
+    with pytest.raises(SessionNotFound):
+        await app.get_session("other-tenant", sid)
+    with pytest.raises(AdmissionNotFound):
+        await app.reconcile("t", ReconcileCommand(sid, "nope", ROUTE), None)
 
 
 async def test_create_session_takes_the_same_idempotent_path(app: AdmissionApp) -> None:
