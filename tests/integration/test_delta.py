@@ -19,20 +19,16 @@ from admission_service.app.commands import (
     RouteRequest,
 )
 from admission_service.app.service import AdmissionApp
-from admission_service.domain.accounting import PricedNode, breakdown, message_tokens
 from admission_service.domain.catalog import Capability, parse_catalog
 from admission_service.domain.messages import Message, Role, Text, ToolCall, ToolResult
 from admission_service.domain.wire import WireFormat
-from promptadmission.v1 import admission_service_pb2 as api
 from sqlalchemy.ext.asyncio import AsyncEngine
+
+from tests.app_support import user
 
 CATALOG = parse_catalog({"models": []})
 IN_HISTORY = RouteRequest("p", "m", 1000, Capability.IN_HISTORY)
 REPLACE = RouteRequest("p", "m", 1000, Capability.REPLACE)
-
-
-def user(text: str) -> Message:
-    return Message(Role.USER, (Text(text),))
 
 
 @pytest.fixture(scope="module")
@@ -131,27 +127,3 @@ async def test_after_a_replacement_the_next_request_is_full(app: AdmissionApp) -
     assert after.request.view is RequestView.FULL
     assert after.forecast.divergence_reason.value == "series_start"
     assert after.forecast.reused_messages == 1  # the head
-
-
-async def test_the_breakdown_is_the_running_price(app: AdmissionApp) -> None:
-    sid = await new_session(app)
-    await admit(app, sid, "A", "one", "two")
-    await admit(app, sid, "B", "three")
-    await admit(app, sid, "", "four")  # consolidates: replaces, so the price shrinks too
-    inspected = await app.inspect("t", sid, WireFormat.NEUTRAL)
-
-    priced = [
-        PricedNode(0, message_tokens(m), m.role is Role.SYSTEM) for m in inspected.request.messages
-    ]
-    assert inspected.breakdown == breakdown(priced, ())
-
-
-async def test_the_spliced_response_parses_like_an_encoded_one(app: AdmissionApp) -> None:
-    sid = await new_session(app)
-    await admit(app, sid, "A", "one\x00🙂")
-    result = await admit(app, sid, "A", "two")
-    spliced = api.AdmitResponse.FromString(convert.encode_admit(result))
-    built = convert.admit_response(result)
-    assert spliced == built
-    assert [m.content[0].text.text for m in spliced.request.messages] == ["A", "one\x00🙂", "two"]
-    assert spliced.request.digest == result.request.digest

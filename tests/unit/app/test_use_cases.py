@@ -284,6 +284,8 @@ async def test_the_breakdown_is_the_running_price_of_the_surface(app: AdmissionA
     sid = await create(app)
     await admit(app, sid, "A", users=(user("hello there"),))
     await admit(app, sid, "B", users=(user("again"),))  # in history: "A" stays a message
+    consolidated = await admit(app, sid, "", users=(user("four"),))
+    assert {c.commit.op.value for c in consolidated.commits} == {"replace"}  # the price shrinks
     inspected = await app.inspect("t", sid, WireFormat.NEUTRAL)
     counter = counter_for(ROUTE.provider)  # the route's tokenizer priced every node
     messages = inspected.request.messages
