@@ -1,4 +1,7 @@
-"""The use cases against real PostgreSQL (no gRPC): a whole session, end to end."""
+"""The use cases against real PostgreSQL (no gRPC), where they depend on the order in which
+the statements reach it. The service layer's cases, a whole session included, run on the fake
+storage (``tests/unit/app``). The contract suite (``tests/contract``) holds both adapters to the
+same answers, and ``tests/api`` runs whole sessions on PostgreSQL."""
 
 from __future__ import annotations
 
@@ -10,26 +13,15 @@ from admission_service.api import convert
 from admission_service.app.commands import (
     AdmitCommand,
     AttemptResult,
-    CompactCommand,
-    CompactResult,
-    PlanCompactionCommand,
-    ReconcileCommand,
     RecordCommand,
     RecordResult,
     RouteRequest,
     SessionInfo,
-    Usage,
 )
 from admission_service.app.machinery import Reply
 from admission_service.app.service import AdmissionApp
-from admission_service.domain.errors import (
-    StaleCompactionPlan,
-    UnknownToolCall,
-)
-from admission_service.domain.events import EventKind
+from admission_service.domain.errors import UnknownToolCall
 from admission_service.domain.messages import Message, Role, Text, ToolCall, ToolResult
-from admission_service.domain.surface import SessionLog
-from admission_service.domain.wire import WireFormat
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.app_support import CATALOG, ROUTE, user
@@ -63,84 +55,9 @@ async def admit(
     return result
 
 
-async def audit(app: AdmissionApp, session_id: str) -> SessionLog:
-    """Re-derive the surface from the log alone and compare with what Inspect serves."""
-    page = await app.list_events("t", session_id, 1000, "")
-    log = SessionLog(view.event for view in page.items)
-    inspected = await app.inspect("t", session_id, WireFormat.NEUTRAL)
-    assert list(inspected.request.messages) == log.derived_messages()
-    assert inspected.effective_prompt == log.effective_prompt()
-    assert inspected.session.event_count == log.next_seq
-    return log
-
-
-async def test_a_whole_session(app: AdmissionApp) -> None:
-    sid = await new_session(app)
-    first = await admit(app, sid, "A", users=(user("hi"),))
-    assert [c.commit.op.value for c in first.commits] == ["append"]
-    assert first.header is not None and first.context is not None
-    assert first.route.capability_source.value == "catalog"
-    assert [m.role for m in first.request.messages] == [Role.SYSTEM, Role.USER]
-    assert first.forecast.divergence_reason.value == "first_request"
-
-    call = Message(Role.ASSISTANT, (Text("look"), ToolCall("c1", "read", "{}")))
-    recorded: RecordResult = fresh(
-        await app.record("t", RecordCommand(sid, first.admission_id, call), None)
-    )
-    assert recorded.assistant_seq == 4
-    result = ToolResult("c1", (Text("body"),))
-    recorded = fresh(
-        await app.record(
-            "t",
-            RecordCommand(sid, first.admission_id, None, (result,), Usage(100, 5, 0, 100)),
-            None,
-        )
-    )
-    assert recorded.tool_result_seqs == (5,)
-    with pytest.raises(UnknownToolCall):
-        await app.record("t", RecordCommand(sid, first.admission_id, None, (result,)), None)
-
-    second = await admit(app, sid, "B", users=(user("next"),), wire_format=WireFormat.OPENAI_CHAT)
-    assert [c.commit.op.value for c in second.commits] == ["append"]
-    assert second.header is None
-    assert second.forecast.divergence_reason.value == "none"
-    assert second.forecast.reused_messages == 2  # the whole previous request
-    assert '"role":"system","content":"B"' in second.request.body_json
-
-    plan = await app.plan_compaction("t", PlanCompactionCommand(sid, retain_tokens=0))
-    assert plan.plan.start_seq == 1
-    assert [m.text for m in plan.summarization_input][:2] == ["A", "hi"]
-    compacted: CompactResult = fresh(
-        await app.compact("t", CompactCommand(sid, plan.plan_token, "s"), None)
-    )
-    assert compacted.effective_prompt.text == "B"
-    assert compacted.effective_prompt.location == "head"
-    with pytest.raises(StaleCompactionPlan):
-        await app.compact("t", CompactCommand(sid, plan.plan_token, "s"), None)
-
-    retry: AttemptResult = fresh(
-        await app.reconcile("t", ReconcileCommand(sid, second.admission_id, ROUTE), None)
-    )
-    assert retry.user_seqs == ()
-    assert retry.starts_series is True
-    assert retry.attempt == 1
-    assert retry.header is not None and retry.header.reason.value == "series"
-    again: AttemptResult = fresh(
-        await app.reconcile("t", ReconcileCommand(sid, second.admission_id, ROUTE), None)
-    )
-    assert again.commits == () and again.header is None and again.context is None
-
-    inspected = await app.inspect("t", sid, WireFormat.NEUTRAL)
-    assert [n.text for n in inspected.system_nodes] == ["B"]
-    assert inspected.breakdown.system_tokens > 0
-    assert len(inspected.ledger) == 4
-    assert inspected.ledger[0].observed == Usage(100, 5, 0, 100)
-    log = await audit(app, sid)
-    users = [e for e in log.events if e.kind is EventKind.USER_MESSAGE]
-    assert len(users) == 2
-
-
 async def test_a_result_answers_a_call_of_the_same_record(app: AdmissionApp) -> None:
+    """The call's row is a deferred write of the same transaction: ``mark_answered`` flushes it
+    before its statement runs (the contract suite answers calls committed before)."""
     sid = await new_session(app)
     first = await admit(app, sid, "A", users=(user("hi"),))
     call = Message(Role.ASSISTANT, (ToolCall("c1", "read", "{}"),))

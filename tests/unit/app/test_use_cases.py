@@ -41,6 +41,7 @@ from admission_service.domain.errors import (
     StaleCompactionPlan,
     UnknownToolCall,
 )
+from admission_service.domain.events import EventKind
 from admission_service.domain.messages import Message, Role, Text, ToolCall, ToolResult
 from admission_service.domain.surface import SessionLog
 from admission_service.domain.wire import WireFormat
@@ -108,9 +109,13 @@ async def admit(app: AdmissionApp, session_id: str, prompt: str, **kwargs: Any) 
 async def test_a_step_admits_records_compacts_and_reconciles(app: AdmissionApp) -> None:
     sid = await create(app)
     first = await admit(app, sid, "A", users=(user("hi"),))
+    assert [c.commit.op.value for c in first.commits] == ["append"]
+    assert first.header is not None and first.context is not None
+    assert first.route.capability_source.value == "catalog"
     assert [m.role for m in first.request.messages] == [Role.SYSTEM, Role.USER]
+    assert first.forecast.divergence_reason.value == "first_request"
     assert first.revision == 1 and first.log_seq == 4
-    call = Message(Role.ASSISTANT, (ToolCall("c1", "read", "{}"),))
+    call = Message(Role.ASSISTANT, (Text("look"), ToolCall("c1", "read", "{}")))
     recorded: RecordResult = decode(
         await app.record("t", RecordCommand(sid, first.admission_id, call), None)
     )
@@ -122,27 +127,48 @@ async def test_a_step_admits_records_compacts_and_reconciles(app: AdmissionApp) 
     with pytest.raises(UnknownToolCall):
         await app.record("t", command, None)
 
-    second = await admit(app, sid, "B", users=(user("next"),))
+    second = await admit(app, sid, "B", users=(user("next"),), wire_format=WireFormat.OPENAI_CHAT)
+    assert [c.commit.op.value for c in second.commits] == ["append"]
+    assert second.header is None
+    assert second.forecast.divergence_reason.value == "none"
     assert second.forecast.reused_messages == 2  # the whole previous request
+    assert '"role":"system","content":"B"' in second.request.body_json
+
     plan = await app.plan_compaction("t", PlanCompactionCommand(sid, retain_tokens=0))
+    assert plan.plan.start_seq == 1
+    assert [m.text for m in plan.summarization_input][:2] == ["A", "hi"]
     compacted: CompactResult = decode(
         await app.compact("t", CompactCommand(sid, plan.plan_token, "sum"), None)
     )
     assert compacted.effective_prompt.text == "B"
+    assert compacted.effective_prompt.location == "head"
+    with pytest.raises(StaleCompactionPlan):
+        await app.compact("t", CompactCommand(sid, plan.plan_token, "sum"), None)
+
     retry: AttemptResult = decode(
         await app.reconcile("t", ReconcileCommand(sid, second.admission_id, ROUTE), None)
     )
-    assert retry.attempt == 1 and retry.starts_series
+    assert retry.user_seqs == ()
+    assert retry.attempt == 1 and retry.starts_series is True
+    assert retry.header is not None and retry.header.reason.value == "series"
+    again: AttemptResult = decode(
+        await app.reconcile("t", ReconcileCommand(sid, second.admission_id, ROUTE), None)
+    )
+    assert again.commits == () and again.header is None and again.context is None
 
     inspected = await app.inspect("t", sid, WireFormat.NEUTRAL)
+    assert [n.text for n in inspected.system_nodes] == ["B"]
+    assert inspected.breakdown.system_tokens > 0
     assert inspected.ledger[0].observed == Usage(10, 1, 0, 0)
-    assert len(inspected.ledger) == 3
+    assert len(inspected.ledger) == 4
     events = await app.list_events("t", sid, 1000, "")
     log = SessionLog(view.event for view in events.items)
     assert list(inspected.request.messages) == log.derived_messages()
     assert inspected.effective_prompt == log.effective_prompt()
+    assert inspected.session.event_count == log.next_seq
+    assert len([e for e in log.events if e.kind is EventKind.USER_MESSAGE]) == 2
     trajectory = await app.list_trajectory("t", sid, 10, "")
-    assert [entry.request_index for entry in trajectory.items] == [0, 1, 2]
+    assert [entry.request_index for entry in trajectory.items] == [0, 1, 2, 3]
 
 
 async def test_validate_only_never_commits(app: AdmissionApp, storage: FakeStorage) -> None:
