@@ -9,7 +9,6 @@ import uuid
 from typing import Any, TypeVar
 
 import pytest
-from admission_service.api import convert
 from admission_service.app.commands import (
     AdmitCommand,
     AttemptResult,
@@ -22,9 +21,8 @@ from admission_service.app.machinery import Reply
 from admission_service.app.service import AdmissionApp
 from admission_service.domain.errors import UnknownToolCall
 from admission_service.domain.messages import Message, Role, Text, ToolCall, ToolResult
-from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tests.app_support import CATALOG, ROUTE, user
+from tests.app_support import ROUTE, user
 
 R = TypeVar("R")
 
@@ -33,11 +31,6 @@ def fresh(reply: Reply[R]) -> R:
     """The result of a call that ran (not replayed)."""
     assert reply.result is not None
     return reply.result
-
-
-@pytest.fixture(scope="module")
-def app(engine: AsyncEngine) -> AdmissionApp:
-    return AdmissionApp(engine, CATALOG, encoders=convert.ENCODERS)
 
 
 async def new_session(app: AdmissionApp) -> str:

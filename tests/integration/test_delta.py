@@ -5,8 +5,6 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-import pytest
-from admission_service.api import convert
 from admission_service.app.commands import (
     AdmitCommand,
     AttemptResult,
@@ -19,21 +17,14 @@ from admission_service.app.commands import (
     RouteRequest,
 )
 from admission_service.app.service import AdmissionApp
-from admission_service.domain.catalog import Capability, parse_catalog
+from admission_service.domain.catalog import Capability
 from admission_service.domain.messages import Message, Role, Text, ToolCall, ToolResult
 from admission_service.domain.wire import WireFormat
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.app_support import user
 
-CATALOG = parse_catalog({"models": []})
 IN_HISTORY = RouteRequest("p", "m", 1000, Capability.IN_HISTORY)
 REPLACE = RouteRequest("p", "m", 1000, Capability.REPLACE)
-
-
-@pytest.fixture(scope="module")
-def app(engine: AsyncEngine) -> AdmissionApp:
-    return AdmissionApp(engine, CATALOG, encoders=convert.ENCODERS)
 
 
 async def new_session(app: AdmissionApp) -> str:
