@@ -158,7 +158,9 @@ class FakeSessionStore:
         self._state.responses.pop(self._key, None)  # request ids are new in a new lifetime
         return record
 
-    async def read(self, *, lock: bool) -> SessionRecord | None:
+    async def read(
+        self, *, lock: bool, request_id: str | None = None, admission_id: str | None = None
+    ) -> SessionRecord | None:
         session = self._state.sessions.get(self._key)
         return session.record if session is not None else None
 

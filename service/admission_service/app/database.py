@@ -9,27 +9,43 @@ from typing import Any, Self
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from admission_service.storage import usage
-from admission_service.storage.deadline import bound_by_deadline
+from admission_service.storage.deadline import deadline_bound
+from admission_service.storage.raw import RawStatement
 from admission_service.storage.repository import SessionRecord, SessionStore, list_sessions
+
+_BEGIN = RawStatement("BEGIN")
+_BEGIN_SNAPSHOT = RawStatement("BEGIN ISOLATION LEVEL REPEATABLE READ")
 
 
 class _Usage:
-    def __init__(self, connection: AsyncConnection, tenant: str) -> None:
-        self._connection, self._tenant = connection, tenant
+    def __init__(self, connection: AsyncConnection, store: SessionStore) -> None:
+        self._connection, self._store = connection, store
 
     async def lock_sessions(self) -> None:
-        await usage.lock_tenant_sessions(self._connection, self._tenant)
+        await self._store.begin()
+        await usage.lock_tenant_sessions(self._connection, self._store.tenant)
 
     async def count_sessions(self) -> int:
-        return await usage.count_sessions(self._connection, self._tenant)
+        await self._store.begin()
+        return await usage.count_sessions(self._connection, self._store.tenant)
 
     async def stored_bytes(self) -> int:
-        return await usage.stored_bytes(self._connection, self._tenant)
+        await self._store.begin()
+        return await usage.stored_bytes(self._connection, self._store.tenant)
+
+
+class TransactionRolledBack(RuntimeError):
+    """PostgreSQL answered a unit's ``COMMIT`` with ``ROLLBACK``: nothing was committed."""
 
 
 class PostgresUnit:
-    """A connection from the pool and ``BEGIN`` (``REPEATABLE READ`` for a snapshot), bounded
-    by the call's deadline; leaving the block without ``commit`` rolls back."""
+    """A connection from the pool and a transaction (``REPEATABLE READ`` for a snapshot),
+    bounded by the call's deadline; leaving the block without ``commit`` rolls back.
+
+    The transaction is explicit on an autocommit connection, so that its ``BEGIN`` and the
+    deadline's bounds travel with its first statement and its ``COMMIT`` with its last writes
+    (``SessionScope``'s prelude and ``flush_and_commit``): a step costs no round trip for
+    either. (In psycopg's own transactions, ``BEGIN`` is a round trip of its own.)"""
 
     store: SessionStore
     usage: _Usage
@@ -43,31 +59,36 @@ class PostgresUnit:
     async def __aenter__(self) -> Self:
         async with AsyncExitStack() as stack:
             connection = await stack.enter_async_context(self._engine.connect())
-            if self._snapshot:
-                await connection.execution_options(isolation_level="REPEATABLE READ")
-            self._transaction = await stack.enter_async_context(connection.begin())
-            await bound_by_deadline(connection)
+            await connection.execution_options(isolation_level="AUTOCOMMIT")
             self._connection = connection
             self._stack = stack.pop_all()
-        self.store = SessionStore(connection, self._tenant, self._session_id)
-        self.usage = _Usage(connection, self._tenant)
+        prelude = [_BEGIN_SNAPSHOT if self._snapshot else _BEGIN]
+        if (bound := deadline_bound()) is not None:
+            prelude.append(bound)
+        self.store = SessionStore(connection, self._tenant, self._session_id, prelude)
+        self.usage = _Usage(connection, self.store)
         return self
 
     async def commit(self) -> None:
-        await self.store.flush()
-        await self._transaction.commit()
+        status = await self.store.flush_and_commit()
         self._committed = True
+        if status != "COMMIT":
+            raise TransactionRolledBack(f"COMMIT answered {status!r}")
 
     async def list_sessions(
         self, after: tuple[datetime, str] | None, limit: int
     ) -> list[SessionRecord]:
+        await self.store.begin()
         return await list_sessions(self._connection, self._tenant, after, limit)
 
     async def __aexit__(self, *exc: Any) -> None:
-        # Rollback by default: ``connection.begin()`` would commit on a normal exit.
+        # Rollback by default (a no-op on the wire when no statement was sent, or after COMMIT).
         try:
-            if self._transaction.is_active and not self._committed:
-                await self._transaction.rollback()
+            if not self._committed and not self._connection.invalidated:
+                raw = await self._connection.get_raw_connection()
+                driver = raw.driver_connection
+                if driver is not None and not driver.closed:
+                    await driver.rollback()
         finally:
             await self._stack.__aexit__(*exc)
 

@@ -39,8 +39,9 @@ ResponseEncoders = Mapping[str, Callable[[Any], bytes]]
 class Reply(Generic[R]):
     """What a mutation answers: its typed ``result`` and, when the unit of work made them, the
     response bytes (``encoded``: stored for the call's request_id, sent as they are). A repeated
-    request_id replays the stored bytes and has no result; ``validate_only`` stores nothing, so
-    nothing is encoded and the edge encodes the result."""
+    request_id replays the stored bytes and has no result; without a request_id, or with
+    ``validate_only``, nothing is stored, so nothing is encoded and the edge encodes the
+    result."""
 
     result: R | None
     encoded: bytes | None = None
@@ -104,7 +105,9 @@ class Machinery:
             await uow.check_growth()
             if call.validate_only:
                 return Reply(result)
-            encoded = encode(result)
+            # Only a response stored for a request_id is encoded here, under the session's
+            # lock; otherwise the edge encodes it once the lock and the connection are free.
+            encoded = encode(result) if call.idempotency is not None else None
             await uow.commit(result, encoded, encode)
         return Reply(result, encoded)
 

@@ -106,7 +106,12 @@ class SessionRepository(Protocol):
 
     # the session row
     async def create(self) -> SessionRecord | None: ...
-    async def read(self, *, lock: bool) -> SessionRecord | None: ...
+    async def read(
+        self, *, lock: bool, request_id: str | None = None, admission_id: str | None = None
+    ) -> SessionRecord | None:
+        """The session row (``lock``: under its lock; then also reads ahead, in the same round
+        trip, what ``stored_response(request_id)`` and ``admission(admission_id)`` answer)."""
+
     async def save(
         self,
         record: SessionRecord,

@@ -45,8 +45,9 @@ class Resources:
 
 @dataclass(frozen=True, slots=True)
 class Call:
-    """One mutating call: the RPC, the session it writes, its idempotency key, and whether it
-    only validates (never commits) or creates the session."""
+    """One mutating call: the RPC, the session it writes, its idempotency key, whether it
+    only validates (never commits) or creates the session, and the admission it reads (read
+    with the session's lock, in the same round trip)."""
 
     method: str
     tenant: str
@@ -54,6 +55,7 @@ class Call:
     idempotency: Idempotency | None
     validate_only: bool = False
     create: bool = False
+    admission_id: str | None = None
 
 
 class UnitOfWork:
@@ -69,6 +71,7 @@ class UnitOfWork:
         self.idempotency = call.idempotency
         self.validate_only = call.validate_only
         self._create = call.create
+        self._admission_id = call.admission_id
         self._stack = AsyncExitStack()
         self._committed = False
 
@@ -86,7 +89,14 @@ class UnitOfWork:
                 self._loaded = await self.store.create()
                 self._created = self._loaded is not None
             else:
-                self._loaded = await self.store.read(lock=True)
+                # The lock, the stored response of a repeated request_id and the admission the
+                # call reads: one round trip (with the transaction's BEGIN).
+                idempotency = None if self.validate_only else self.idempotency
+                self._loaded = await self.store.read(
+                    lock=True,
+                    request_id=idempotency.request_id if idempotency is not None else None,
+                    admission_id=self._admission_id,
+                )
                 self._created = False
             await self.reached(Phase.LOAD)
             self._stack = stack.pop_all()
@@ -137,12 +147,13 @@ class UnitOfWork:
             self._unit.usage, self.tenant, growth.log_bytes
         )
 
-    async def commit(self, result: object, payload: bytes, encode: object) -> None:
-        """Store ``payload`` (the encoded ``result``) under the call's ``request_id``, send the
-        deferred writes, and commit."""
+    async def commit(self, result: object, payload: bytes | None, encode: object) -> None:
+        """Store ``payload`` (the encoded ``result``) under the call's ``request_id``, and
+        commit with the deferred writes."""
         assert not self.validate_only, "validate_only never commits"
         if self.idempotency is not None:
             assert self._loaded is not None
+            assert payload is not None
             through_seq = self._loaded.next_seq + self.store.growth.events - 1
             await self.store.store_response(
                 self.idempotency.request_id,
@@ -150,7 +161,6 @@ class UnitOfWork:
                 self.idempotency.request_digest,
                 *replay.stored_form(result, payload, encode, through_seq),
             )
-        await self.store.flush()
         await self.reached(Phase.COMMIT)
-        await self._unit.commit()
+        await self._unit.commit()  # the deferred writes and COMMIT: one round trip
         self._committed = True

@@ -5,14 +5,36 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import select
-
 from admission_service.domain import codec
 from admission_service.domain.messages import Tool
 from admission_service.storage.batch import param
+from admission_service.storage.raw import RawStatement
 from admission_service.storage.rows import AdmissionRecord
 from admission_service.storage.scope import SessionScope
-from admission_service.storage.tables import admissions
+
+_ADMISSION = (
+    "SELECT admission_id, turn, step, rendered_prompt, tools, attempts FROM admissions"
+    " WHERE tenant_id = %(t)s AND session_id = %(s)s AND admission_id = %(a)s"
+)
+
+
+def admission_statement(tenant: str, session_id: str, admission_id: str) -> RawStatement:
+    """The read of one admission (its row: ``admission_record``)."""
+    return RawStatement(_ADMISSION, {"t": tenant, "s": session_id, "a": admission_id}, binary=True)
+
+
+def admission_record(row: tuple[Any, ...] | None) -> AdmissionRecord | None:
+    if row is None:
+        return None
+    admission_id, turn, step, rendered_prompt, tools, attempts = row
+    return AdmissionRecord(
+        admission_id,
+        turn,
+        step,
+        bytes(rendered_prompt).decode(),
+        codec.decode_tools(bytes(tools)),
+        attempts,
+    )
 
 
 class AdmissionWrites(SessionScope):
@@ -44,26 +66,11 @@ class AdmissionWrites(SessionScope):
         )
 
     async def admission(self, admission_id: str) -> AdmissionRecord | None:
-        await self.flush()
-        statement = select(
-            admissions.c.admission_id,
-            admissions.c.turn,
-            admissions.c.step,
-            admissions.c.rendered_prompt,
-            admissions.c.tools,
-            admissions.c.attempts,
-        ).where(self._mine(admissions), admissions.c.admission_id == admission_id)
-        row = (await self.connection.execute(statement)).first()
-        if row is None:
-            return None
-        return AdmissionRecord(
-            row.admission_id,
-            row.turn,
-            row.step,
-            row.rendered_prompt.decode(),
-            codec.decode_tools(row.tools),
-            row.attempts,
-        )
+        if ("admission", admission_id) in self._prefetched:  # read with the session's lock
+            return self._prefetched.pop(("admission", admission_id))  # type: ignore[no-any-return]
+        statement = admission_statement(self.tenant, self.session_id, admission_id)
+        *_, row = await self._flight(*self._deferred(), statement)
+        return admission_record(row)
 
     async def count_attempt(self, admission_id: str) -> None:
         def build(params: list[Any]) -> str:

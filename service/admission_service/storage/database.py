@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import select
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 import psycopg
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import event
+from sqlalchemy import event, exc
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
@@ -87,7 +88,8 @@ def create_engine(
     A pooler hands each transaction to any server connection, so nothing may outlive a
     transaction: psycopg's automatic server-side prepared statements are off
     (``prepare_threshold=None``), and the service uses no session-level state (SET, advisory
-    locks, LISTEN). ``pool_pre_ping`` drops connections the pooler or server closed.
+    locks, LISTEN). A connection the pooler or server closed is dropped when it leaves the pool
+    (``closed_by_server``, no round trip; the pool then hands out another).
 
     ``connect_timeout`` (seconds, libpq's) bounds every new connection: while the database
     accepts TCP but does not answer, or its host drops packets, a call fails with UNAVAILABLE
@@ -99,7 +101,6 @@ def create_engine(
         max_overflow=max_overflow,
         pool_timeout=pool_timeout,
         pool_recycle=pool_recycle,
-        pool_pre_ping=True,
         # Errors must never carry prompt or message text into logs (SPEC §9).
         hide_parameters=True,
         connect_args={
@@ -113,7 +114,28 @@ def create_engine(
     def refuse_non_utf8(dbapi_connection: object, _record: object) -> None:
         require_utf8(dbapi_connection.driver_connection)  # type: ignore[attr-defined]
 
+    @event.listens_for(engine.sync_engine, "checkout")
+    def drop_closed(dbapi_connection: object, _record: object, _proxy: object) -> None:
+        if closed_by_server(dbapi_connection.driver_connection):  # type: ignore[attr-defined]
+            raise exc.DisconnectionError("the server closed this pooled connection")
+
     return engine
+
+
+def closed_by_server(connection: psycopg.AsyncConnection[object]) -> bool:
+    """Whether a pooled (idle) connection is gone: closed here, or its socket readable. An idle
+    connection's server says nothing until asked, unless it is ending the connection (a
+    terminated backend, a restart, a pooler's idle timeout sends its error and closes). A check
+    of the socket, without a round trip: the pessimistic ``SELECT 1`` (``pool_pre_ping``) cost
+    a round trip per call. A silently dropped network is caught by neither; the first statement
+    then fails as before, when its socket times out."""
+    if connection.closed or connection.broken:
+        return True
+    try:
+        readable, _, _ = select.select([connection.pgconn.socket], [], [], 0)
+    except (OSError, ValueError, psycopg.OperationalError):
+        return True
+    return bool(readable)
 
 
 def alembic_config(url: str) -> Config:

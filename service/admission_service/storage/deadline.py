@@ -1,7 +1,7 @@
 """The caller's deadline bounds the database work of its call.
 
 The API layer records how long the call has left (``call_deadline``) and each transaction of
-the call starts with ``bound_by_deadline``: ``SET LOCAL`` of ``statement_timeout``,
+the call starts with ``deadline_bound()``: ``SET LOCAL`` of ``statement_timeout``,
 ``lock_timeout`` and ``idle_in_transaction_session_timeout`` to that time. So PostgreSQL itself
 stops a statement — one waiting for a session's row lock, say — once the caller has given up,
 even when the service cannot reach it to cancel (a silent network), and a transaction left
@@ -16,8 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection
+from admission_service.storage.raw import RawStatement
 
 # The SQLSTATEs of those timeouts: query_canceled (statement_timeout), lock_not_available
 # (lock_timeout), idle_in_transaction_session_timeout.
@@ -25,10 +24,10 @@ TIMEOUT_SQLSTATES = frozenset({"57014", "55P03", "25P03"})
 
 _deadline: ContextVar[float | None] = ContextVar("pas_call_deadline", default=None)
 
-_BOUND = text(
-    "SELECT set_config('statement_timeout', :ms, true),"
-    " set_config('lock_timeout', :ms, true),"
-    " set_config('idle_in_transaction_session_timeout', :ms, true)"
+_BOUND = (
+    "SELECT set_config('statement_timeout', %(ms)s, true),"
+    " set_config('lock_timeout', %(ms)s, true),"
+    " set_config('idle_in_transaction_session_timeout', %(ms)s, true)"
 )
 
 
@@ -44,10 +43,11 @@ def call_deadline(remaining_seconds: float | None) -> Iterator[None]:
         _deadline.reset(token)
 
 
-async def bound_by_deadline(connection: AsyncConnection) -> None:
-    """Limit the current transaction to the time the call has left (at least 1 ms)."""
+def deadline_bound() -> RawStatement | None:
+    """The statement that limits the current transaction to the time the call has left (at
+    least 1 ms), sent after its ``BEGIN`` with its first statement; None without a deadline."""
     deadline = _deadline.get()
     if deadline is None:
-        return
+        return None
     milliseconds = max(1, int((deadline - time.monotonic()) * 1000))
-    await connection.execute(_BOUND, {"ms": str(milliseconds)})
+    return RawStatement(_BOUND, {"ms": str(milliseconds)})

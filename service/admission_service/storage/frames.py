@@ -80,7 +80,7 @@ class FrameReads(SessionScope):
             .where(self._mine(nodes), nodes.c.is_system)
             .order_by(nodes.c.position)
         )
-        rows = await self.connection.execute(statement)
+        rows = await self._execute(statement)
         return tuple(SystemNode(row.seq, row.system_text.decode()) for row in rows)
 
     async def surface(self, *, with_empty: bool = True) -> list[NodeRecord]:
@@ -89,7 +89,7 @@ class FrameReads(SessionScope):
         statement = select(*columns(nodes, NodeRecord)).where(self._mine(nodes))
         if not with_empty:
             statement = statement.where(nodes.c.message_pb.is_not(None))
-        rows = await self.connection.execute(statement.order_by(nodes.c.position))
+        rows = await self._execute(statement.order_by(nodes.c.position))
         return [NodeRecord(*row) for row in rows]
 
     def _frame_params(self, from_position: int, split_position: int | None) -> dict[str, Any]:
@@ -105,10 +105,12 @@ class FrameReads(SessionScope):
     ) -> tuple[tuple[SystemNode, ...], Frames, tuple[str, ...]]:
         """``system_nodes()`` and ``frames(from_position, split_position)`` in one statement
         (one round trip), with the ids of the tool calls on the surface no result answers yet,
-        in call order."""
-        await self.flush()
+        in call order. The deferred writes go first, in the same round trip."""
         row = await self._execute_raw(
-            _SYSTEM_AND_FRAMES, self._frame_params(from_position, split_position), binary=True
+            _SYSTEM_AND_FRAMES,
+            self._frame_params(from_position, split_position),
+            binary=True,
+            flush=True,
         )
         assert row is not None
         seqs, texts, calls = row[5:]
@@ -135,7 +137,6 @@ class FrameReads(SessionScope):
         event ``through_seq``, as concatenated frames; None when a node was shadowed since
         (then the stored nodes no longer hold that surface). With no ``replace`` event after
         ``through_seq`` that surface is exactly the stored nodes at or before it."""
-        await self.flush()
         row = await self._execute_raw(
             _FRAMES_AS_OF,
             {
@@ -145,6 +146,7 @@ class FrameReads(SessionScope):
                 "first": first_message,
             },
             binary=True,
+            flush=True,
         )
         assert row is not None
         replaced, frames = row

@@ -1,40 +1,101 @@
 """What every part of ``SessionStore`` shares: one (tenant, session) within the caller's
-transaction, the statement batch of its deferred writes, and the running sizes it moved."""
+transaction, the statements the transaction still has to send before its next one (its
+*prelude*: ``BEGIN`` and the deadline's bounds, sent with the first statement), the statement
+batch of its deferred writes, and the running sizes it moved."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, Table, and_
+from sqlalchemy import ColumnElement, Executable, Table, and_
+from sqlalchemy.engine import CursorResult
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from admission_service.storage.batch import StatementBatch, param
-from admission_service.storage.raw import execute_raw
+from admission_service.storage.raw import RawStatement, execute_flight
 from admission_service.storage.rows import Growth
+
+COMMIT = RawStatement("COMMIT")
 
 
 class SessionScope:
     """The SQL of one (tenant, session) within the caller's transaction. It reads and writes,
-    never commits."""
+    never commits (``PostgresUnit`` sends the ``COMMIT``, with the last writes).
 
-    def __init__(self, connection: AsyncConnection, tenant: str, session_id: str) -> None:
+    ``prelude``: statements that must run before any other of the transaction (the unit's
+    explicit ``BEGIN`` on an autocommit connection, the deadline's ``SET LOCAL``s); they travel
+    in the same round trip as the transaction's first statement."""
+
+    def __init__(
+        self,
+        connection: AsyncConnection,
+        tenant: str,
+        session_id: str,
+        prelude: Sequence[RawStatement] = (),
+    ) -> None:
         self.connection = connection
         self.tenant = tenant
         self.session_id = session_id
         self.batch = StatementBatch()
+        self._prelude = list(prelude)
+        # Whether the batch holds an UPDATE of the session row (one statement must not update
+        # a row twice: a second ``save`` sends the batch first).
+        self._session_saved = False
+        # Rows read ahead in an earlier round trip (``read(lock=True)``), by (kind, key).
+        self._prefetched: dict[tuple[str, str], Any] = {}
         # Everything this transaction's writes added to the running sizes, and the part of it
         # already sent by ``save``.
         self.growth = Growth()
         self._saved_growth = Growth()
 
+    async def begin(self) -> None:
+        """Send the prelude now if it has not gone yet (before a statement sent otherwise)."""
+        if self._prelude:
+            await self._flight()
+
     async def flush(self) -> None:
         """Send the deferred writes, in order, as one statement (``StatementBatch``)."""
-        statement = self.batch.take()
-        if statement is not None:
-            await execute_raw(self.connection, *statement, raw_placeholders=True)
+        await self._flight(*self._deferred())
 
-    async def _execute_raw(self, sql: str, params: Any, *, binary: bool = False) -> Any:
-        return await execute_raw(self.connection, sql, params, binary=binary)
+    async def flush_and_commit(self) -> str:
+        """The deferred writes and ``COMMIT`` in one round trip; the COMMIT's status ("COMMIT",
+        or "ROLLBACK" when the transaction had failed)."""
+        *_, status = await self._flight(*self._deferred(), COMMIT)
+        return str(status)
+
+    def _deferred(self) -> tuple[RawStatement, ...]:
+        self._session_saved = False
+        statement = self.batch.take()
+        if statement is None:
+            return ()
+        sql, params = statement
+        return (RawStatement(sql, params, raw_placeholders=True),)
+
+    async def _flight(self, *statements: RawStatement) -> list[Any]:
+        """``statements`` after the unsent prelude, in one round trip; for each of them (not the
+        prelude's), its first row or, if it returns none, its command status."""
+        prelude, self._prelude = self._prelude, []
+        if not prelude and not statements:
+            return []
+        rows = await execute_flight(self.connection, (*prelude, *statements))
+        return rows[len(prelude) :]
+
+    async def _execute_raw(
+        self, sql: str, params: Any, *, binary: bool = False, flush: bool = False
+    ) -> Any:
+        """``sql`` (psycopg placeholders) on the raw connection, its first row; ``flush``: after
+        the deferred writes, in the same round trip (so that it reads what they wrote)."""
+        deferred = self._deferred() if flush else ()
+        *_, row = await self._flight(*deferred, RawStatement(sql, params, binary=binary))
+        return row
+
+    async def _execute(
+        self, statement: Executable, parameters: dict[str, Any] | None = None
+    ) -> CursorResult[Any]:
+        """A SQLAlchemy statement (after the prelude, if it has not gone yet)."""
+        await self.begin()
+        return await self.connection.execute(statement, parameters)
 
     def _mine(self, table: Table) -> ColumnElement[bool]:
         return and_(table.c.tenant_id == self.tenant, table.c.session_id == self.session_id)

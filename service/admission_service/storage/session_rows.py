@@ -3,23 +3,40 @@ the stored responses of idempotent calls; the tenant's session list."""
 
 from __future__ import annotations
 
+from collections import namedtuple
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, delete, literal, select, tuple_
+from sqlalchemy import delete, literal, select, tuple_
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from admission_service.domain import codec
 from admission_service.domain.accounting import PreviousRequest, RequestKey
 from admission_service.domain.series import SeriesState
+from admission_service.storage.admissions import admission_record, admission_statement
 from admission_service.storage.batch import param
+from admission_service.storage.raw import RawStatement
 from admission_service.storage.rows import RequestPrefix, SessionRecord, Shadowed, StoredResponse
 from admission_service.storage.scope import SessionScope
 from admission_service.storage.tables import idempotency_keys, sessions
 
 _RUNNING_SIZES = ("surface_bytes", "surface_nodes", "log_bytes")
+
+# The session row under its lock, as the first statement of a mutation's first round trip
+# (``read(lock=True)``); the row comes back as a ``_SessionRow``.
+_SessionRow = namedtuple("_SessionRow", [column.name for column in sessions.c])  # type: ignore[misc]
+_LOCK = (
+    f"SELECT {', '.join(_SessionRow._fields)} FROM sessions"
+    " WHERE tenant_id = %(t)s AND session_id = %(s)s FOR UPDATE"
+)
+# A separate statement after the lock, not a join: it runs once the lock is held, with a
+# snapshot of its own, so it sees the response of the call it waited for (READ COMMITTED).
+_STORED_RESPONSE = (
+    "SELECT method, request_digest, response, derived_request FROM idempotency_keys"
+    " WHERE tenant_id = %(t)s AND session_id = %(s)s AND request_id = %(r)s"
+)
 
 
 def previous_request_to_json(value: PreviousRequest, prefix: RequestPrefix) -> dict[str, Any]:
@@ -55,7 +72,8 @@ def previous_request_from_json(
     return PreviousRequest(key, data["message_count"]), prefix
 
 
-def _record(row: Row[Any]) -> SessionRecord:
+def _record(row: Any) -> SessionRecord:
+    """A session row (SQLAlchemy's, or a ``_SessionRow``) as a ``SessionRecord``."""
     series = SeriesState(
         replace_generation=row.replace_generation,
         last_request_generation=row.last_request_generation,
@@ -103,21 +121,43 @@ class SessionRows(SessionScope):
             .on_conflict_do_nothing()
             .returning(*sessions.c)
         )
-        row = (await self.connection.execute(statement)).first()
+        row = (await self._execute(statement)).first()
         if row is None:
             return None
         # A new lifetime of this session id: request ids of an earlier one (the DeleteSession
         # key that outlived it) are new again for this one (issue 13, finding 6).
-        await self.connection.execute(delete(idempotency_keys).where(self._mine(idempotency_keys)))
+        await self._execute(delete(idempotency_keys).where(self._mine(idempotency_keys)))
         return _record(row)
 
-    async def read(self, *, lock: bool) -> SessionRecord | None:
-        """The session row; ``lock`` takes the row lock that serialises writers of one session."""
-        statement = select(sessions).where(self._mine(sessions))
-        if lock:
-            statement = statement.with_for_update()
-        row = (await self.connection.execute(statement)).first()
-        return _record(row) if row is not None else None
+    async def read(
+        self,
+        *,
+        lock: bool,
+        request_id: str | None = None,
+        admission_id: str | None = None,
+    ) -> SessionRecord | None:
+        """The session row; ``lock`` takes the row lock that serialises writers of one session.
+        With the lock, the response stored for ``request_id`` and the admission
+        ``admission_id`` are read in the same round trip, right after it, and kept for
+        ``stored_response`` and ``admission`` to answer without another."""
+        if not lock:
+            row = (await self._execute(select(sessions).where(self._mine(sessions)))).first()
+            return _record(row) if row is not None else None
+        key = {"t": self.tenant, "s": self.session_id}
+        statements = [RawStatement(_LOCK, key, binary=True)]
+        if request_id is not None:
+            statements.append(RawStatement(_STORED_RESPONSE, {**key, "r": request_id}, binary=True))
+        if admission_id is not None:
+            statements.append(admission_statement(self.tenant, self.session_id, admission_id))
+        locked, *prefetched = await self._flight(*statements)
+        if request_id is not None:
+            stored = prefetched.pop(0)
+            self._prefetched[("response", request_id)] = (
+                StoredResponse(*stored) if stored is not None else None
+            )
+        if admission_id is not None:
+            self._prefetched[("admission", admission_id)] = admission_record(prefetched.pop())
+        return _record(_SessionRow(*locked)) if locked is not None else None
 
     async def save(
         self,
@@ -154,6 +194,9 @@ class SessionRows(SessionScope):
             "request_count": request_count,
             "surface_tokens": surface_tokens,
         }
+        if self._session_saved:
+            await self.flush()
+        self._session_saved = True
         unsaved, self._saved_growth = self.growth.minus(self._saved_growth), replace(self.growth)
 
         def build(params: list[Any]) -> str:
@@ -171,16 +214,18 @@ class SessionRows(SessionScope):
 
     async def delete(self) -> None:
         """Delete the session; its events, surface, admissions and ledger cascade."""
-        await self.connection.execute(delete(sessions).where(self._mine(sessions)))
-        await self.connection.execute(delete(idempotency_keys).where(self._mine(idempotency_keys)))
+        await self._execute(delete(sessions).where(self._mine(sessions)))
+        await self._execute(delete(idempotency_keys).where(self._mine(idempotency_keys)))
 
     async def stored_response(self, request_id: str) -> StoredResponse | None:
+        if ("response", request_id) in self._prefetched:
+            return self._prefetched.pop(("response", request_id))  # type: ignore[no-any-return]
         await self.flush()
         keys = idempotency_keys
         statement = select(
             keys.c.method, keys.c.request_digest, keys.c.response, keys.c.derived_request
         ).where(self._mine(keys), keys.c.request_id == request_id)
-        row = (await self.connection.execute(statement)).first()
+        row = (await self._execute(statement)).first()
         return StoredResponse(*row) if row is not None else None
 
     async def store_response(

@@ -136,7 +136,7 @@ class SurfaceWrites(SessionScope):
     async def _shadow(self, op: Replace) -> tuple[Shadowed, int]:
         """Delete the shadowed run of nodes; the new node takes the first one's position.
         Returns the first shadowed node and the summed price of the shadowed nodes."""
-        rows = await self.connection.execute(
+        rows = await self._execute(
             select(nodes.c.seq, nodes.c.position, nodes.c.is_system).where(
                 self._mine(nodes), nodes.c.seq.in_((op.start_seq, op.end_seq))
             )
@@ -144,7 +144,7 @@ class SurfaceWrites(SessionScope):
         by_seq = {row.seq: Shadowed(row.position, row.is_system) for row in rows}
         start, end = by_seq[op.start_seq], by_seq[op.end_seq]
         removed = (
-            await self.connection.execute(
+            await self._execute(
                 delete(nodes)
                 .where(self._mine(nodes), nodes.c.position.between(start.position, end.position))
                 .returning(nodes.c.tokens, func.coalesce(func.octet_length(nodes.c.message_pb), 0))
@@ -185,7 +185,7 @@ class SurfaceWrites(SessionScope):
         await self.flush()
         if not call_ids:
             return set()
-        rows = await self.connection.execute(
+        rows = await self._execute(
             select(tool_calls.c.call_id).where(
                 self._mine(tool_calls), tool_calls.c.call_id.in_(list(call_ids))
             )
@@ -210,7 +210,5 @@ class SurfaceWrites(SessionScope):
         await self.flush()
         first, second = names
         values = {first: [a for a, _ in pairs], second: [b for _, b in pairs]}
-        result = await self.connection.execute(
-            statement, {"t": self.tenant, "s": self.session_id, **values}
-        )
+        result = await self._execute(statement, {"t": self.tenant, "s": self.session_id, **values})
         return result.all() if result.returns_rows else []

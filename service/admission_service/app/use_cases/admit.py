@@ -73,11 +73,9 @@ class Admission(Recording, Derivation):
             recorded = None
             if output is not None:
                 # One call per step: Record's transition, then Admit's, in this one transaction.
+                # Its writes go with the next read (the frames', one round trip).
                 with fields_under("previous_output"):
                     recorded = await self._record_output(tx, output)
-                # Sent now, not merged with the admission's writes: both update the session
-                # row, which one statement must not do twice.
-                await tx.store.flush()
             attempt = rules.Attempt(
                 admission_id="" if tx.validate_only else uuid.uuid4().hex,
                 turn=command.turn,
@@ -92,7 +90,8 @@ class Admission(Recording, Derivation):
             )
             return attempt, 0, recorded
 
-        return await self._step("Admit", tenant, command, idempotency, begin)
+        reads = output.admission_id if output is not None else None
+        return await self._step("Admit", tenant, command, idempotency, begin, reads)
 
     async def reconcile(
         self,
@@ -118,7 +117,9 @@ class Admission(Recording, Derivation):
             )
             return attempt, admitted.attempts, None
 
-        return await self._step("Reconcile", tenant, command, idempotency, begin)
+        return await self._step(
+            "Reconcile", tenant, command, idempotency, begin, command.admission_id
+        )
 
     async def _step(
         self,
@@ -127,10 +128,12 @@ class Admission(Recording, Derivation):
         command: AdmitCommand | ReconcileCommand,
         idempotency: Idempotency | None,
         begin: Callable[[UnitOfWork, Route], Awaitable[_Begun]],
+        reads_admission: str | None,
     ) -> Reply[AttemptResult]:
         """The one path of an attempt, first (Admit) or retried (Reconcile): ``begin`` makes
         the attempt, its number and (Admit) the previous output it recorded; the domain's
-        transition, the writes, the derived request and the ledger row follow."""
+        transition, the writes, the derived request and the ledger row follow.
+        ``reads_admission``: the admission ``begin`` reads, fetched with the session's lock."""
         first = method == "Admit"
         route = self._route(command.route)
         await load_off_the_loop(route.provider)
@@ -156,7 +159,14 @@ class Admission(Recording, Derivation):
                 await self._add_request(tx, attempt.admission_id, number, result)
             return result if recorded is None else replace(result, recorded=recorded)
 
-        call = Call(method, tenant, command.session_id, idempotency, command.validate_only)
+        call = Call(
+            method,
+            tenant,
+            command.session_id,
+            idempotency,
+            command.validate_only,
+            admission_id=reads_admission,
+        )
         return await self._mutate(call, command.expected_revision, work)
 
     async def _attempt(

@@ -36,7 +36,9 @@ class Recording(Machinery):
         async def work(tx: UnitOfWork) -> RecordResult:
             return await self._record_output(tx, command)
 
-        call = Call("Record", tenant, command.session_id, idempotency)
+        call = Call(
+            "Record", tenant, command.session_id, idempotency, admission_id=command.admission_id
+        )
         return await self._mutate(call, command.expected_revision, work)
 
     async def _record_output(self, tx: UnitOfWork, command: RecordCommand) -> RecordResult:
