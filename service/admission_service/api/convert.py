@@ -548,16 +548,16 @@ class SplitAttemptEncoder:
             response.request.ClearField("body_json")  # in the body, after the head
         return _encode(response)
 
-    def body(self, body_json: str, frames: bytes) -> bytes:
-        return b"".join(self._body(body_json, frames))
+    def splice(self, head: bytes, body_json: str, frames: bytes) -> bytes:
+        """``head`` followed by the derived request's rendered body and message frames, in one
+        join: the frames are copied once, into the response (a first answer or a replay)."""
+        return b"".join((head, *self._body(body_json, frames)))
 
     def __call__(self, result: app.AttemptResult) -> bytes:
         messages = result.request.messages
         if not isinstance(messages, app.EncodedMessages):
             return self.head(result)
-        # One join: the frames are copied once, into the response.
-        body = self._body(result.request.body_json, messages.frames)
-        return b"".join((self.head(result), *body))
+        return self.splice(self.head(result), result.request.body_json, messages.frames)
 
     def _body(self, body_json: str, frames: bytes) -> tuple[bytes, ...]:
         """The body's parts: the ``request`` field's tag and length, the rendered body as its

@@ -33,7 +33,7 @@ from admission_service.storage.repository import StoredResponse
 
 @runtime_checkable
 class SplitEncoder(Protocol):
-    """Encodes an attempt's response as ``head(result) + body(body_json, frames)``."""
+    """Encodes an attempt's response as ``splice(head(result), body_json, frames)``."""
 
     def __call__(self, result: AttemptResult) -> bytes: ...
 
@@ -41,8 +41,9 @@ class SplitEncoder(Protocol):
         """The response without the derived request's rendered body and message frames."""
         ...
 
-    def body(self, body_json: str, frames: bytes) -> bytes:
-        """What follows the head: the derived request's rendered body and message frames."""
+    def splice(self, head: bytes, body_json: str, frames: bytes) -> bytes:
+        """``head`` followed by the derived request's rendered body and message frames: the
+        whole response, the frames copied once."""
         ...
 
 
@@ -126,7 +127,7 @@ async def replayed(store: SessionRepository, stored: StoredResponse, encode: obj
         messages = log.derived_messages()[recipe.first_message_index :]
         frames = b"".join(storage_codec.frame(message) for message in messages)
     body_json = await _rendered(store, recipe, frames)
-    payload = stored.response + encode.body(body_json, frames)
+    payload = encode.splice(stored.response, body_json, frames)  # the frames' one copy
     if hashlib.sha256(payload).digest() != recipe.response_sha256:
         raise ReplayMismatch("a replayed response differs from the one first sent")
     return payload
