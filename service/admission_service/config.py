@@ -10,6 +10,10 @@
 | ``PAS_MODEL_CATALOG`` | built-in | path to a YAML model catalog replacing the built-in one |
 | ``PAS_DB_POOL_SIZE`` | ``10`` | database connections kept open |
 | ``PAS_DB_MAX_OVERFLOW`` | ``10`` | extra connections allowed under load |
+| ``PAS_DB_PREPARED_STATEMENTS`` | ``false`` | let psycopg prepare a statement on a connection
+  after its fifth run (PostgreSQL then parses and plans it once): for a direct connection or a
+  pooler that keeps prepared statements (PgBouncer ≥ 1.21 with ``max_prepared_statements``);
+  off, nothing outlives a transaction (any transaction-mode pooler) |
 | ``PAS_DB_APP_ROLE`` | unset | ``migrate`` grants this existing role the data privileges the
   service needs (no DDL), for replicas that connect as it |
 | ``PAS_HEALTH_PROBE_SECONDS`` | ``2`` | how often the server checks the database for its health
@@ -125,6 +129,7 @@ class Settings:
     model_catalog: Path | None = None
     db_pool_size: int = 10
     db_max_overflow: int = 10
+    db_prepared_statements: bool = False
     db_app_role: str | None = None
     health_probe_seconds: float = 2.0
     shutdown_grace_seconds: float = 10.0
@@ -176,6 +181,7 @@ class Settings:
             model_catalog=reader.path("PAS_MODEL_CATALOG"),
             db_pool_size=reader.integer("PAS_DB_POOL_SIZE", 10, minimum=1),
             db_max_overflow=reader.integer("PAS_DB_MAX_OVERFLOW", 10, minimum=0),
+            db_prepared_statements=reader.boolean("PAS_DB_PREPARED_STATEMENTS", False),
             db_app_role=reader.role_name("PAS_DB_APP_ROLE"),
             health_probe_seconds=reader.number("PAS_HEALTH_PROBE_SECONDS", 2.0),
             shutdown_grace_seconds=reader.number("PAS_SHUTDOWN_GRACE_SECONDS", 10.0),

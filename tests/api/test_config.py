@@ -20,6 +20,7 @@ def test_defaults() -> None:
     assert settings.migrate_on_start
     assert settings.model_catalog is None
     assert (settings.db_pool_size, settings.db_max_overflow) == (10, 10)
+    assert not settings.db_prepared_statements  # safe behind a transaction-mode pooler
     assert settings.shutdown_grace_seconds == 10.0
     assert settings.default_tenant == "default"
     assert settings.max_receive_message_bytes == 16 * 1024 * 1024
@@ -48,6 +49,7 @@ def test_every_setting_is_read(tmp_path: Path) -> None:
             "PAS_MODEL_CATALOG": "/etc/pas/models.yaml",
             "PAS_DB_POOL_SIZE": "3",
             "PAS_DB_MAX_OVERFLOW": "0",
+            "PAS_DB_PREPARED_STATEMENTS": "true",
             "PAS_DB_APP_ROLE": "pas_app",
             "PAS_HEALTH_PROBE_SECONDS": "0.5",
             "PAS_SHUTDOWN_GRACE_SECONDS": "2.5",
@@ -82,6 +84,7 @@ def test_every_setting_is_read(tmp_path: Path) -> None:
     assert not settings.migrate_on_start
     assert settings.model_catalog == Path("/etc/pas/models.yaml")
     assert (settings.db_pool_size, settings.db_max_overflow) == (3, 0)
+    assert settings.db_prepared_statements
     assert settings.db_app_role == "pas_app"
     assert settings.health_probe_seconds == 0.5
     assert settings.shutdown_grace_seconds == 2.5

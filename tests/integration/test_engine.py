@@ -20,6 +20,22 @@ async def test_no_server_side_prepared_statements_survive(engine: AsyncEngine) -
     assert prepared == 0
 
 
+async def test_prepared_statements_when_the_setting_asks_for_them(database_url: str) -> None:
+    """``PAS_DB_PREPARED_STATEMENTS``: a statement run five times on a connection is prepared
+    (PostgreSQL parses and plans it once), for a direct connection."""
+    engine = create_engine(database_url, pool_size=1, max_overflow=0, prepared_statements=True)
+    try:
+        async with engine.connect() as connection:
+            for _ in range(6):
+                await connection.execute(
+                    text("SELECT count(*) FROM sessions WHERE tenant_id = :t"), {"t": "x"}
+                )
+            prepared = await connection.scalar(text("SELECT count(*) FROM pg_prepared_statements"))
+    finally:
+        await engine.dispose()
+    assert prepared >= 1
+
+
 async def test_connections_are_named(engine: AsyncEngine) -> None:
     async with engine.connect() as connection:
         name = await connection.scalar(text("SELECT current_setting('application_name')"))

@@ -191,7 +191,10 @@ async def start_server(
         await asyncio.to_thread(run_migrations, url)
     if engine is None:
         engine = create_engine(
-            url, pool_size=settings.db_pool_size, max_overflow=settings.db_max_overflow
+            url,
+            pool_size=settings.db_pool_size,
+            max_overflow=settings.db_max_overflow,
+            prepared_statements=settings.db_prepared_statements,
         )
     owns_tracer_provider = tracer_provider is None
     if tracer_provider is None:

@@ -82,14 +82,16 @@ def create_engine(
     pool_recycle: float = 1800.0,
     connect_timeout: int = 5,
     application_name: str = "admission-service",
+    prepared_statements: bool = False,
 ) -> AsyncEngine:
     """The service's async engine, safe behind a transaction-mode pooler (PgBouncer & co).
 
     A pooler hands each transaction to any server connection, so nothing may outlive a
     transaction: psycopg's automatic server-side prepared statements are off
-    (``prepare_threshold=None``), and the service uses no session-level state (SET, advisory
-    locks, LISTEN). A connection the pooler or server closed is dropped when it leaves the pool
-    (``closed_by_server``, no round trip; the pool then hands out another).
+    (``prepare_threshold=None``) unless ``prepared_statements`` (``PAS_DB_PREPARED_STATEMENTS``:
+    a direct connection, or a pooler that tracks them), and the service uses no session-level
+    state (SET, advisory locks, LISTEN). A connection the pooler or server closed is dropped
+    when it leaves the pool (``closed_by_server``, no round trip; the pool hands out another).
 
     ``connect_timeout`` (seconds, libpq's) bounds every new connection: while the database
     accepts TCP but does not answer, or its host drops packets, a call fails with UNAVAILABLE
@@ -104,7 +106,7 @@ def create_engine(
         # Errors must never carry prompt or message text into logs (SPEC §9).
         hide_parameters=True,
         connect_args={
-            "prepare_threshold": None,
+            "prepare_threshold": 5 if prepared_statements else None,
             "application_name": application_name,
             "connect_timeout": connect_timeout,
         },
