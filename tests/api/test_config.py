@@ -20,7 +20,10 @@ def test_defaults() -> None:
     assert settings.migrate_on_start
     assert settings.model_catalog is None
     assert (settings.db_pool_size, settings.db_max_overflow) == (10, 10)
-    assert not settings.db_prepared_statements  # safe behind a transaction-mode pooler
+    # Prepared statements on the embedded PostgreSQL (a direct connection); with DATABASE_URL
+    # a transaction-mode pooler may be in between: off unless asked for.
+    assert settings.prepared_statements
+    assert not Settings.from_env({"DATABASE_URL": "postgresql://db/pas"}).prepared_statements
     assert settings.shutdown_grace_seconds == 10.0
     assert settings.default_tenant == "default"
     assert settings.max_receive_message_bytes == 16 * 1024 * 1024
@@ -84,7 +87,7 @@ def test_every_setting_is_read(tmp_path: Path) -> None:
     assert not settings.migrate_on_start
     assert settings.model_catalog == Path("/etc/pas/models.yaml")
     assert (settings.db_pool_size, settings.db_max_overflow) == (3, 0)
-    assert settings.db_prepared_statements
+    assert settings.prepared_statements
     assert settings.db_app_role == "pas_app"
     assert settings.health_probe_seconds == 0.5
     assert settings.shutdown_grace_seconds == 2.5

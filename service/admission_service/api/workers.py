@@ -88,15 +88,23 @@ def preload_tokenizers(settings: Settings) -> None:
 
 def _shared(settings: Settings) -> Settings:
     """What every worker inherits: the database resolved once (the embedded server started
-    here, in the parent) and migrated once, and a fixed port to share."""
+    here, in the parent) and migrated once (``inherited``)."""
     from admission_service.storage.database import run_migrations
 
     url = settings.resolve_database_url()
     if settings.migrate_on_start:
         _log.info("running database migrations")
         run_migrations(url)
+    return inherited(settings, url)
+
+
+def inherited(settings: Settings, url: str) -> Settings:
+    """The workers' settings on the resolved, migrated database ``url``: no migrations, whether
+    to prepare statements as decided from the configuration (not from ``url``, which is set
+    even for the embedded server), and a fixed port to share."""
     return replace(
         settings,
+        db_prepared_statements=settings.prepared_statements,
         database_url=url,
         migrate_on_start=False,
         listen=_fixed_port(settings.listen),
