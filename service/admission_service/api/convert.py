@@ -813,8 +813,9 @@ class EncodedResponse:
 
 
 def encoded_response(method: str, reply: Reply[Any]) -> EncodedResponse:
-    """``reply``'s response bytes: those the use case encoded (or replayed), else its result
-    encoded here (``validate_only``)."""
+    """``reply``'s response bytes: those the use case encoded for its request_id (or replayed),
+    else its result encoded here (no request_id, or ``validate_only``: after the commit, with
+    the session's lock released)."""
     data = reply.encoded if reply.encoded is not None else WRITES[method].encode(reply.result)
     return EncodedResponse(method, data, reply.result)
 
