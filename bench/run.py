@@ -207,6 +207,8 @@ def headline(results: dict[str, Any]) -> dict[str, Any]:
             "s3_full_us_per_node": s3["full_us_per_node"],
             "s4_inspect_ratio_100k_to_10": s3["inspect_ratio_large_to_small"],
         }
+        if "full_transport_us_per_node" in s3:  # gRPC + the client's parse of the same bytes
+            out["s3_full_transport_us_per_node"] = s3["full_transport_us_per_node"]
     if "s5" in results:
         out["s5_compact_10k_ms"] = results["s5"]["compact_p50_ms"]
     if "cache" in results:

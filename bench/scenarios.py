@@ -16,6 +16,7 @@ from promptadmission.v1 import session_pb2 as pb
 from sqlalchemy import create_engine, pool
 from sqlalchemy import text as sql_text
 
+from bench import transport_floor
 from bench.client import HAS_DELTA, PROMPT, Session, assistant, channel, stub, text, user
 from bench.infra import ServerProcess
 
@@ -420,6 +421,7 @@ async def s3_length_and_s4_inspect(
     delta: dict[int, list[float]] = {}
     full: dict[int, list[float]] = {}
     inspect: dict[int, list[float]] = {}
+    full_responses: dict[int, bytes] = {}  # each size's last FULL response, for the transport
     async with channel(service.target) as ch:
         admission = stub(ch)
         for size in plan.s3_sizes:
@@ -454,8 +456,11 @@ async def s3_length_and_s4_inspect(
                 for _ in range(plan.s4_samples // rounds):
                     inspect[size].append(await inspect_once(session))
                 if r * plan.s3_full_samples // rounds != (r + 1) * plan.s3_full_samples // rounds:
-                    _, elapsed = await session.admit(PROMPT, [user(text(USER_CHARS, f"f{r}"))])
+                    response, elapsed = await session.admit(
+                        PROMPT, [user(text(USER_CHARS, f"f{r}"))]
+                    )
                     full[size].append(elapsed)
+                    full_responses[size] = response.SerializeToString()
                     await session.admit(PROMPT, [user(text(USER_CHARS, f"h{r}"))], delta=True)
     results: dict[str, Any] = {"rounds": rounds, "sizes": {}}
     for size, session in sessions.items():
@@ -474,6 +479,18 @@ async def s3_length_and_s4_inspect(
     results["full_us_per_node"] = round(
         (large["full_p50_ms"] - small["full_p50_ms"]) * 1000 / span, 3
     )
+    # The same responses through gRPC and the client's parse alone (bench/transport_floor.py).
+    first, last = plan.s3_sizes[0], plan.s3_sizes[-1]
+    if first in full_responses and last in full_responses:
+        floor = await transport_floor.measure(
+            {small["nodes"]: full_responses[first], large["nodes"]: full_responses[last]},
+            max(3, plan.s3_full_samples),
+        )
+        small["full_transport_p50_ms"] = ms(floor[small["nodes"]] / 1000)
+        large["full_transport_p50_ms"] = ms(floor[large["nodes"]] / 1000)
+        results["full_transport_us_per_node"] = round(
+            (floor[large["nodes"]] - floor[small["nodes"]]) * 1000 / span, 3
+        )
     results["inspect_ratio_large_to_small"] = round(
         large["inspect_p50_ms"] / small["inspect_p50_ms"], 3
     )
