@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
@@ -548,24 +548,25 @@ class SplitAttemptEncoder:
             response.request.ClearField("body_json")  # in the body, after the head
         return _encode(response)
 
-    def splice(self, head: bytes, body_json: str, frames: bytes) -> bytes:
-        """``head`` followed by the derived request's rendered body and message frames, in one
-        join: the frames are copied once, into the response (a first answer or a replay)."""
+    def splice(self, head: bytes, body_json: str, frames: Sequence[bytes]) -> bytes:
+        """``head`` followed by the derived request's rendered body and message frames (in
+        consecutive parts), in one join: the frames are copied once, into the response (a
+        first answer or a replay)."""
         return b"".join((head, *self._body(body_json, frames)))
 
     def __call__(self, result: app.AttemptResult) -> bytes:
         messages = result.request.messages
         if not isinstance(messages, app.EncodedMessages):
             return self.head(result)
-        return self.splice(self.head(result), result.request.body_json, messages.frames)
+        return self.splice(self.head(result), result.request.body_json, messages.parts)
 
-    def _body(self, body_json: str, frames: bytes) -> tuple[bytes, ...]:
+    def _body(self, body_json: str, frames: Sequence[bytes]) -> tuple[bytes, ...]:
         """The body's parts: the ``request`` field's tag and length, the rendered body as its
         ``body_json`` field, then the frames (nothing when both are empty)."""
-        inner: tuple[bytes, ...] = (frames,)
+        inner: tuple[bytes, ...] = tuple(frames)
         if body_json:
             encoded = body_json.encode()
-            inner = (_varint(_BODY_JSON_FIELD << 3 | 2), _varint(len(encoded)), encoded, frames)
+            inner = (_varint(_BODY_JSON_FIELD << 3 | 2), _varint(len(encoded)), encoded, *frames)
         size = sum(map(len, inner))
         if not size:
             return ()

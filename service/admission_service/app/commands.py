@@ -155,14 +155,29 @@ class SessionInfo:
 
 
 class EncodedMessages(Sequence[Message]):
-    """Derived messages kept as the stored protobuf frames (``storage.codec``): the API edge
-    splices ``frames`` into the response as they are; the values are decoded only if read."""
+    """Derived messages kept as the stored protobuf frames (``storage.codec``), in one or more
+    consecutive ``parts`` (the frames read from the database, then this transaction's tail):
+    the API edge splices the parts into the response as they are, in its one join; the values
+    are decoded, and the parts joined into ``frames``, only if read."""
 
-    __slots__ = ("_decoded", "frames")
+    __slots__ = ("_decoded", "_frames", "parts")
 
-    def __init__(self, frames: bytes) -> None:
-        self.frames = frames
+    def __init__(self, *parts: bytes) -> None:
+        self.parts = tuple(part for part in parts if part)
+        self._frames: bytes | None = None
         self._decoded: tuple[Message, ...] | None = None
+
+    @property
+    def frames(self) -> bytes:
+        """The parts as one ``bytes`` (joined once, on first use)."""
+        if self._frames is None:
+            parts = self.parts
+            self._frames = parts[0] if len(parts) == 1 else b"".join(parts)
+        return self._frames
+
+    @property
+    def size(self) -> int:
+        return sum(map(len, self.parts))
 
     def _values(self) -> tuple[Message, ...]:
         if self._decoded is None:
@@ -198,7 +213,8 @@ class EncodedMessages(Sequence[Message]):
         return self.frames
 
     def __setstate__(self, state: bytes) -> None:
-        self.frames = state
+        self.parts = (state,) if state else ()
+        self._frames = None
         self._decoded = None
 
 

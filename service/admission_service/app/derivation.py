@@ -4,6 +4,7 @@ the totals its cache forecast needs and the prefix the next request extends."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from admission_service.app import bounds
@@ -77,25 +78,28 @@ class Derivation(Machinery):
         intact, delta = query.intact, query.delta
         if read is None:
             read = await store.frames(query.from_position, query.split_position)
+        # The body stays in its two parts (what was read, this transaction's tail) until the
+        # edge's one join; the digest hashes them where they lie. A long surface's frames are
+        # never copied here.
+        body = EncodedMessages(read.frames, tail.frames)
         if prefix is not None and intact:
             if delta:
-                new = read.frames + tail.frames
-                body, first_index = new, prefix.messages
+                new: tuple[bytes | memoryview, ...] = body.parts
+                first_index = prefix.messages
             else:
-                new = read.frames[prefix.size :] + tail.frames
-                # Copy a long surface's frames only when there is a tail to add.
-                body = read.frames + tail.frames if tail.frames else read.frames
+                new = (memoryview(read.frames)[prefix.size :], tail.frames)
                 first_index = 0
             messages = prefix.messages + (read.messages - read.before_messages) + tail.messages
             tokens = prefix.tokens + (read.tokens - read.before_tokens) + tail.tokens
-            digest = hashlib.sha256(prefix.digest + new).digest() if new else prefix.digest
+            new_size = sum(map(len, new))
+            digest = _chained(prefix.digest, new) if new_size else prefix.digest
             totals = RequestTotals(messages, tokens, prefix.messages, prefix.tokens, False)
-            size = prefix.size + len(new)
+            size = prefix.size + new_size
         else:
-            body, first_index = read.frames + tail.frames, 0
+            first_index = 0
             messages, tokens = read.messages + tail.messages, read.tokens + tail.tokens
-            digest = hashlib.sha256(DIGEST_SEED + body).digest()
-            size = len(body)
+            digest = _chained(DIGEST_SEED, body.parts)
+            size = body.size
             if shadowed is not None:
                 # Every node before the first shadowed position was in the previous request.
                 totals = RequestTotals(
@@ -103,12 +107,11 @@ class Derivation(Machinery):
                 )
             else:
                 totals = RequestTotals(messages, tokens, messages, tokens, False)
-        encoded = EncodedMessages(body)
         rendered = ""
         render_error = None
         try:
             rendered = render(
-                encoded,
+                body,
                 wire,
                 in_history=route.in_history,
                 provider=route.provider,
@@ -119,10 +122,10 @@ class Derivation(Machinery):
             if not degrade:
                 raise
             render_error = error
-        bounds.check_derived_request_size(len(body) + len(rendered), self.limits)
+        bounds.check_derived_request_size(body.size + len(rendered), self.limits)
         view = DerivedRequestView(
             wire,
-            encoded,
+            body,
             rendered,
             tools,
             view=RequestView.DELTA if first_index else RequestView.FULL,
@@ -167,6 +170,15 @@ class FramesQuery:
         if delta:
             return cls(prefix.end_position, None, True, True)
         return cls(0, prefix.end_position, True, False)
+
+
+def _chained(seed: bytes, parts: Iterable[bytes | memoryview]) -> bytes:
+    """SHA-256 of ``seed`` followed by ``parts``: the digest of their concatenation, without
+    making it."""
+    digest = hashlib.sha256(seed)
+    for part in parts:
+        digest.update(part)
+    return digest.digest()
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ the rebuilt response is checked against the SHA-256 of the original before it is
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -41,7 +42,7 @@ class SplitEncoder(Protocol):
         """The response without the derived request's rendered body and message frames."""
         ...
 
-    def splice(self, head: bytes, body_json: str, frames: bytes) -> bytes:
+    def splice(self, head: bytes, body_json: str, frames: Sequence[bytes]) -> bytes:
         """``head`` followed by the derived request's rendered body and message frames: the
         whole response, the frames copied once."""
         ...
@@ -127,7 +128,7 @@ async def replayed(store: SessionRepository, stored: StoredResponse, encode: obj
         messages = log.derived_messages()[recipe.first_message_index :]
         frames = b"".join(storage_codec.frame(message) for message in messages)
     body_json = await _rendered(store, recipe, frames)
-    payload = encode.splice(stored.response, body_json, frames)  # the frames' one copy
+    payload = encode.splice(stored.response, body_json, (frames,))  # the frames' one copy
     if hashlib.sha256(payload).digest() != recipe.response_sha256:
         raise ReplayMismatch("a replayed response differs from the one first sent")
     return payload
