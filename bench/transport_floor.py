@@ -35,7 +35,7 @@ _METHOD = "/bench.TransportFloor/Full"
 async def serve(listen: str, blobs: Path) -> None:
     responses = {int(path.stem): path.read_bytes() for path in blobs.glob("*.bin")}
 
-    async def full(request: bytes, _context: grpc.aio.ServicerContext) -> bytes:
+    async def full(request: bytes, _context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
         return responses[int(request)]
 
     server = grpc.aio.server(options=CHANNEL_OPTIONS)

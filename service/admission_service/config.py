@@ -24,6 +24,8 @@
 | ``PAS_WORKERS`` | usable cores | ``serve`` worker processes sharing the port (``SO_REUSEPORT``),
   each with its own event loop and its own pool of ``PAS_DB_POOL_SIZE`` (+ overflow)
   connections; metrics on ``PAS_METRICS_LISTEN``'s port + worker index (docs/SCALING.md) |
+| ``PAS_EVENT_LOOP`` | ``uvloop`` | the event loop ``serve`` runs on: ``uvloop`` (libuv's; about a
+  quarter less CPU per step) or ``asyncio`` (the standard library's) |
 | ``PAS_TOKENIZER_PRELOAD`` | the catalog's families | route families (``openai``, ``anthropic``,
   ``deepseek``; comma or space separated, ``none`` for none) whose tokenizer ``serve`` loads
   before it starts its workers, so they share its memory and no first Admit waits for a load;
@@ -161,6 +163,7 @@ class Settings:
     # None: the families the model catalog names.
     tokenizer_preload: tuple[str, ...] | None = None
     reflection: bool = True
+    event_loop: str = "uvloop"
     page_token_keys: tuple[str, ...] = ()
     limits: Limits = field(default_factory=Limits)
     quotas: Quotas = field(default_factory=Quotas)
@@ -209,6 +212,7 @@ class Settings:
             workers=reader.integer("PAS_WORKERS", usable_cores(), minimum=1),
             tokenizer_preload=reader.families("PAS_TOKENIZER_PRELOAD"),
             reflection=reader.boolean("PAS_REFLECTION", True),
+            event_loop=reader.choice("PAS_EVENT_LOOP", "uvloop", ("uvloop", "asyncio")),
             page_token_keys=reader.secrets("PAS_PAGE_TOKEN_KEYS", PAGE_TOKEN_KEY_CHARS),
             limits=reader.limits(),
             quotas=Quotas(

@@ -35,6 +35,7 @@ def test_defaults() -> None:
     assert settings.metrics_listen is None
     assert (settings.log_format, settings.log_payloads) == ("json", False)
     assert settings.tracing_exporter == "none"
+    assert settings.event_loop == "uvloop"
 
 
 def test_every_setting_is_read(tmp_path: Path) -> None:
@@ -74,11 +75,13 @@ def test_every_setting_is_read(tmp_path: Path) -> None:
             "PAS_PAGE_TOKEN_KEYS": f"{'n' * 32}, {'o' * 40}",
             "PAS_AUTH_TOKENS_WATCH_SECONDS": "0.5",
             "PAS_REFLECTION": "false",
+            "PAS_EVENT_LOOP": "asyncio",
         }
     )
     assert settings.auth_tokens_file == tokens_file  # read again on SIGHUP or a change
     assert settings.auth_tokens_watch_seconds == 0.5
     assert not settings.reflection
+    assert settings.event_loop == "asyncio"
     assert settings.page_token_keys == ("n" * 32, "o" * 40)
     assert settings.listen == "[::]:6000"
     assert settings.database_url == "postgresql+psycopg://u:p@db:5432/pas"

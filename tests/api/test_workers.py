@@ -25,7 +25,7 @@ from promptadmission.v1 import admission_service_pb2_grpc as api_grpc
 from tests.api.serve_process import free_port, serving
 
 GRACE_SECONDS = 5
-WORKER_LINE = re.compile(r"worker (\d) of 2 \(pid (\d+)\) starting")
+WORKER_LINE = re.compile(r"worker (\d) of 2 \(pid (\d+)\) starting on \S+ \((\w+)\)")
 
 
 def test_each_worker_has_its_own_metrics_port() -> None:
@@ -93,7 +93,9 @@ class TwoWorkers:
         while len(found := WORKER_LINE.findall(self.log.read_text())) < 2:
             assert time.monotonic() < deadline, self.log.read_text()
             time.sleep(0.1)  # polling: another process's log
-        return {int(pid) for _, pid in found}
+        # Each serves on the default event loop (PAS_EVENT_LOOP), uvloop.
+        assert {loop for _, _, loop in found} == {"uvloop"}
+        return {int(pid) for _, pid, _ in found}
 
 
 @contextlib.contextmanager

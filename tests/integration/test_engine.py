@@ -51,7 +51,9 @@ async def test_a_connection_the_server_closed_is_replaced_when_it_leaves_the_poo
     engine = create_engine(database_url, pool_size=1, max_overflow=0)
     async with engine.connect() as connection:
         doomed = await connection.scalar(text("SELECT pg_backend_pid()"))
-        socket = (await connection.get_raw_connection()).driver_connection.pgconn.socket
+        driver = (await connection.get_raw_connection()).driver_connection
+        assert driver is not None
+        socket = driver.pgconn.socket
     async with await psycopg.AsyncConnection.connect(
         libpq_url(database_url), autocommit=True
     ) as killer:

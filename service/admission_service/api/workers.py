@@ -28,7 +28,6 @@ workers with it. With one worker there is no parent: the process serves itself, 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import ctypes
 import gc
@@ -42,6 +41,7 @@ from multiprocessing.connection import wait
 from multiprocessing.process import BaseProcess
 from types import FrameType
 
+from admission_service.api import event_loop
 from admission_service.config import Settings, split_listen
 from admission_service.telemetry.logs import configure_logging
 
@@ -56,7 +56,7 @@ def serve_workers(settings: Settings) -> int:
 
     if settings.workers <= 1:
         preload_tokenizers(settings)
-        asyncio.run(serve(settings))
+        event_loop.run(serve(settings), settings.event_loop)
         return 0
     shared = _shared(settings)
     preload_tokenizers(shared)
@@ -156,8 +156,15 @@ def _worker_main(settings: Settings, index: int, count: int, parent: int) -> Non
     # process group, and the parent forwards it as SIGTERM anyway.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     configure_logging(settings.log_level, settings.log_format)
-    _log.info("worker %d of %d (pid %d) starting on %s", index, count, os.getpid(), settings.listen)
-    asyncio.run(serve(settings))
+    _log.info(
+        "worker %d of %d (pid %d) starting on %s (%s)",
+        index,
+        count,
+        os.getpid(),
+        settings.listen,
+        settings.event_loop,
+    )
+    event_loop.run(serve(settings), settings.event_loop)
     _log.info("worker %d of %d (pid %d) stopped", index, count, os.getpid())
 
 
