@@ -1,7 +1,7 @@
 """The event loop a server process runs on: uvloop (libuv's loop, the default) or asyncio's.
 
 Every call's path crosses the loop many times (gRPC's completion queue, each PostgreSQL round
-trip's wait, the tasks around them); on uvloop a one-call step costs about a quarter less CPU
+trip's wait, the tasks around them); on uvloop a one-call step costs 17 to 27 % less CPU
 (docs/BENCHMARKS.md, issue 14's third round). ``PAS_EVENT_LOOP=asyncio`` keeps the standard
 library's loop, e.g. to rule the loop out while chasing a problem.
 """
