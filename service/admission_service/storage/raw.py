@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import psycopg
+from psycopg import pq
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from admission_service.storage.raw_errors import raw_statement_error
@@ -29,6 +30,13 @@ class RawStatement:
     params: Any = None
     binary: bool = False
     raw_placeholders: bool = False
+
+
+def _has_rows(cursor: psycopg.AsyncCursor[Any]) -> bool:
+    """Whether the statement returned rows (the result's status; ``cursor.description`` would
+    build a column object per field only to be compared with None)."""
+    result = cursor.pgresult
+    return result is not None and result.status == pq.ExecStatus.TUPLES_OK
 
 
 class _RawContext:
@@ -86,7 +94,7 @@ async def execute_flight(
                     )
             # Leaving the pipeline sent its Sync and read every result: the one round trip.
             rows: list[tuple[Any, ...] | str | None] = [
-                await cursor.fetchone() if cursor.description is not None else cursor.statusmessage
+                await cursor.fetchone() if _has_rows(cursor) else cursor.statusmessage
                 for _, cursor, _ in sent
             ]
     except Exception as error:
