@@ -5,7 +5,8 @@ client sends between two answers of the server are one *flight* (a round trip), 
 proxy records each flight's message types and statements (``Q`` simple queries, ``P`` parses:
 the statement text; ``B``/``E`` binds and executes, ``S`` sync). The service runs with one worker
 and its health probe off, so the only traffic is the calls'; one caller makes S1's one-call steps
-(and the physical floor's call and the lean step prototype's, ``bench/lean_step.py``, for
+(then the same step whose previous output used a tool: a tool call and its result; and the
+physical floor's call and the lean step prototype's, ``bench/lean_step.py``, for
 comparison) and the proxy's counts are divided by the
 number of calls.
 
@@ -29,9 +30,18 @@ from typing import Any
 
 from sqlalchemy.engine import make_url
 
-from bench.client import channel, stub
+from bench.client import PROMPT, Session, assistant, channel, stub, text, tool_result, user
 from bench.infra import bench_database, free_port, start_floor, start_service
-from bench.scenarios import Floor, _step_sessions, one_call_step
+from bench.scenarios import USAGE, USER_CHARS, Floor, _step_sessions, one_call_step
+
+
+async def tool_step(session: Session, label: str) -> None:
+    """A one-call step whose previous output used a tool: the assistant's tool call and its
+    result (200 characters), the usage, and the next user message."""
+    call_id = f"call-{label}"
+    call = assistant("", [(call_id, "read_file", '{"path": "a.py"}')])
+    result = tool_result(call_id, text(USER_CHARS, label))
+    await session.one_call(PROMPT, [user(text(USER_CHARS, label))], call, [result], **USAGE)
 
 
 @dataclass
@@ -184,6 +194,17 @@ async def run(steps: int, show_steps: int, width: int) -> None:
                 await asyncio.sleep(0.2)
                 step = summary(wire, steps)
                 print("one-call step:", step)  # noqa: T201
+                if show_steps:
+                    wire.flights[:] = wire.flights[: int(step["round_trips_per_call"] + 0.5)]
+                    print(show(wire, 100, width))  # noqa: T201
+                for number in range(steps):  # the same with a tool call and its result
+                    await tool_step(sessions[number % 10], f"tw{number}")
+                wire.reset()
+                for number in range(steps):
+                    await tool_step(sessions[number % 10], f"ts{number}")
+                await asyncio.sleep(0.2)
+                step = summary(wire, steps)
+                print("one-call step, with a tool call and its result:", step)  # noqa: T201
                 if show_steps:
                     wire.flights[:] = wire.flights[: int(step["round_trips_per_call"] + 0.5)]
                     print(show(wire, 100, width))  # noqa: T201

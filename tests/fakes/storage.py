@@ -159,7 +159,12 @@ class FakeSessionStore:
         return record
 
     async def read(
-        self, *, lock: bool, request_id: str | None = None, admission_id: str | None = None
+        self,
+        *,
+        lock: bool,
+        request_id: str | None = None,
+        admission_id: str | None = None,
+        tool_call_ids: Sequence[str] = (),
     ) -> SessionRecord | None:
         session = self._state.sessions.get(self._key)
         return session.record if session is not None else None

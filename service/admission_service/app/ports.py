@@ -107,10 +107,16 @@ class SessionRepository(Protocol):
     # the session row
     async def create(self) -> SessionRecord | None: ...
     async def read(
-        self, *, lock: bool, request_id: str | None = None, admission_id: str | None = None
+        self,
+        *,
+        lock: bool,
+        request_id: str | None = None,
+        admission_id: str | None = None,
+        tool_call_ids: Sequence[str] = (),
     ) -> SessionRecord | None:
         """The session row (``lock``: under its lock; then also reads ahead, in the same round
-        trip, what ``stored_response(request_id)`` and ``admission(admission_id)`` answer)."""
+        trip, what ``stored_response(request_id)``, ``admission(admission_id)`` and
+        ``known_tool_calls(tool_call_ids)`` answer)."""
 
     async def save(
         self,

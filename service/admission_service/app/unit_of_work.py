@@ -46,8 +46,8 @@ class Resources:
 @dataclass(frozen=True, slots=True)
 class Call:
     """One mutating call: the RPC, the session it writes, its idempotency key, whether it
-    only validates (never commits) or creates the session, and the admission it reads (read
-    with the session's lock, in the same round trip)."""
+    only validates (never commits) or creates the session, and the admission and tool call ids
+    it reads (read with the session's lock, in the same round trip)."""
 
     method: str
     tenant: str
@@ -56,6 +56,7 @@ class Call:
     validate_only: bool = False
     create: bool = False
     admission_id: str | None = None
+    tool_call_ids: tuple[str, ...] = ()
 
 
 class UnitOfWork:
@@ -72,6 +73,7 @@ class UnitOfWork:
         self.validate_only = call.validate_only
         self._create = call.create
         self._admission_id = call.admission_id
+        self._tool_call_ids = call.tool_call_ids
         self._stack = AsyncExitStack()
         self._committed = False
 
@@ -96,6 +98,7 @@ class UnitOfWork:
                     lock=True,
                     request_id=idempotency.request_id if idempotency is not None else None,
                     admission_id=self._admission_id,
+                    tool_call_ids=self._tool_call_ids,
                 )
                 self._created = False
             await self.reached(Phase.LOAD)

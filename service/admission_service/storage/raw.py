@@ -24,12 +24,22 @@ from admission_service.storage.raw_errors import raw_statement_error
 @dataclass(frozen=True, slots=True)
 class RawStatement:
     """One statement of a flight: psycopg placeholders (``%(name)s``), or server-side ``$n``
-    ones with ``raw_placeholders``; ``binary``: the binary result format."""
+    ones with ``raw_placeholders``; ``binary``: the binary result format; ``all_rows``: its
+    answer is every row (a list), not the first."""
 
     sql: str
     params: Any = None
     binary: bool = False
     raw_placeholders: bool = False
+    all_rows: bool = False
+
+
+async def _answer(statement: RawStatement, cursor: psycopg.AsyncCursor[Any]) -> Any:
+    """A statement's answer in a flight: its first row (None when none), every row
+    (``all_rows``), or, for a statement that returns no rows, its command status."""
+    if not _has_rows(cursor):
+        return cursor.statusmessage
+    return await cursor.fetchall() if statement.all_rows else await cursor.fetchone()
 
 
 def _has_rows(cursor: psycopg.AsyncCursor[Any]) -> bool:
@@ -61,10 +71,11 @@ async def execute_raw(
 
 async def execute_flight(
     connection: AsyncConnection, statements: Sequence[RawStatement]
-) -> list[tuple[Any, ...] | str | None]:
+) -> list[Any]:
     """Run ``statements`` in order within ``connection``'s transaction, in one round trip (a
-    pipeline when there are several); for each, its first row (None when it found none), or,
-    for a statement that returns no rows, its command status (``"COMMIT"``…). When one
+    pipeline when there are several); for each, its answer (``_answer``: its first row, None
+    when it found none, every row with ``all_rows``, or the command status, ``"COMMIT"``…, of a
+    statement that returns no rows). When one
     fails, those after it do not run (PostgreSQL skips the rest of the pipeline) and its error is
     raised as SQLAlchemy would raise it."""
     raw = await connection.get_raw_connection()
@@ -93,10 +104,7 @@ async def execute_flight(
                         statement.sql.encode(), statement.params, binary=statement.binary
                     )
             # Leaving the pipeline sent its Sync and read every result: the one round trip.
-            rows: list[tuple[Any, ...] | str | None] = [
-                await cursor.fetchone() if _has_rows(cursor) else cursor.statusmessage
-                for _, cursor, _ in sent
-            ]
+            rows: list[Any] = [await _answer(statement, cursor) for statement, cursor, _ in sent]
     except Exception as error:
         failed, _, context = sent[-1] if sent else (statements[0], None, _RawContext())
         raised = raw_statement_error(

@@ -4,6 +4,7 @@ the stored responses of idempotent calls; the tenant's session list."""
 from __future__ import annotations
 
 from collections import namedtuple
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -20,6 +21,7 @@ from admission_service.storage.batch import param
 from admission_service.storage.raw import RawStatement
 from admission_service.storage.rows import RequestPrefix, SessionRecord, Shadowed, StoredResponse
 from admission_service.storage.scope import SessionScope
+from admission_service.storage.surface_writes import known_calls_statement
 from admission_service.storage.tables import idempotency_keys, sessions
 
 _RUNNING_SIZES = ("surface_bytes", "surface_nodes", "log_bytes")
@@ -135,11 +137,13 @@ class SessionRows(SessionScope):
         lock: bool,
         request_id: str | None = None,
         admission_id: str | None = None,
+        tool_call_ids: Sequence[str] = (),
     ) -> SessionRecord | None:
         """The session row; ``lock`` takes the row lock that serialises writers of one session.
-        With the lock, the response stored for ``request_id`` and the admission
-        ``admission_id`` are read in the same round trip, right after it, and kept for
-        ``stored_response`` and ``admission`` to answer without another."""
+        With the lock, the response stored for ``request_id``, the admission ``admission_id``
+        and which of ``tool_call_ids`` the session already made are read in the same round
+        trip, right after it, and kept for ``stored_response``, ``admission`` and
+        ``known_tool_calls`` to answer without another."""
         if not lock:
             row = (await self._execute(select(sessions).where(self._mine(sessions)))).first()
             return _record(row) if row is not None else None
@@ -149,6 +153,8 @@ class SessionRows(SessionScope):
             statements.append(RawStatement(_STORED_RESPONSE, {**key, "r": request_id}, binary=True))
         if admission_id is not None:
             statements.append(admission_statement(self.tenant, self.session_id, admission_id))
+        if tool_call_ids:
+            statements.append(known_calls_statement(self.tenant, self.session_id, tool_call_ids))
         locked, *prefetched = await self._flight(*statements)
         if request_id is not None:
             stored = prefetched.pop(0)
@@ -156,7 +162,10 @@ class SessionRows(SessionScope):
                 StoredResponse(*stored) if stored is not None else None
             )
         if admission_id is not None:
-            self._prefetched[("admission", admission_id)] = admission_record(prefetched.pop())
+            self._prefetched[("admission", admission_id)] = admission_record(prefetched.pop(0))
+        if tool_call_ids:
+            known = {call_id for (call_id,) in prefetched.pop(0)}
+            self._prefetched[("known_calls", "\x00".join(tool_call_ids))] = known
         return _record(_SessionRow(*locked)) if locked is not None else None
 
     async def save(

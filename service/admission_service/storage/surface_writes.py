@@ -6,37 +6,49 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Row, TextClause, delete, func, select, text
+from sqlalchemy import delete, func, select
 
 from admission_service.domain.codec import dumps, event_payload
 from admission_service.domain.events import Append, Event, Replace
 from admission_service.storage import codec
+from admission_service.storage.raw import RawStatement
 from admission_service.storage.rows import Frames, Shadowed, Written
 from admission_service.storage.scope import SessionScope
 from admission_service.storage.tables import surface_nodes as nodes
-from admission_service.storage.tables import tool_calls
 
 # Record the answers the domain chose (one per call); each updated call is returned with
 # whether it was open on the surface before, for the domain's check (domain/record.py).
-_MARK_ANSWERED = text(
+_MARK_ANSWERED = (
     "UPDATE tool_calls AS c SET result_seq = u.result_seq"
-    " FROM unnest(CAST(:ids AS text[]), CAST(:seqs AS bigint[])) AS u(call_id, result_seq),"
+    " FROM unnest(CAST(%(ids)s AS text[]), CAST(%(seqs)s AS bigint[])) AS u(call_id, result_seq),"
     " (SELECT o.call_id, o.result_seq IS NULL AND EXISTS (SELECT 1 FROM surface_nodes AS n"
-    " WHERE n.tenant_id = :t AND n.session_id = :s AND n.seq = o.call_seq) AS was_open"
-    " FROM tool_calls AS o WHERE o.tenant_id = :t AND o.session_id = :s"
-    " AND o.call_id = ANY(CAST(:ids AS text[]))) AS before"
-    " WHERE c.tenant_id = :t AND c.session_id = :s AND c.call_id = u.call_id"
+    " WHERE n.tenant_id = %(t)s AND n.session_id = %(s)s AND n.seq = o.call_seq) AS was_open"
+    " FROM tool_calls AS o WHERE o.tenant_id = %(t)s AND o.session_id = %(s)s"
+    " AND o.call_id = ANY(CAST(%(ids)s AS text[]))) AS before"
+    " WHERE c.tenant_id = %(t)s AND c.session_id = %(s)s AND c.call_id = u.call_id"
     " AND before.call_id = c.call_id"
     " RETURNING c.call_id, before.was_open"
 )
 
 # A change of route family prices every surviving node again (app/use_cases/admit.py:
 # _reprice).
-_REPRICE = text(
+_REPRICE = (
     "UPDATE surface_nodes AS n SET tokens = u.tokens"
-    " FROM unnest(CAST(:seqs AS bigint[]), CAST(:tokens AS bigint[])) AS u(seq, tokens)"
-    " WHERE n.tenant_id = :t AND n.session_id = :s AND n.seq = u.seq"
+    " FROM unnest(CAST(%(seqs)s AS bigint[]), CAST(%(tokens)s AS bigint[])) AS u(seq, tokens)"
+    " WHERE n.tenant_id = %(t)s AND n.session_id = %(s)s AND n.seq = u.seq"
 )
+
+# Which of some tool call ids this session already made (on the surface or not).
+_KNOWN_CALLS = (
+    "SELECT call_id FROM tool_calls"
+    " WHERE tenant_id = %(t)s AND session_id = %(s)s AND call_id = ANY(CAST(%(ids)s AS text[]))"
+)
+
+
+def known_calls_statement(tenant: str, session_id: str, call_ids: Sequence[str]) -> RawStatement:
+    """The read of which of ``call_ids`` the session already made (every row: one call id)."""
+    params = {"t": tenant, "s": session_id, "ids": list(call_ids)}
+    return RawStatement(_KNOWN_CALLS, params, all_rows=True)
 
 
 class SurfaceWrites(SessionScope):
@@ -181,34 +193,40 @@ class SurfaceWrites(SessionScope):
         await self._with_pairs(_REPRICE, ("seqs", "tokens"), prices)
 
     async def known_tool_calls(self, call_ids: Sequence[str]) -> set[str]:
-        """Which of ``call_ids`` were already made in this session (on the surface or not)."""
-        await self.flush()
+        """Which of ``call_ids`` were already made in this session (on the surface or not):
+        read with the session's lock when the call named them (``read``), else now, after the
+        deferred writes, in one round trip."""
         if not call_ids:
             return set()
-        rows = await self._execute(
-            select(tool_calls.c.call_id).where(
-                self._mine(tool_calls), tool_calls.c.call_id.in_(list(call_ids))
-            )
-        )
-        return {row.call_id for row in rows}
+        key = ("known_calls", "\x00".join(call_ids))
+        if key in self._prefetched:
+            return self._prefetched.pop(key)  # type: ignore[no-any-return]
+        statement = known_calls_statement(self.tenant, self.session_id, call_ids)
+        *_, rows = await self._flight(*self._deferred(), statement)
+        return {call_id for (call_id,) in rows}
 
     async def mark_answered(self, answers: Sequence[tuple[str, int]]) -> dict[str, bool]:
         """Record each ``(call_id, result_seq)`` as the call's answer, in one statement, as the
         caller decided (one answer per call); for each call made in this session, whether it
         was open on the surface before (which answers are valid is the domain's rule)."""
         rows = await self._with_pairs(_MARK_ANSWERED, ("ids", "seqs"), answers)
-        return {row.call_id: row.was_open for row in rows}
+        return {call_id: was_open for call_id, was_open in rows}
 
     async def _with_pairs(
-        self, statement: TextClause, names: tuple[str, str], pairs: Sequence[tuple[Any, Any]]
-    ) -> Sequence[Row[Any]]:
-        """Run ``statement`` (after a flush: what it updates may be in the deferred writes) with
-        the session's key as ``:t``/``:s`` and ``pairs`` as two arrays named ``names``; its rows.
-        Nothing runs, not even the flush, for no pairs."""
+        self, sql: str, names: tuple[str, str], pairs: Sequence[tuple[Any, Any]]
+    ) -> list[tuple[Any, ...]]:
+        """Run ``sql`` after the deferred writes (what it updates may be among them), in the
+        same round trip, with the session's key as ``t``/``s`` and ``pairs`` as two arrays named
+        ``names``; its rows. Nothing runs, not even the deferred writes, for no pairs."""
         if not pairs:
             return []
-        await self.flush()
         first, second = names
-        values = {first: [a for a, _ in pairs], second: [b for _, b in pairs]}
-        result = await self._execute(statement, {"t": self.tenant, "s": self.session_id, **values})
-        return result.all() if result.returns_rows else []
+        params = {
+            "t": self.tenant,
+            "s": self.session_id,
+            first: [a for a, _ in pairs],
+            second: [b for _, b in pairs],
+        }
+        statement = RawStatement(sql, params, all_rows=True)
+        *_, rows = await self._flight(*self._deferred(), statement)
+        return rows if isinstance(rows, list) else []

@@ -91,7 +91,8 @@ class Admission(Recording, Derivation):
             return attempt, 0, recorded
 
         reads = output.admission_id if output is not None else None
-        return await self._step("Admit", tenant, command, idempotency, begin, reads)
+        calls = output.assistant.tool_call_ids() if output and output.assistant else ()
+        return await self._step("Admit", tenant, command, idempotency, begin, reads, calls)
 
     async def reconcile(
         self,
@@ -129,11 +130,13 @@ class Admission(Recording, Derivation):
         idempotency: Idempotency | None,
         begin: Callable[[UnitOfWork, Route], Awaitable[_Begun]],
         reads_admission: str | None,
+        reads_calls: tuple[str, ...] = (),
     ) -> Reply[AttemptResult]:
         """The one path of an attempt, first (Admit) or retried (Reconcile): ``begin`` makes
         the attempt, its number and (Admit) the previous output it recorded; the domain's
         transition, the writes, the derived request and the ledger row follow.
-        ``reads_admission``: the admission ``begin`` reads, fetched with the session's lock."""
+        ``reads_admission``, ``reads_calls``: the admission and the tool call ids ``begin``
+        reads, fetched with the session's lock."""
         first = method == "Admit"
         route = self._route(command.route)
         await load_off_the_loop(route.provider)
@@ -166,6 +169,7 @@ class Admission(Recording, Derivation):
             idempotency,
             command.validate_only,
             admission_id=reads_admission,
+            tool_call_ids=reads_calls,
         )
         return await self._mutate(call, command.expected_revision, work)
 

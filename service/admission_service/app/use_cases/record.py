@@ -37,7 +37,12 @@ class Recording(Machinery):
             return await self._record_output(tx, command)
 
         call = Call(
-            "Record", tenant, command.session_id, idempotency, admission_id=command.admission_id
+            "Record",
+            tenant,
+            command.session_id,
+            idempotency,
+            admission_id=command.admission_id,
+            tool_call_ids=command.assistant.tool_call_ids() if command.assistant else (),
         )
         return await self._mutate(call, command.expected_revision, work)
 
