@@ -257,21 +257,18 @@ def start_floor(
     database_url: str, log_dir: Path, pool_size: int = 10, module: str = "bench.floor"
 ) -> ServerProcess:
     """A floor server (``bench.floor``, the service's stack, or ``bench.physical_floor``)."""
+    arguments = ["--database-url", database_url, "--pool-size", str(pool_size)]
+    return start_module(module, arguments, log_dir)
+
+
+def start_module(module: str, arguments: list[str], log_dir: Path) -> ServerProcess:
+    """``python -m module --listen 127.0.0.1:<free port> *arguments``, once it prints
+    ``ready``; its standard error in ``log_dir``."""
     port = free_port()
     log = log_dir / f"{module.rpartition('.')[2]}.log"
     with log.open("wb") as err:
         process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                module,
-                "--listen",
-                f"127.0.0.1:{port}",
-                "--database-url",
-                database_url,
-                "--pool-size",
-                str(pool_size),
-            ],
+            [sys.executable, "-m", module, "--listen", f"127.0.0.1:{port}", *arguments],
             stdout=subprocess.PIPE,
             stderr=err,
             cwd=REPO,

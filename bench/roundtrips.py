@@ -35,13 +35,16 @@ from bench.infra import bench_database, free_port, start_floor, start_service
 from bench.scenarios import USAGE, USER_CHARS, Floor, _step_sessions, one_call_step
 
 
-async def tool_step(session: Session, label: str) -> None:
+async def tool_step(session: Session, label: str) -> float:
     """A one-call step whose previous output used a tool: the assistant's tool call and its
     result (200 characters), the usage, and the next user message."""
     call_id = f"call-{label}"
     call = assistant("", [(call_id, "read_file", '{"path": "a.py"}')])
     result = tool_result(call_id, text(USER_CHARS, label))
-    await session.one_call(PROMPT, [user(text(USER_CHARS, label))], call, [result], **USAGE)
+    _, elapsed = await session.one_call(
+        PROMPT, [user(text(USER_CHARS, label))], call, [result], **USAGE
+    )
+    return elapsed
 
 
 @dataclass
@@ -186,28 +189,23 @@ async def run(steps: int, show_steps: int, width: int) -> None:
         try:
             async with channel(service.target) as ch:
                 sessions = await _step_sessions(stub(ch), 10, 40)
-                for number in range(steps):  # warm up: prepared paths, caches
-                    await one_call_step(sessions[number % 10], f"w{number}")
-                wire.reset()
-                for number in range(steps):
-                    await one_call_step(sessions[number % 10], f"s{number}")
-                await asyncio.sleep(0.2)
-                step = summary(wire, steps)
-                print("one-call step:", step)  # noqa: T201
-                if show_steps:
-                    wire.flights[:] = wire.flights[: int(step["round_trips_per_call"] + 0.5)]
-                    print(show(wire, 100, width))  # noqa: T201
-                for number in range(steps):  # the same with a tool call and its result
-                    await tool_step(sessions[number % 10], f"tw{number}")
-                wire.reset()
-                for number in range(steps):
-                    await tool_step(sessions[number % 10], f"ts{number}")
-                await asyncio.sleep(0.2)
-                step = summary(wire, steps)
-                print("one-call step, with a tool call and its result:", step)  # noqa: T201
-                if show_steps:
-                    wire.flights[:] = wire.flights[: int(step["round_trips_per_call"] + 0.5)]
-                    print(show(wire, 100, width))  # noqa: T201
+                kinds = (
+                    ("one-call step", one_call_step, "s"),
+                    ("one-call step, with a tool call and its result", tool_step, "t"),
+                )
+                for name, make_step, tag in kinds:
+                    for number in range(steps):  # warm up: prepared paths, caches
+                        await make_step(sessions[number % 10], f"{tag}w{number}")
+                    wire.reset()
+                    for number in range(steps):
+                        await make_step(sessions[number % 10], f"{tag}{number}")
+                    await asyncio.sleep(0.2)
+                    step = summary(wire, steps)
+                    print(f"{name}:", step)  # noqa: T201
+                    if show_steps:
+                        flights = int(step["round_trips_per_call"] + 0.5)
+                        wire.flights[:] = wire.flights[:flights]
+                        print(show(wire, 100, width))  # noqa: T201
             others = (
                 ("physical floor", physical),
                 ("lean step", lean),

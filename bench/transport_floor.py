@@ -17,8 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -27,7 +25,7 @@ import grpc
 from promptadmission.v1 import admission_service_pb2 as api
 
 from bench.client import CHANNEL_OPTIONS
-from bench.infra import REPO, ServerProcess, _wait_line, free_port
+from bench.infra import ServerProcess, start_module
 
 _METHOD = "/bench.TransportFloor/Full"
 
@@ -56,30 +54,7 @@ async def serve(listen: str, blobs: Path) -> None:
 
 def start(blobs: Path) -> ServerProcess:
     """This server on a free port, serving the ``<nodes>.bin`` files in ``blobs``."""
-    port = free_port()
-    log = blobs / "transport_floor.log"
-    with log.open("wb") as err:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "bench.transport_floor",
-                "--listen",
-                f"127.0.0.1:{port}",
-                "--blobs",
-                str(blobs),
-            ],
-            stdout=subprocess.PIPE,
-            stderr=err,
-            cwd=REPO,
-        )
-    server = ServerProcess("transport_floor", process, f"127.0.0.1:{port}", log)
-    try:
-        _wait_line(server, 60)
-    except BaseException:
-        server.stop()
-        raise
-    return server
+    return start_module("bench.transport_floor", ["--blobs", str(blobs)], blobs)
 
 
 async def measure(responses: dict[int, bytes], samples: int) -> dict[int, float]:
