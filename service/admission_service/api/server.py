@@ -182,7 +182,6 @@ async def start_server(
     settings.require_authenticated_listener()
     catalog = catalog if catalog is not None else load_configured_catalog(settings)
     owns_engine = engine is None
-    prepared_statements = settings.prepared_statements  # decided before the URL is resolved
     if engine is None:
         url = await asyncio.to_thread(settings.resolve_database_url)
     else:
@@ -195,7 +194,7 @@ async def start_server(
             url,
             pool_size=settings.db_pool_size,
             max_overflow=settings.db_max_overflow,
-            prepared_statements=prepared_statements,
+            prepared_statements=settings.prepared_statements,
         )
     owns_tracer_provider = tracer_provider is None
     if tracer_provider is None:

@@ -123,6 +123,11 @@ class RecordCommand:
     usage: Usage | None = None
     expected_revision: int | None = None
 
+    @property
+    def call_ids(self) -> tuple[str, ...]:
+        """The ids of the tool calls the assistant message makes."""
+        return self.assistant.tool_call_ids() if self.assistant is not None else ()
+
 
 @dataclass(frozen=True, slots=True)
 class PlanCompactionCommand:

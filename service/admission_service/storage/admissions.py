@@ -10,7 +10,7 @@ from admission_service.domain.messages import Tool
 from admission_service.storage.batch import param
 from admission_service.storage.raw import RawStatement
 from admission_service.storage.rows import AdmissionRecord
-from admission_service.storage.scope import SessionScope
+from admission_service.storage.scope import NOT_READ, SessionScope
 
 _ADMISSION = (
     "SELECT admission_id, turn, step, rendered_prompt, tools, attempts FROM admissions"
@@ -66,8 +66,8 @@ class AdmissionWrites(SessionScope):
         )
 
     async def admission(self, admission_id: str) -> AdmissionRecord | None:
-        if ("admission", admission_id) in self._prefetched:  # read with the session's lock
-            return self._prefetched.pop(("admission", admission_id))  # type: ignore[no-any-return]
+        if (kept := self._kept("admission", admission_id)) is not NOT_READ:
+            return kept  # type: ignore[no-any-return]
         statement = admission_statement(self.tenant, self.session_id, admission_id)
         *_, row = await self._flight(*self._deferred(), statement)
         return admission_record(row)

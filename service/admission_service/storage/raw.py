@@ -36,9 +36,10 @@ class RawStatement:
 
 async def _answer(statement: RawStatement, cursor: psycopg.AsyncCursor[Any]) -> Any:
     """A statement's answer in a flight: its first row (None when none), every row
-    (``all_rows``), or, for a statement that returns no rows, its command status."""
+    (``all_rows``: a list, empty for a statement that returns none), or, for a statement that
+    returns no rows, its command status."""
     if not _has_rows(cursor):
-        return cursor.statusmessage
+        return [] if statement.all_rows else cursor.statusmessage
     return await cursor.fetchall() if statement.all_rows else await cursor.fetchone()
 
 

@@ -17,6 +17,7 @@ from admission_service.storage.raw import RawStatement, execute_flight
 from admission_service.storage.rows import Growth
 
 COMMIT = RawStatement("COMMIT")
+NOT_READ = object()  # ``_kept``: nothing was read ahead for that key
 
 
 class SessionScope:
@@ -42,12 +43,20 @@ class SessionScope:
         # Whether the batch holds an UPDATE of the session row (one statement must not update
         # a row twice: a second ``save`` sends the batch first).
         self._session_saved = False
-        # Rows read ahead in an earlier round trip (``read(lock=True)``), by (kind, key).
-        self._prefetched: dict[tuple[str, str], Any] = {}
+        # What ``read(lock=True)`` read ahead with the lock, by (kind, key), until asked for.
+        self._read_ahead: dict[tuple[str, object], Any] = {}
         # Everything this transaction's writes added to the running sizes, and the part of it
         # already sent by ``save``.
         self.growth = Growth()
         self._saved_growth = Growth()
+
+    def _keep(self, kind: str, key: object, value: Any) -> None:
+        """Keep ``value``, read ahead, for the one ``_kept(kind, key)`` that will ask for it."""
+        self._read_ahead[(kind, key)] = value
+
+    def _kept(self, kind: str, key: object) -> Any:
+        """What was read ahead for ``(kind, key)`` (once), else ``NOT_READ``."""
+        return self._read_ahead.pop((kind, key), NOT_READ)
 
     async def begin(self) -> None:
         """Send the prelude now if it has not gone yet (before a statement sent otherwise)."""

@@ -20,7 +20,7 @@ from admission_service.storage.admissions import admission_record, admission_sta
 from admission_service.storage.batch import param
 from admission_service.storage.raw import RawStatement
 from admission_service.storage.rows import RequestPrefix, SessionRecord, Shadowed, StoredResponse
-from admission_service.storage.scope import SessionScope
+from admission_service.storage.scope import NOT_READ, SessionScope
 from admission_service.storage.surface_writes import known_calls_statement
 from admission_service.storage.tables import idempotency_keys, sessions
 
@@ -158,14 +158,12 @@ class SessionRows(SessionScope):
         locked, *prefetched = await self._flight(*statements)
         if request_id is not None:
             stored = prefetched.pop(0)
-            self._prefetched[("response", request_id)] = (
-                StoredResponse(*stored) if stored is not None else None
-            )
+            self._keep("response", request_id, StoredResponse(*stored) if stored else None)
         if admission_id is not None:
-            self._prefetched[("admission", admission_id)] = admission_record(prefetched.pop(0))
+            self._keep("admission", admission_id, admission_record(prefetched.pop(0)))
         if tool_call_ids:
             known = {call_id for (call_id,) in prefetched.pop(0)}
-            self._prefetched[("known_calls", "\x00".join(tool_call_ids))] = known
+            self._keep("known_calls", tuple(tool_call_ids), known)
         return _record(_SessionRow(*locked)) if locked is not None else None
 
     async def save(
@@ -227,8 +225,8 @@ class SessionRows(SessionScope):
         await self._execute(delete(idempotency_keys).where(self._mine(idempotency_keys)))
 
     async def stored_response(self, request_id: str) -> StoredResponse | None:
-        if ("response", request_id) in self._prefetched:
-            return self._prefetched.pop(("response", request_id))  # type: ignore[no-any-return]
+        if (kept := self._kept("response", request_id)) is not NOT_READ:
+            return kept  # type: ignore[no-any-return]
         await self.flush()
         keys = idempotency_keys
         statement = select(

@@ -13,7 +13,7 @@ from admission_service.domain.events import Append, Event, Replace
 from admission_service.storage import codec
 from admission_service.storage.raw import RawStatement
 from admission_service.storage.rows import Frames, Shadowed, Written
-from admission_service.storage.scope import SessionScope
+from admission_service.storage.scope import NOT_READ, SessionScope
 from admission_service.storage.tables import surface_nodes as nodes
 
 # Record the answers the domain chose (one per call); each updated call is returned with
@@ -198,9 +198,8 @@ class SurfaceWrites(SessionScope):
         deferred writes, in one round trip."""
         if not call_ids:
             return set()
-        key = ("known_calls", "\x00".join(call_ids))
-        if key in self._prefetched:
-            return self._prefetched.pop(key)  # type: ignore[no-any-return]
+        if (kept := self._kept("known_calls", tuple(call_ids))) is not NOT_READ:
+            return kept  # type: ignore[no-any-return]
         statement = known_calls_statement(self.tenant, self.session_id, call_ids)
         *_, rows = await self._flight(*self._deferred(), statement)
         return {call_id for (call_id,) in rows}
@@ -227,6 +226,5 @@ class SurfaceWrites(SessionScope):
             first: [a for a, _ in pairs],
             second: [b for _, b in pairs],
         }
-        statement = RawStatement(sql, params, all_rows=True)
-        *_, rows = await self._flight(*self._deferred(), statement)
-        return rows if isinstance(rows, list) else []
+        *_, rows = await self._flight(*self._deferred(), RawStatement(sql, params, all_rows=True))
+        return rows  # type: ignore[no-any-return]

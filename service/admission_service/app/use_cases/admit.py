@@ -91,7 +91,7 @@ class Admission(Recording, Derivation):
             return attempt, 0, recorded
 
         reads = output.admission_id if output is not None else None
-        calls = output.assistant.tool_call_ids() if output and output.assistant else ()
+        calls = output.call_ids if output is not None else ()
         return await self._step("Admit", tenant, command, idempotency, begin, reads, calls)
 
     async def reconcile(

@@ -42,7 +42,7 @@ class Recording(Machinery):
             command.session_id,
             idempotency,
             admission_id=command.admission_id,
-            tool_call_ids=command.assistant.tool_call_ids() if command.assistant else (),
+            tool_call_ids=command.call_ids,
         )
         return await self._mutate(call, command.expected_revision, work)
 
@@ -54,7 +54,7 @@ class Recording(Machinery):
         if admitted is None:
             raise AdmissionNotFound(command.admission_id)
         record = tx.record
-        calls = command.assistant.tool_call_ids() if command.assistant is not None else ()
+        calls = command.call_ids
         outcome = recording.record(
             record.next_seq,
             recording.Admitted(admitted.admission_id, admitted.turn, admitted.step),
