@@ -16,30 +16,21 @@ import base64
 import binascii
 import logging
 import threading
-from collections.abc import Awaitable, Callable
-from dataclasses import KW_ONLY, dataclass, field
+from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, TypeVar
-from urllib.parse import parse_qs, unquote, urlsplit
+from typing import Any
 
-from jinja2 import Environment, PackageLoader, StrictUndefined
+from jinja2 import Environment
 
 from admission_service.api.tenancy import BearerTokens, TenantResolver
-from admission_service.app.commands import EventView
 from admission_service.app.service import AdmissionApp
-from admission_service.app.trajectory import TrajectoryEntry
 from admission_service.domain.errors import InvalidArgument, SessionNotFound
-from admission_service.domain.wire import WireFormat
-from admission_service.inspector import views
+from admission_service.inspector.pages import Pages, Refused
 
-T = TypeVar("T")
 _log = logging.getLogger(__name__)
 
 REALM = 'Basic realm="Prompt Admission inspector", charset="UTF-8"'
-# The most events (and requests) one page folds; a longer session shows its first ones.
-MAX_ITEMS = 5000
-PAGE = 1000
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
         "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; "
@@ -49,32 +40,13 @@ SECURITY_HEADERS = {
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-store",
 }
-VIEWS = ("chat", "trajectory", "tokens")
 ERROR_PAGE = "<!doctype html><title>{{ status }}</title><h1>{{ status }}</h1><p>{{ message }}</p>"
-
-
-class _Refused(Exception):
-    def __init__(self, status: HTTPStatus, message: str, headers: dict[str, str] | None = None):
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.headers = headers or {}
-
-
-def templates() -> Environment:
-    return Environment(
-        loader=PackageLoader("admission_service.inspector", "templates"),
-        autoescape=True,
-        undefined=StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
 
 
 def token_of(authorization: str | None) -> str:
     """The bearer token in an Authorization header (Bearer, or Basic with it as password)."""
     if not authorization:
-        raise _Refused(HTTPStatus.UNAUTHORIZED, "credentials required", {"WWW-Authenticate": REALM})
+        raise Refused(HTTPStatus.UNAUTHORIZED, "credentials required", {"WWW-Authenticate": REALM})
     scheme, _, value = authorization.partition(" ")
     value = value.strip()
     if scheme.lower() == "bearer" and value:
@@ -87,7 +59,7 @@ def token_of(authorization: str | None) -> str:
         password = decoded.partition(":")[2]
         if password:
             return password
-    raise _Refused(HTTPStatus.UNAUTHORIZED, "credentials required", {"WWW-Authenticate": REALM})
+    raise Refused(HTTPStatus.UNAUTHORIZED, "credentials required", {"WWW-Authenticate": REALM})
 
 
 @dataclass(eq=False)
@@ -98,87 +70,25 @@ class Inspector:
     tenants: TenantResolver
     default_tenant: str
     loop: asyncio.AbstractEventLoop
-    _: KW_ONLY
-    timeout: float = 10.0
-    environment: Environment = field(default_factory=templates, init=False, repr=False)
+    pages: Pages = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.pages = Pages(self.app, self.loop)
+
+    @property
+    def environment(self) -> Environment:
+        return self.pages.environment
 
     def tenant(self, authorization: str | None) -> str:
         if not isinstance(self.tenants, BearerTokens):
             return self.default_tenant
         tenant = self.tenants.tenant_of_token(token_of(authorization))
         if tenant is None:
-            raise _Refused(HTTPStatus.UNAUTHORIZED, "invalid token", {"WWW-Authenticate": REALM})
+            raise Refused(HTTPStatus.UNAUTHORIZED, "invalid token", {"WWW-Authenticate": REALM})
         return tenant
 
-    def _run(self, work: Awaitable[T]) -> T:
-        return asyncio.run_coroutine_threadsafe(work, self.loop).result(self.timeout)  # type: ignore[arg-type]
-
-    def _all(self, fetch: Callable[[str], Awaitable[Any]]) -> tuple[list[Any], bool]:
-        """Every item of a paged use case, up to MAX_ITEMS; and whether it stopped early."""
-        items: list[Any] = []
-        token = ""
-        while True:
-            page = self._run(fetch(token))
-            items.extend(page.items)
-            token = page.next_page_token
-            if not token:
-                return items, False
-            if len(items) >= MAX_ITEMS:
-                return items, True
-
     def render(self, path: str, authorization: str | None) -> str:
-        tenant = self.tenant(authorization)
-        url = urlsplit(path)
-        parts = [unquote(part) for part in url.path.split("/") if part]
-        if not parts:
-            token = parse_qs(url.query).get("page", [""])[0]
-            page = self._run(self.app.list_sessions(tenant, 100, token))
-            return self._page(
-                "sessions.html", tenant, sessions=page.items, next_page=page.next_page_token
-            )
-        if parts[0] != "sessions" or len(parts) not in (2, 3):
-            raise _Refused(HTTPStatus.NOT_FOUND, "no such page")
-        session_id = parts[1]
-        view = parts[2] if len(parts) == 3 else "chat"
-        if view not in VIEWS:
-            raise _Refused(HTTPStatus.NOT_FOUND, "no such page")
-        session = self._run(self.app.get_session(tenant, session_id))
-        common = {"session": session, "view": view}
-        if view == "chat":
-            events: list[EventView]
-            events, truncated = self._all(
-                lambda token: self.app.list_events(tenant, session_id, PAGE, token)
-            )
-            return self._page(
-                "chat.html",
-                tenant,
-                items=views.chat_items(events),
-                truncated=truncated,
-                shown=len(events),
-                **common,
-            )
-        entries: list[TrajectoryEntry]
-        entries, _ = self._all(
-            lambda token: self.app.list_trajectory(tenant, session_id, PAGE, token)
-        )
-        if view == "trajectory":
-            return self._page(
-                "trajectory.html", tenant, rows=views.trajectory_rows(entries), **common
-            )
-        inspected = self._run(self.app.inspect(tenant, session_id, WireFormat.NEUTRAL))
-        return self._page(
-            "tokens.html",
-            tenant,
-            breakdown=inspected.breakdown,
-            effective=inspected.effective_prompt,
-            chart=views.ledger_chart(entries),
-            divergence_label=views.divergence_label,
-            ledger=[entry.ledger for entry in entries],
-            **common,
-        )
-
-    def _page(self, name: str, tenant: str, **context: Any) -> str:
-        return self.environment.get_template(name).render(tenant=tenant, **context)
+        return self.pages.render(self.tenant(authorization), path)
 
 
 def _handler(inspector: Inspector) -> type[BaseHTTPRequestHandler]:
@@ -200,7 +110,7 @@ def _handler(inspector: Inspector) -> type[BaseHTTPRequestHandler]:
         def _respond(self, *, body: bool) -> None:
             try:
                 page = inspector.render(self.path, self.headers.get("Authorization"))
-            except _Refused as refused:
+            except Refused as refused:
                 self._send(refused.status, refused.message, refused.headers, body)
                 return
             except SessionNotFound:

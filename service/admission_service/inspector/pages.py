@@ -1,0 +1,133 @@
+"""The inspector's pages: which use cases a URL reads and which template shows them.
+
+``Pages.render(tenant, target)`` is the one entry the HTTP layer (``http``) calls, from a
+rendering thread of the inspector's process: the use cases run on that process's event loop
+(``run_coroutine_threadsafe``), the views fold their results and the Jinja2 templates render
+them with autoescaping on, so prompt and message text is always escaped. ``Refused`` is a page
+that cannot be shown (its HTTP status and message).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import KW_ONLY, dataclass, field
+from http import HTTPStatus
+from typing import Any, TypeVar
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from jinja2 import Environment, PackageLoader, StrictUndefined
+
+from admission_service.app.commands import EventView
+from admission_service.app.service import AdmissionApp
+from admission_service.app.trajectory import TrajectoryEntry
+from admission_service.domain.wire import WireFormat
+from admission_service.inspector import views
+
+T = TypeVar("T")
+
+# The most events (and requests) one page folds; a longer session shows its first ones.
+MAX_ITEMS = 5000
+PAGE = 1000
+VIEWS = ("chat", "trajectory", "tokens")
+
+
+class Refused(Exception):
+    """A page that cannot be shown: its HTTP status, message and extra response headers."""
+
+    def __init__(self, status: HTTPStatus, message: str, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = headers or {}
+
+
+def templates() -> Environment:
+    return Environment(
+        loader=PackageLoader("admission_service.inspector", "templates"),
+        autoescape=True,
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+
+
+@dataclass(eq=False)
+class Pages:
+    """The pages, over one process's use cases and event loop."""
+
+    app: AdmissionApp
+    loop: asyncio.AbstractEventLoop
+    _: KW_ONLY
+    timeout: float = 10.0
+    environment: Environment = field(default_factory=templates, init=False, repr=False)
+
+    def _run(self, work: Awaitable[T]) -> T:
+        return asyncio.run_coroutine_threadsafe(work, self.loop).result(self.timeout)  # type: ignore[arg-type]
+
+    def _all(self, fetch: Callable[[str], Awaitable[Any]]) -> tuple[list[Any], bool]:
+        """Every item of a paged use case, up to MAX_ITEMS; and whether it stopped early."""
+        items: list[Any] = []
+        token = ""
+        while True:
+            page = self._run(fetch(token))
+            items.extend(page.items)
+            token = page.next_page_token
+            if not token:
+                return items, False
+            if len(items) >= MAX_ITEMS:
+                return items, True
+
+    def render(self, tenant: str, target: str) -> str:
+        """The page at ``target`` (the request's path and query) for ``tenant``."""
+        url = urlsplit(target)
+        parts = [unquote(part) for part in url.path.split("/") if part]
+        if not parts:
+            token = parse_qs(url.query).get("page", [""])[0]
+            page = self._run(self.app.list_sessions(tenant, 100, token))
+            return self._page(
+                "sessions.html", tenant, sessions=page.items, next_page=page.next_page_token
+            )
+        if parts[0] != "sessions" or len(parts) not in (2, 3):
+            raise Refused(HTTPStatus.NOT_FOUND, "no such page")
+        session_id = parts[1]
+        view = parts[2] if len(parts) == 3 else "chat"
+        if view not in VIEWS:
+            raise Refused(HTTPStatus.NOT_FOUND, "no such page")
+        session = self._run(self.app.get_session(tenant, session_id))
+        common = {"session": session, "view": view}
+        if view == "chat":
+            events: list[EventView]
+            events, truncated = self._all(
+                lambda token: self.app.list_events(tenant, session_id, PAGE, token)
+            )
+            return self._page(
+                "chat.html",
+                tenant,
+                items=views.chat_items(events),
+                truncated=truncated,
+                shown=len(events),
+                **common,
+            )
+        entries: list[TrajectoryEntry]
+        entries, _ = self._all(
+            lambda token: self.app.list_trajectory(tenant, session_id, PAGE, token)
+        )
+        if view == "trajectory":
+            return self._page(
+                "trajectory.html", tenant, rows=views.trajectory_rows(entries), **common
+            )
+        inspected = self._run(self.app.inspect(tenant, session_id, WireFormat.NEUTRAL))
+        return self._page(
+            "tokens.html",
+            tenant,
+            breakdown=inspected.breakdown,
+            effective=inspected.effective_prompt,
+            chart=views.ledger_chart(entries),
+            divergence_label=views.divergence_label,
+            ledger=[entry.ledger for entry in entries],
+            **common,
+        )
+
+    def _page(self, name: str, tenant: str, **context: Any) -> str:
+        return self.environment.get_template(name).render(tenant=tenant, **context)
