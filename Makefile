@@ -116,7 +116,7 @@ reliability: install
 reliability-full: install
 	mkdir -p .data && rm -f $(RELIABILITY_REPORT)
 	PAS_RELIABILITY_PROFILE=full PAS_RELIABILITY_REPORT=$(CURDIR)/$(RELIABILITY_REPORT) \
-		$(BIN)/pytest -q tests/reliability
+		$(BIN)/pytest -q --timeout=7200 tests/reliability
 	$(BIN)/python -m tests.reliability.report $(RELIABILITY_REPORT)
 
 # Scale-out on a real distributed engine (issue 16, docs/SCALING.md). `citus-build` builds

@@ -54,6 +54,20 @@ def api_settings(database_url: str, /, **overrides: Any) -> Settings:
     return replace(base, **overrides)
 
 
+# The deadline of a test's call that sets none: a call must fail, never hang the run (issue 21).
+# Far above any legit call's time on a loaded machine; a test that needs longer says so.
+DEFAULT_CALL_SECONDS = 120.0
+
+
+class DefaultDeadline(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[type-arg]
+    """Gives every call without a deadline ``DEFAULT_CALL_SECONDS``."""
+
+    async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        if details.timeout is None:
+            details = details._replace(timeout=DEFAULT_CALL_SECONDS)
+        return await continuation(details, request)
+
+
 class MetadataInterceptor(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[type-arg]
     """Adds fixed metadata (for example ``authorization: Bearer …``) to every call."""
 
@@ -69,7 +83,7 @@ def channel_with_metadata(target: str, *metadata: tuple[str, str]) -> grpc.aio.C
     """A plaintext channel to ``target`` that sends ``metadata`` with every call."""
     return grpc.aio.insecure_channel(
         target,
-        interceptors=[MetadataInterceptor(metadata)],  # type: ignore[list-item]
+        interceptors=[MetadataInterceptor(metadata), DefaultDeadline()],  # type: ignore[list-item]
     )
 
 
@@ -78,7 +92,7 @@ def async_stub(channel: grpc.aio.Channel) -> api_grpc.AdmissionServiceAsyncStub:
 
 
 def connect(server: RunningServer) -> ApiClient:
-    channel = grpc.aio.insecure_channel(server.target)
+    channel = grpc.aio.insecure_channel(server.target, interceptors=[DefaultDeadline()])  # type: ignore[list-item]
     return ApiClient(server, channel, async_stub(channel))
 
 

@@ -44,6 +44,7 @@ from admission_service.storage.embedded import (
 
 PREFIX = "pas-citus-"
 WORKERS = 2
+CONNECT_SECONDS = 30
 # Room for several service processes, each coordinator backend holding a connection to each
 # worker it routed to.
 SETTINGS: Mapping[str, str] = {
@@ -231,7 +232,10 @@ class CitusCluster:
     def connect(
         self, database: str = "postgres", node: Node | None = None
     ) -> Iterator[psycopg.Connection[Any]]:
-        with psycopg.connect(self.url(database, node), autocommit=True) as connection:
+        # A node that does not answer fails the test instead of hanging the run.
+        with psycopg.connect(
+            self.url(database, node), autocommit=True, connect_timeout=CONNECT_SECONDS
+        ) as connection:
             yield connection
 
     def execute(

@@ -10,6 +10,7 @@ series state and ledger. At the end both read the same event log.
 from __future__ import annotations
 
 import json
+import select
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -35,6 +36,11 @@ TOOLS = [
 PROMPT_A = "You are a coding agent. Answer briefly."
 PROMPT_B = f"{PROMPT_A}\n\n## Plan mode\nDo not edit files; write a plan first."
 WIRE = session_pb2.WIRE_FORMAT_OPENAI_CHAT
+# How long one driver call may take: the client's own deadline (10 s, retries included) and
+# node's start, with room for a loaded machine. A driver that does not answer by then fails
+# the test (with what the driver printed) instead of blocking the run (issue 21: a
+# `make citus-test` once hung here for 12+ minutes after a failure).
+DRIVER_ANSWER_SECONDS = 60.0
 QUESTION = "Explain the build system of this repository in detail. " * 12
 FOLLOW_UP = "Now list every target of the Makefile and what it depends on. " * 12
 
@@ -61,6 +67,14 @@ class TypeScriptClient:
         line = json.dumps({"method": method, "request": json_format.MessageToDict(request)})
         self._process.stdin.write(line + "\n")
         self._process.stdin.flush()
+        # The driver writes each answer as one line at once: once the pipe is readable, the
+        # line follows without waiting on the server.
+        readable, _, _ = select.select([self._process.stdout], [], [], DRIVER_ANSWER_SECONDS)
+        if not readable:
+            self._process.kill()
+            pytest.fail(
+                f"the TypeScript driver did not answer {method} in {DRIVER_ANSWER_SECONDS}s"
+            )
         answer = self._process.stdout.readline()
         assert answer, f"the TypeScript driver exited ({self._process.poll()})"
         result: dict[str, Any] = json.loads(answer)
@@ -88,6 +102,7 @@ def typescript(node_driver: list[str], server_target: str) -> Iterator[TypeScrip
     client.close()
 
 
+@pytest.mark.timeout(300)
 async def test_one_session_driven_alternately_from_typescript_and_python(
     typescript: TypeScriptClient, server_target: str
 ) -> None:

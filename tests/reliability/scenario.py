@@ -23,7 +23,13 @@ def stub_of(channel: grpc.aio.Channel) -> api_grpc.AdmissionServiceAsyncStub:
 @asynccontextmanager
 async def plain_stub(target: str) -> AsyncIterator[api_grpc.AdmissionServiceAsyncStub]:
     """A stub whose calls are not counted (setup and audit)."""
-    async with grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS) as channel:
+    from tests.api.support import DefaultDeadline
+
+    async with grpc.aio.insecure_channel(
+        target,
+        options=CHANNEL_OPTIONS,
+        interceptors=[DefaultDeadline()],  # type: ignore[list-item]
+    ) as channel:
         yield stub_of(channel)
 
 
@@ -32,13 +38,13 @@ async def authorized_stub(
     target: str, token: str
 ) -> AsyncIterator[api_grpc.AdmissionServiceAsyncStub]:
     """``plain_stub``, sending ``authorization: Bearer <token>`` with every call."""
-    from tests.api.support import MetadataInterceptor
+    from tests.api.support import DefaultDeadline, MetadataInterceptor
 
     interceptor = MetadataInterceptor((("authorization", f"Bearer {token}"),))
     async with grpc.aio.insecure_channel(
         target,
         options=CHANNEL_OPTIONS,
-        interceptors=[interceptor],  # type: ignore[list-item]
+        interceptors=[interceptor, DefaultDeadline()],  # type: ignore[list-item]
     ) as channel:
         yield stub_of(channel)
 

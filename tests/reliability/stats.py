@@ -98,8 +98,11 @@ class CountingInterceptor(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore
 
 
 def counting_channel(target: str, stats: CallStats, options: list[tuple[str, int]]) -> Any:
-    interceptor: Any = CountingInterceptor(stats)  # the stubs' interceptor type is partial
-    return grpc.aio.insecure_channel(target, options=options, interceptors=[interceptor])
+    from tests.api.support import DefaultDeadline
+
+    # The stubs' interceptor type is partial.
+    interceptors: list[Any] = [CountingInterceptor(stats), DefaultDeadline()]
+    return grpc.aio.insecure_channel(target, options=options, interceptors=interceptors)
 
 
 @dataclass
