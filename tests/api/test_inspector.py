@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
+import re
 import urllib.error
 import urllib.request
 import uuid
@@ -152,6 +153,16 @@ async def test_a_bad_session_id_is_a_bad_request(inspected: Inspected) -> None:
     url = f"{inspected.base_url}/sessions/{'x' * 300}/chat"
     status, _, page = await asyncio.to_thread(fetch, url, authorization=f"Bearer {TOKEN}")
     assert status == 400 and "session_id" in page
+    assert "session_id: session_id" not in page  # the field is named once
+    assert '<a id="back" href="/">' in page  # an error page leads back to the sessions
+
+
+async def test_times_are_shown_in_utc_with_the_zone(inspected: Inspected) -> None:
+    status, _, page = await asyncio.to_thread(
+        fetch, inspected.base_url + "/", authorization=f"Bearer {TOKEN}"
+    )
+    assert status == 200
+    assert re.search(r"<td>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC</td>", page)
 
 
 # ---- in a real browser ------------------------------------------------------------------

@@ -7,7 +7,8 @@ from datetime import UTC, datetime
 from admission_service.app.commands import EventView, LedgerEntry, Usage
 from admission_service.app.trajectory import trajectory_entries
 from admission_service.domain.accounting import CacheForecast, DivergenceReason
-from admission_service.inspector.views import chat_items, ledger_chart, trajectory_rows
+from admission_service.inspector.views import chat_items_of_log as chat_items
+from admission_service.inspector.views import ledger_chart, trajectory_rows
 
 from tests.unit.domain.sim import INCAPABLE, Sim, user
 
@@ -80,3 +81,63 @@ def test_ledger_chart_scales_to_the_largest_value_and_skips_missing_usage() -> N
     assert [row.change for row in rows] == ["initial", "system"]
     assert rows[1].previous_prompt == "A" and rows[1].forecast.endswith("(prefix kept)")
     assert rows[1].observed == "not recorded"
+
+
+def chat_order(sim: Sim) -> list[tuple[str, int, int, str]]:
+    """(kind, turn, step, text or header label) of each card, in the order Chat shows them."""
+    return [
+        (i.kind, i.turn, i.step, i.header.label if i.header is not None else i.text)
+        for i in chat_items(views(sim))
+    ]
+
+
+def test_header_cards_stay_at_their_surface_place_after_a_head_replacement() -> None:
+    # A route without in-history updates: every change rewrites node 0 (a new seq, position 0).
+    sim = Sim()
+    for step, prompt in enumerate(["A", "B", "C", "B"], start=1):
+        sim.admit(prompt, INCAPABLE, users=(user(f"u{step}"),), step=step)
+        sim.assistant(f"a{step}")
+    order = chat_order(sim)
+    # Node 0 shows the prompt in force; each header sits before the answer of its own step.
+    assert order[0][0] == "system" and order[0][3] == "B"
+    texts = [entry[3] if entry[0] != "header" else f"header {entry[2]}" for entry in order[1:]]
+    assert texts == [
+        "u1", "header 1", "a1",
+        "u2", "header 2", "a2",
+        "u3", "header 3", "a3",
+        "u4", "header 4", "a4",
+    ]  # fmt: skip
+
+
+def test_header_cards_stay_in_place_after_a_series_start_consolidation() -> None:
+    sim = Sim()
+    sim.admit("A", users=(user("u1"),), step=1)
+    sim.assistant("a1")
+    sim.admit("B", users=(user("u2"),), step=2)  # in-history update
+    sim.assistant("a2")
+    sim.admit("B", users=(user("u3"),), step=3, starts=True)  # consolidated into the head
+    sim.assistant("a3")
+    order = [(kind, step, text) for kind, _, step, text in chat_order(sim)]
+    assert order[0][0] == "system" and order[0][2] == "B"
+    rest = [text if kind != "header" else f"header {step}" for kind, step, text in order[1:]]
+    assert rest == ["u1", "header 1", "a1", "u2", "a2", "u3", "header 3", "a3"]
+
+
+def test_tool_results_keep_their_lines() -> None:
+    sim = Sim()
+    sim.admit("A", users=(user("u1"),))
+    sim.assistant("looking", "call-1")
+    sim.tool_result("call-1", "line one\nline two\n  indented three")
+    result = [i for i in chat_items(views(sim)) if i.role == "tool"]
+    assert result[0].text == "[tool result call-1]\nline one\nline two\n  indented three"
+
+
+def test_a_compaction_summary_shows_the_turn_and_step_it_closes() -> None:
+    sim = Sim()
+    sim.admit("A", users=(user("u1 " * 40),), step=1)
+    sim.assistant("a1 " * 40)
+    sim.admit("A", users=(user("u2 " * 40),), step=2)
+    sim.assistant("a2 " * 40)
+    sim.compact(summary="short")
+    summary = [i for i in chat_items(views(sim)) if i.role == "summary"]
+    assert [(s.text, s.turn, s.step) for s in summary] == [("short", 1, 2)]

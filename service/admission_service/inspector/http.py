@@ -26,7 +26,7 @@ from jinja2 import Environment
 from admission_service.api.tenancy import BearerTokens, TenantResolver
 from admission_service.app.service import AdmissionApp
 from admission_service.domain.errors import InvalidArgument, SessionNotFound
-from admission_service.inspector.pages import Pages, Refused
+from admission_service.inspector.pages import Pages, Refused, error_page
 
 _log = logging.getLogger(__name__)
 
@@ -40,7 +40,6 @@ SECURITY_HEADERS = {
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-store",
 }
-ERROR_PAGE = "<!doctype html><title>{{ status }}</title><h1>{{ status }}</h1><p>{{ message }}</p>"
 
 
 def token_of(authorization: str | None) -> str:
@@ -117,7 +116,7 @@ def _handler(inspector: Inspector) -> type[BaseHTTPRequestHandler]:
                 self._send(HTTPStatus.NOT_FOUND, "session not found", {}, body)
                 return
             except InvalidArgument as exc:
-                self._send(HTTPStatus.BAD_REQUEST, f"{exc.field}: {exc.message}", {}, body)
+                self._send(HTTPStatus.BAD_REQUEST, exc.message, {}, body)
                 return
             except Exception:
                 _log.exception("inspector page %s failed", self.path)
@@ -128,9 +127,7 @@ def _handler(inspector: Inspector) -> type[BaseHTTPRequestHandler]:
         def _send(
             self, status: HTTPStatus, message: str, headers: dict[str, str], body: bool
         ) -> None:
-            page = inspector.environment.from_string(ERROR_PAGE).render(
-                status=f"{status.value} {status.phrase}", message=message
-            )
+            page = error_page(inspector.environment, status, message)
             self._write(status, page.encode(), "text/html; charset=utf-8", headers, body)
 
         def _write(

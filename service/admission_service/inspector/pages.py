@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import KW_ONLY, dataclass, field
+from datetime import UTC, datetime
 from http import HTTPStatus
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -42,13 +43,27 @@ class Refused(Exception):
         self.headers = headers or {}
 
 
+def utc(moment: datetime) -> str:
+    """A time as operators compare them across machines: in UTC, the zone written out."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
 def templates() -> Environment:
-    return Environment(
+    environment = Environment(
         loader=PackageLoader("admission_service.inspector", "templates"),
         autoescape=True,
         undefined=StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
+    )
+    environment.filters["utc"] = utc
+    return environment
+
+
+def error_page(environment: Environment, status: HTTPStatus, message: str) -> str:
+    """The page of a refused or failed request: what went wrong and the way back."""
+    return environment.get_template("error.html").render(
+        status=f"{status.value} {status.phrase}", message=message
     )
 
 
@@ -104,7 +119,7 @@ class Pages:
             return self._page(
                 "chat.html",
                 tenant,
-                items=views.chat_items(events),
+                items=views.chat_items_of_log(events),
                 truncated=truncated,
                 shown=len(events),
                 **common,

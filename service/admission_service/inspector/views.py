@@ -10,13 +10,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import bisect
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from admission_service.app.commands import EventView
 from admission_service.app.trajectory import TrajectoryEntry
 from admission_service.domain.accounting import DivergenceReason
-from admission_service.domain.events import Event, EventKind
+from admission_service.domain.events import Append, Event, EventKind
 from admission_service.domain.messages import (
     Image,
     Message,
@@ -52,9 +53,10 @@ def message_text(message: Message) -> str:
         elif isinstance(block, ToolCall):
             parts.append(f"[tool call {block.name} {block.call_id}] {block.arguments_json}")
         elif isinstance(block, ToolResult):
-            inner = " ".join(message_text(Message(message.role, block.content)).split("\n"))
+            # The result's own lines stay lines (a listing, a diff, a stack trace).
+            inner = message_text(Message(message.role, block.content))
             parts.append(
-                f"[tool result {block.call_id}{' error' if block.is_error else ''}] {inner}"
+                f"[tool result {block.call_id}{' error' if block.is_error else ''}]\n{inner}"
             )
         elif isinstance(block, Image):
             parts.append(f"[image {block.uri}]")
@@ -121,20 +123,28 @@ def _header_item(
     )
 
 
-def chat_items(views: Sequence[EventView]) -> list[ChatItem]:
-    """The Chat view of a whole event log."""
-    events = [view.event for view in views]
-    log = SessionLog(events)
+@dataclass(frozen=True, slots=True)
+class PromptFacts:
+    """What the prompt fold says about the log's events: each real header's fact and its own
+    change, and which system events are fresh in-history updates (shown as update cards)."""
+
+    facts: Mapping[int, HeaderFact]
+    changes: Mapping[int, PromptChange | None]
+    updates: frozenset[int]
+
+
+def prompt_facts(views: Iterable[EventView]) -> PromptFacts:
+    """The fold over the log's events in order (all of them, or only those that can change the
+    prompt: system messages, replacements, headers and contexts, as ``prompt_events`` reads)."""
     state = TrajectoryState()
     facts: dict[int, HeaderFact] = {}
-    own_changes: dict[int, PromptChange | None] = {}
-    updates: set[tuple[int, int]] = set()  # the turns and steps that show an update card
-    update_seqs: set[int] = set()
+    changes: dict[int, PromptChange | None] = {}
+    updates: set[int] = set()
     for view in views:
         event = view.event
         if event.header is not None:
             previous = state.header
-            own_changes[event.seq] = inspect_request_prompt(
+            changes[event.seq] = inspect_request_prompt(
                 previous.prompt if previous is not None else None,
                 event.header.header,
                 event.header.reason,
@@ -145,45 +155,80 @@ def chat_items(views: Sequence[EventView]) -> list[ChatItem]:
         if event.kind is EventKind.REQUEST_HEADER and state.real is not None:
             facts[event.seq] = state.real
         introduced = state.fold.introduced if state.fold is not None else None
-        fresh = introduced is not None and introduced.seq == event.seq
-        if fresh and introduced is not None and introduced.update and introduced.text:
-            updates.add((event.turn, event.step))
-            update_seqs.add(event.seq)
+        if (
+            introduced is not None
+            and introduced.seq == event.seq
+            and introduced.update
+            and introduced.text
+        ):
+            updates.add(event.seq)
+    return PromptFacts(facts, changes, frozenset(updates))
 
+
+def _node_item(event: Event, updates: frozenset[int], turn_step: tuple[int, int]) -> ChatItem:
+    assert event.message is not None
+    turn, step = turn_step
+    if event.is_system:
+        kind = "update" if event.seq in updates else "system"
+        return ChatItem(kind, event.seq, turn, step, text=event.message.text)
+    role = ROLE_NAMES.get(event.kind, event.kind.value)
+    return ChatItem("message", event.seq, turn, step, role=role, text=message_text(event.message))
+
+
+def chat_items(
+    window: Sequence[EventView], positions: Mapping[int, int], facts: PromptFacts
+) -> list[ChatItem]:
+    """The Chat view of a window of consecutive events: its surviving nodes (``positions``:
+    each surviving node's surface position, by seq) in surface order, and its request headers
+    at their surface place.
+
+    A header sits just before the first node *appended* after it: a replacement takes the
+    position of the first node it shadowed (a head replacement is node 0 again, with a new
+    seq), so ordering headers by seq against every node would put the headers of turns 2-3
+    above turn 1's messages after one. A header with no node appended after it in the window
+    comes at the window's end (the next window starts after it)."""
+    events = [view.event for view in window]
     nodes: list[ChatItem] = []
-    for seq in log.nodes:
-        event = log.events[seq]
-        if event.message is None:
-            continue
-        if event.is_system:
-            if not event.message.text:
-                continue  # an empty node is addressable but shows nothing
-            kind = "update" if seq in update_seqs else "system"
-            nodes.append(ChatItem(kind, seq, event.turn, event.step, text=event.message.text))
+    anchors: list[int] = []  # the seqs of the window's surviving appended nodes, in order
+    last_step = (0, 0)
+    for event in events:
+        surviving = event.seq in positions and event.message is not None
+        if event.kind is EventKind.COMPACTION_SUMMARY:
+            # Compact takes no turn or step: the summary closes the step before it.
+            turn_step = last_step
         else:
-            role = ROLE_NAMES.get(event.kind, event.kind.value)
-            text = message_text(event.message)
-            nodes.append(ChatItem("message", seq, event.turn, event.step, role=role, text=text))
+            turn_step = last_step = (event.turn, event.step)
+        if not surviving or (event.is_system and not event.system_text):
+            continue  # shadowed; or an empty node, addressable but showing nothing
+        if isinstance(event.op, Append):
+            anchors.append(event.seq)
+        nodes.append(_node_item(event, facts.updates, turn_step))
+    nodes.sort(key=lambda item: positions[item.seq])
 
     cards = {(item.turn, item.step) for item in nodes if item.kind in ("system", "update")}
-    headers = [
-        _header_item(event, facts[event.seq], own_changes[event.seq], cards)
-        for event in events
-        if event.kind is EventKind.REQUEST_HEADER and event.seq in facts
-    ]
-    # Each header where it was logged: before the first surviving node committed after it.
+    before: dict[int, list[ChatItem]] = {}
+    trailing: list[ChatItem] = []
+    for event in events:
+        if event.kind is not EventKind.REQUEST_HEADER or event.seq not in facts.facts:
+            continue
+        card = _header_item(event, facts.facts[event.seq], facts.changes.get(event.seq), cards)
+        anchor = bisect.bisect_right(anchors, event.seq)
+        if anchor < len(anchors):
+            before.setdefault(anchors[anchor], []).append(card)
+        else:
+            trailing.append(card)
     items: list[ChatItem] = []
-    pending = iter(headers)
-    upcoming = next(pending, None)
     for item in nodes:
-        while upcoming is not None and upcoming.seq < item.seq:
-            items.append(upcoming)
-            upcoming = next(pending, None)
+        items += before.get(item.seq, ())
         items.append(item)
-    while upcoming is not None:
-        items.append(upcoming)
-        upcoming = next(pending, None)
-    return items
+    return items + trailing
+
+
+def chat_items_of_log(views: Sequence[EventView]) -> list[ChatItem]:
+    """The Chat view of a whole event log (folded in memory)."""
+    log = SessionLog(view.event for view in views)
+    positions = {seq: position for position, seq in enumerate(log.nodes)}
+    return chat_items(views, positions, prompt_facts(views))
 
 
 @dataclass(frozen=True, slots=True)
