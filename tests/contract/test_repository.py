@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 
 import pytest
 from admission_service.app.ports import Storage
@@ -12,7 +13,6 @@ from admission_service.domain.events import (
     Event,
     EventKind,
     Replace,
-    revision_after,
     system_event,
 )
 from admission_service.domain.messages import Message, Role, Text, ToolCall, ToolResult
@@ -54,17 +54,7 @@ async def new_session(storage: Storage, *events: Event) -> str:
         record = await unit.store.create()
         assert record is not None
         written = await unit.store.write_events(events, 0, node_prices(events))
-        await unit.store.save(
-            record,
-            next_seq=len(events),
-            next_position=written.next_position,
-            series=record.series,
-            last_request=None,
-            shadowed=written.shadowed,
-            request_count=0,
-            surface_tokens=written.tokens,
-            revision=revision_after(record.revision, len(events)),
-        )
+        await unit.store.save(record.compacted(len(events), written, record.series))
         await unit.commit()
     return session_id
 
@@ -103,17 +93,7 @@ async def test_the_revision_saved_is_the_callers(storage: Storage) -> None:
         assert record is not None and record.revision == 1 and record.next_seq == 1
         assert record.surface_nodes == 1 and record.log_bytes > 0
         assert record.surface_bytes == len(codec.frame(user(0, "a").message))  # type: ignore[arg-type]
-        await unit.store.save(
-            record,
-            next_seq=1,
-            next_position=record.next_position,
-            series=record.series,
-            last_request=None,
-            shadowed=None,
-            request_count=5,
-            surface_tokens=record.surface_tokens,
-            revision=7,
-        )
+        await unit.store.save(replace(record, revision=7, request_count=5))
         await unit.commit()
     async with storage.unit(TENANT, session_id, snapshot=True) as unit:
         read = await unit.store.read(lock=False)

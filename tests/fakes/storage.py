@@ -19,24 +19,13 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Self
 
-from admission_service.domain.accounting import (
-    PreviousRequest,
-)
 from admission_service.domain.events import Append, Event, EventKind, Replace
 from admission_service.domain.messages import Message, Tool
 from admission_service.domain.projection import SystemNode
 from admission_service.domain.series import SeriesState
+from admission_service.domain.session import Frames, Session, Shadowed, Written
 from admission_service.storage import codec
-from admission_service.storage.repository import (
-    AdmissionRecord,
-    Frames,
-    Growth,
-    RequestPrefix,
-    SessionRecord,
-    Shadowed,
-    StoredResponse,
-    Written,
-)
+from admission_service.storage.repository import AdmissionRecord, Growth, StoredResponse
 
 _PROMPT_KINDS = (EventKind.SYSTEM_MESSAGE, EventKind.REQUEST_HEADER, EventKind.REQUEST_CONTEXT)
 
@@ -103,7 +92,7 @@ class SystemNodeDetail:
 class _Session:
     """One session's rows."""
 
-    record: SessionRecord
+    record: Session
     events: list[EventRow] = field(default_factory=list)
     nodes: list[NodeRow] = field(default_factory=list)
     calls: dict[str, list[int | None]] = field(default_factory=dict)  # id -> [call, result]
@@ -147,13 +136,11 @@ class FakeSessionStore:
 
     # ---- the session row
 
-    async def create(self) -> SessionRecord | None:
+    async def create(self) -> Session | None:
         if self._key in self._state.sessions:
             return None
         now = _now()
-        record = SessionRecord(
-            self.session_id, 0, 0, 0, SeriesState(), None, None, None, 0, 0, now, now
-        )
+        record = Session(self.session_id, 0, 0, 0, SeriesState(), None, None, None, 0, 0, now, now)
         self._state.sessions[self._key] = _Session(record)
         self._state.responses.pop(self._key, None)  # request ids are new in a new lifetime
         return record
@@ -165,39 +152,22 @@ class FakeSessionStore:
         request_id: str | None = None,
         admission_id: str | None = None,
         tool_call_ids: Sequence[str] = (),
-    ) -> SessionRecord | None:
+    ) -> Session | None:
         session = self._state.sessions.get(self._key)
         return session.record if session is not None else None
 
-    async def save(
-        self,
-        record: SessionRecord,
-        *,
-        next_seq: int,
-        next_position: int,
-        series: SeriesState,
-        last_request: tuple[PreviousRequest, RequestPrefix] | None,
-        shadowed: Shadowed | None,
-        request_count: int,
-        surface_tokens: int,
-        revision: int,
-    ) -> None:
+    async def save(self, saved: Session) -> None:
         unsaved, self._saved_growth = self.growth.minus(self._saved_growth), replace(self.growth)
 
         def write() -> None:
             session = self._mine
             old = session.record
             session.record = replace(
-                old,
-                revision=revision,
-                next_seq=next_seq,
-                next_position=next_position,
-                series=series,
-                last_request=last_request[0] if last_request else None,
-                prefix=last_request[1] if last_request else None,
-                shadowed=shadowed,
-                request_count=request_count,
-                surface_tokens=surface_tokens,
+                saved,
+                # One column: without its prefix the previous request is not kept.
+                last_request=saved.last_request if saved.prefix is not None else None,
+                prefix=saved.prefix if saved.last_request is not None else None,
+                create_time=old.create_time,
                 update_time=_now(),
                 surface_bytes=old.surface_bytes + unsaved.surface_bytes,
                 surface_nodes=old.surface_nodes + unsaved.surface_nodes,
@@ -557,9 +527,7 @@ class FakeUnit:
         self._storage.state = self._state
         self._storage.commits += 1
 
-    async def list_sessions(
-        self, after: tuple[datetime, str] | None, limit: int
-    ) -> list[SessionRecord]:
+    async def list_sessions(self, after: tuple[datetime, str] | None, limit: int) -> list[Session]:
         records = sorted(
             (s.record for (t, _), s in self._state.sessions.items() if t == self._tenant),
             key=lambda r: (r.create_time, r.session_id),

@@ -9,16 +9,14 @@ from admission_service.app.commands import (
     AdmitCommand,
     AttemptResult,
     CompactCommand,
-    HeldPrefix,
     PlanCompactionCommand,
     RecordCommand,
-    RequestSelection,
-    RequestView,
     RouteRequest,
 )
 from admission_service.app.service import AdmissionApp
 from admission_service.domain.catalog import Capability
 from admission_service.domain.messages import Message, Role, Text, ToolCall, ToolResult
+from admission_service.domain.session import HeldPrefix, RequestSelection, RequestView
 from admission_service.domain.wire import WireFormat
 
 from tests.app_support import user

@@ -103,17 +103,7 @@ async def test_what_is_written_reads_back_the_same(engine: AsyncEngine) -> None:
         record = await store.create()
         assert record is not None
         written = await store.write_events(events, record.next_position, node_prices(events))
-        await store.save(
-            record,
-            next_seq=len(events),
-            next_position=written.next_position,
-            series=record.series,
-            last_request=None,
-            shadowed=written.shadowed,
-            request_count=0,
-            surface_tokens=written.tokens,
-            revision=1,
-        )
+        await store.save(record.compacted(len(events), written, record.series))
 
         assert [row.event() for row in await store.events_after(-1, 100)] == events
         page, more = await store.events_page(-1, 100, 1 << 20)

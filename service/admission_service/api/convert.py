@@ -64,6 +64,7 @@ from admission_service.domain.series import (
     RequestHeader,
     SeriesState,
 )
+from admission_service.domain.session import FULL_VIEW, HeldPrefix, RequestSelection, RequestView
 from admission_service.domain.surface import EffectivePrompt
 from admission_service.domain.trajectory import HeaderFact
 from admission_service.domain.wire import WireFormat
@@ -109,8 +110,8 @@ _LOCATIONS: Mapping[str, pb.PromptLocation.ValueType] = {
     "in_history": pb.PROMPT_LOCATION_IN_HISTORY,
 }
 _DIVERGENCE_REASONS = _named(DivergenceReason, pb.DivergenceReason.Value, "DIVERGENCE_REASON_")
-_REQUEST_VIEWS_OUT = _named(app.RequestView, pb.RequestView.Value, "REQUEST_VIEW_")
-_REQUEST_VIEWS = _inbound(_REQUEST_VIEWS_OUT, app.RequestView.FULL)
+_REQUEST_VIEWS_OUT = _named(RequestView, pb.RequestView.Value, "REQUEST_VIEW_")
+_REQUEST_VIEWS = _inbound(_REQUEST_VIEWS_OUT, RequestView.FULL)
 _EVENT_KINDS = _named(EventKind, pb.EventKind.Value, "EVENT_KIND_")
 
 # Block kinds (the ContentBlock oneof names) each kind of inbound message may carry.
@@ -142,16 +143,16 @@ def wire_format_to_proto(value: WireFormat) -> pb.WireFormat.ValueType:
 
 def selection_from_proto(
     request: api.AdmitRequest | api.ReconcileRequest | api.InspectRequest,
-) -> app.RequestSelection:
+) -> RequestSelection:
     """The requested view; REQUEST_VIEW_UNSPECIFIED means FULL, and held_prefix counts only
     for DELTA."""
     view = _enum_in(_REQUEST_VIEWS, request.view, "view", "RequestView")
-    if view is app.RequestView.FULL:
-        return app.FULL_VIEW
+    if view is RequestView.FULL:
+        return FULL_VIEW
     held = request.held_prefix
     if held.message_count < 0:
         raise InvalidArgument("held_prefix.message_count", "must not be negative")
-    return app.RequestSelection(view, app.HeldPrefix(held.message_count, held.digest))
+    return RequestSelection(view, HeldPrefix(held.message_count, held.digest))
 
 
 # ---- requests: idempotency ----------------------------------------------------------------

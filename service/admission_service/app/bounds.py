@@ -14,14 +14,15 @@ from admission_service.domain.errors import (
     SessionSurfaceBytesExceeded,
     SessionSurfaceNodesExceeded,
 )
-from admission_service.storage.repository import Growth, SessionRecord
+from admission_service.domain.session import Session
+from admission_service.storage.repository import Growth
 
 _COMPACT = (
     "compact the session (PlanCompaction, Compact) to free room; a compaction is always allowed"
 )
 
 
-def check_session_growth(record: SessionRecord, growth: Growth, limits: Limits) -> None:
+def check_session_growth(record: Session, growth: Growth, limits: Limits) -> None:
     """Refuse a transaction that grows the surface past a bound. One that shrinks it (a
     compaction, a consolidation) passes even above the bound, so a session can always get back
     under it."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from enum import StrEnum
 from typing import Generic, TypeVar, overload
 
 from admission_service.domain.accounting import (
@@ -20,6 +19,11 @@ from admission_service.domain.errors import WireFormatError
 from admission_service.domain.events import Event
 from admission_service.domain.messages import Message, Tool, ToolResult
 from admission_service.domain.series import ContextLog, HeaderLog, Route, SeriesState
+from admission_service.domain.session import (
+    FULL_VIEW,
+    RequestSelection,
+    RequestView,
+)
 from admission_service.domain.surface import EffectivePrompt
 from admission_service.domain.wire import WireFormat
 from admission_service.storage import codec
@@ -36,33 +40,6 @@ class RouteRequest:
     context_window: int
     system_prompt_update: Capability = Capability.UNSPECIFIED
     tool_update: Capability = Capability.UNSPECIFIED
-
-
-class RequestView(StrEnum):
-    """How much of the derived request a response carries (FULL is the default)."""
-
-    FULL = "full"
-    DELTA = "delta"
-
-
-@dataclass(frozen=True, slots=True)
-class HeldPrefix:
-    """The leading messages of the derived request a caller holds (a previous response's
-    total_messages and digest), for a DELTA request."""
-
-    message_count: int
-    digest: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class RequestSelection:
-    """The view a caller asks for, with its held prefix for DELTA."""
-
-    view: RequestView = RequestView.FULL
-    held: HeldPrefix | None = None
-
-
-FULL_VIEW = RequestSelection()
 
 
 @dataclass(frozen=True, slots=True)

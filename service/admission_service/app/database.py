@@ -8,10 +8,11 @@ from typing import Any, Self
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from admission_service.domain.session import Session
 from admission_service.storage import usage
 from admission_service.storage.deadline import deadline_bound
 from admission_service.storage.raw import RawStatement
-from admission_service.storage.repository import SessionRecord, SessionStore, list_sessions
+from admission_service.storage.repository import SessionStore, list_sessions
 
 _BEGIN = RawStatement("BEGIN")
 _BEGIN_SNAPSHOT = RawStatement("BEGIN ISOLATION LEVEL REPEATABLE READ")
@@ -75,9 +76,7 @@ class PostgresUnit:
         if status != "COMMIT":
             raise TransactionRolledBack(f"COMMIT answered {status!r}")
 
-    async def list_sessions(
-        self, after: tuple[datetime, str] | None, limit: int
-    ) -> list[SessionRecord]:
+    async def list_sessions(self, after: tuple[datetime, str] | None, limit: int) -> list[Session]:
         await self.store.begin()
         return await list_sessions(self._connection, self._tenant, after, limit)
 

@@ -19,11 +19,11 @@ from admission_service.app.page_tokens import PageTokens
 from admission_service.app.ports import SessionRepository, Storage
 from admission_service.app.quotas import TenantQuotas
 from admission_service.app.unit_of_work import Call, Resources, UnitOfWork
-from admission_service.domain.accounting import PreviousRequest, TokenCounter, node_prices
+from admission_service.domain.accounting import TokenCounter, node_prices
 from admission_service.domain.catalog import Catalog
 from admission_service.domain.errors import SessionNotFound
 from admission_service.domain.events import Event
-from admission_service.storage.repository import RequestPrefix, SessionRecord, Shadowed, Written
+from admission_service.domain.session import Session, Written
 from admission_service.tokenizers import counter_for
 
 R = TypeVar("R")
@@ -115,7 +115,7 @@ class Machinery:
         self,
         tenant: str,
         session_id: str,
-        work: Callable[[SessionRepository, SessionRecord], Awaitable[R]],
+        work: Callable[[SessionRepository, Session], Awaitable[R]],
     ) -> R:
         validation.check_session_id(session_id, self.limits)
         async with (
@@ -134,7 +134,7 @@ class Machinery:
         session_id: str,
         page_size: int,
         page_token: str,
-        read: Callable[[SessionRepository, SessionRecord, int, int], Awaitable[PageRead[T]]],
+        read: Callable[[SessionRepository, Session, int, int], Awaitable[PageRead[T]]],
     ) -> Page[T]:
         """A page of one session's ``kind``: ``read(store, record, limit, after)`` returns
         at most ``limit`` items after the position ``after`` (-1 for the first page) and the
@@ -148,7 +148,7 @@ class Machinery:
         if page_token:
             after = int(self.page_tokens.decode(scope, page_token, "page_token")["after"])
 
-        async def page(store: SessionRepository, record: SessionRecord) -> Page[T]:
+        async def page(store: SessionRepository, record: Session) -> Page[T]:
             items, last = await read(store, record, limit, after)
             token = self.page_tokens.encode(scope, {"after": last}) if last is not None else ""
             return Page(items, token)
@@ -156,7 +156,7 @@ class Machinery:
         return await self._read_session(tenant, session_id, page)
 
 
-def session_counter(record: SessionRecord) -> TokenCounter:
+def session_counter(record: Session) -> TokenCounter:
     """The tokenizer of the session's route in force (that of its last admission), which
     priced every surviving node (``use_cases/admit.py``: ``_reprice``): Record, Compact and
     Inspect price with it."""
@@ -164,22 +164,9 @@ def session_counter(record: SessionRecord) -> TokenCounter:
     return counter_for(context.context.provider if context else "")
 
 
-def previous_request(record: SessionRecord) -> tuple[PreviousRequest, RequestPrefix] | None:
-    if record.last_request is None or record.prefix is None:
-        return None
-    return record.last_request, record.prefix
-
-
 async def write_outcome(
-    store: SessionRepository,
-    record: SessionRecord,
-    events: Sequence[Event],
-    counter: TokenCounter,
-) -> tuple[Written, Shadowed | None]:
+    store: SessionRepository, session: Session, events: Sequence[Event], counter: TokenCounter
+) -> Written:
     """Write a transition's events at the surface's end, each new node priced by the domain with
-    ``counter``; with the first position shadowed since the last request (this write's or an
-    earlier one's), which the next cache forecast starts from."""
-    written = await store.write_events(events, record.next_position, node_prices(events, counter))
-    if record.shadowed is None:
-        return written, written.shadowed
-    return written, record.shadowed.earliest(written.shadowed)
+    ``counter``."""
+    return await store.write_events(events, session.next_position, node_prices(events, counter))

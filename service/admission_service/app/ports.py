@@ -19,21 +19,11 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol, Self
 
-from admission_service.domain.accounting import PreviousRequest
 from admission_service.domain.events import Event
 from admission_service.domain.messages import Message, Tool
 from admission_service.domain.projection import SystemNode
-from admission_service.domain.series import SeriesState
-from admission_service.storage.repository import (
-    AdmissionRecord,
-    Frames,
-    Growth,
-    RequestPrefix,
-    SessionRecord,
-    Shadowed,
-    StoredResponse,
-    Written,
-)
+from admission_service.domain.session import Frames, Session, Written
+from admission_service.storage.repository import AdmissionRecord, Growth, StoredResponse
 
 
 class SurfaceNode(Protocol):
@@ -105,7 +95,7 @@ class SessionRepository(Protocol):
     async def flush(self) -> None: ...
 
     # the session row
-    async def create(self) -> SessionRecord | None: ...
+    async def create(self) -> Session | None: ...
     async def read(
         self,
         *,
@@ -113,24 +103,14 @@ class SessionRepository(Protocol):
         request_id: str | None = None,
         admission_id: str | None = None,
         tool_call_ids: Sequence[str] = (),
-    ) -> SessionRecord | None:
+    ) -> Session | None:
         """The session row (``lock``: under its lock; then also reads ahead, in the same round
         trip, what ``stored_response(request_id)``, ``admission(admission_id)`` and
         ``known_tool_calls(tool_call_ids)`` answer)."""
 
-    async def save(
-        self,
-        record: SessionRecord,
-        *,
-        next_seq: int,
-        next_position: int,
-        series: SeriesState,
-        last_request: tuple[PreviousRequest, RequestPrefix] | None,
-        shadowed: Shadowed | None,
-        request_count: int,
-        surface_tokens: int,
-        revision: int,
-    ) -> None: ...
+    async def save(self, session: Session) -> None:
+        """Write the session the transition left (its running sizes: what ``growth`` moved)."""
+
     async def delete(self) -> None: ...
 
     # idempotency
@@ -211,9 +191,7 @@ class StorageUnit(Protocol):
     async def __aenter__(self) -> Self: ...
     async def __aexit__(self, *exc: Any) -> None: ...
     async def commit(self) -> None: ...
-    async def list_sessions(
-        self, after: tuple[datetime, str] | None, limit: int
-    ) -> list[SessionRecord]:
+    async def list_sessions(self, after: tuple[datetime, str] | None, limit: int) -> list[Session]:
         """The tenant's sessions in creation order, after the keyset ``after``."""
         ...
 

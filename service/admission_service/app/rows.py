@@ -10,7 +10,7 @@ from typing import Any
 from admission_service.app.commands import LedgerEntry, SessionInfo, Usage
 from admission_service.domain import codec
 from admission_service.domain.accounting import CacheForecast, Calibration, DivergenceReason
-from admission_service.storage.repository import SessionRecord
+from admission_service.domain.session import Session
 
 _FORECAST_FIELDS = tuple(field.name for field in fields(CacheForecast))
 
@@ -38,7 +38,7 @@ def usage_json(usage: Usage) -> dict[str, int]:
     }
 
 
-def session_info(record: SessionRecord) -> SessionInfo:
+def session_info(record: Session) -> SessionInfo:
     return SessionInfo(
         record.session_id,
         record.create_time,

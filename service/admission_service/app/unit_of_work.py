@@ -29,7 +29,7 @@ from admission_service.domain.errors import (
     SessionAlreadyExists,
     SessionNotFound,
 )
-from admission_service.storage.repository import SessionRecord
+from admission_service.domain.session import Session
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +64,7 @@ class UnitOfWork:
     reads and writes through ``store`` and keeps ``record`` as the session row it leaves."""
 
     store: SessionRepository
-    record: SessionRecord
+    record: Session
 
     def __init__(self, resources: Resources, call: Call) -> None:
         self._resources = resources
@@ -125,7 +125,7 @@ class UnitOfWork:
             raise RequestIdReused(self.idempotency.request_id)
         return await replay.replayed(self.store, stored, encode)
 
-    def load(self, expected_revision: int | None = None) -> SessionRecord:
+    def load(self, expected_revision: int | None = None) -> Session:
         """The session row the call works on: refused when it does not exist (or, creating,
         already existed) or is not at ``expected_revision``."""
         if self._loaded is None:

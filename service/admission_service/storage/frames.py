@@ -16,7 +16,8 @@ from typing import Any
 from sqlalchemy import select
 
 from admission_service.domain.projection import SystemNode
-from admission_service.storage.rows import Frames, NodeRecord, columns
+from admission_service.domain.session import Frames
+from admission_service.storage.rows import NodeRecord, columns
 from admission_service.storage.scope import SessionScope
 from admission_service.storage.tables import surface_nodes as nodes
 

@@ -22,38 +22,26 @@ from admission_service.storage.admissions import AdmissionWrites
 from admission_service.storage.frames import FrameReads
 from admission_service.storage.inspection import InspectionReads
 from admission_service.storage.rows import (
-    NO_FRAMES,
     AdmissionRecord,
-    Frames,
     Growth,
     LedgerRow,
     NodeRecord,
-    RequestPrefix,
-    SessionRecord,
-    Shadowed,
     StoredEvent,
     StoredResponse,
     SystemNodeDetail,
-    Written,
 )
 from admission_service.storage.session_rows import SessionRows, list_sessions
 from admission_service.storage.surface_writes import SurfaceWrites
 
 __all__ = [
-    "NO_FRAMES",
     "AdmissionRecord",
-    "Frames",
     "Growth",
     "LedgerRow",
     "NodeRecord",
-    "RequestPrefix",
-    "SessionRecord",
     "SessionStore",
-    "Shadowed",
     "StoredEvent",
     "StoredResponse",
     "SystemNodeDetail",
-    "Written",
     "list_sessions",
 ]
 

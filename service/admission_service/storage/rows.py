@@ -3,7 +3,8 @@
 The rows a caller reads further (``StoredEvent``, ``NodeRecord``, ``SystemNodeDetail``,
 ``LedgerRow``) keep their columns' names and decode themselves into domain values
 (``event()``, ``decoded()``, ``update``), so no caller knows a stored encoding; the others are
-the session row and the surface as the use cases need them.
+the values of the idempotency keys, admissions and running sizes. The session row is the
+domain's aggregate (``domain.session.Session``), with the frames it derives requests from.
 """
 
 from __future__ import annotations
@@ -15,61 +16,9 @@ from typing import Any
 from sqlalchemy import Column, Table
 
 from admission_service.domain import codec as json_codec
-from admission_service.domain.accounting import PreviousRequest
 from admission_service.domain.events import Append, Event, EventKind, Replace, SurfaceOp
 from admission_service.domain.messages import Message, Tool
-from admission_service.domain.series import SeriesState
 from admission_service.storage import codec
-
-
-@dataclass(frozen=True, slots=True)
-class Shadowed:
-    """The first surface position shadowed since the last request, and whether it held a
-    system node (what the cache forecast needs to find the divergence)."""
-
-    position: int
-    system: bool
-
-    def earliest(self, other: Shadowed | None) -> Shadowed:
-        return self if other is None or self.position <= other.position else other
-
-
-@dataclass(frozen=True, slots=True)
-class RequestPrefix:
-    """The previous derived request as the next one needs it: its message count, price,
-    encoded size (bytes of its concatenated frames) and digest, and ``end_position``, the next
-    append position when it was derived. Nodes at or after ``end_position`` were appended
-    since; as long as nothing before it was shadowed, the previous request is an exact prefix
-    of the next, which is then the stored prefix plus the frames from ``end_position`` on."""
-
-    messages: int
-    tokens: int
-    size: int
-    digest: bytes
-    end_position: int
-
-
-@dataclass(frozen=True, slots=True)
-class SessionRecord:
-    """The session row, decoded."""
-
-    session_id: str
-    revision: int
-    next_seq: int
-    next_position: int
-    series: SeriesState
-    last_request: PreviousRequest | None
-    prefix: RequestPrefix | None
-    shadowed: Shadowed | None
-    request_count: int
-    surface_tokens: int
-    create_time: datetime
-    update_time: datetime
-    # Running sizes (migration 0003): the surviving nodes' frame bytes and count, and the
-    # event log's payload bytes. The session bounds and the stored-bytes quota read these.
-    surface_bytes: int = 0
-    surface_nodes: int = 0
-    log_bytes: int = 0
 
 
 @dataclass(slots=True)
@@ -88,33 +37,6 @@ class Growth:
             self.log_bytes - other.log_bytes,
             self.events - other.events,
         )
-
-
-@dataclass(frozen=True, slots=True)
-class Frames:
-    """Derived messages read by ``SessionStore.frames``: the concatenated frames, how many
-    messages, their price; and the count and price of those before a split position."""
-
-    frames: bytes
-    messages: int
-    tokens: int
-    before_messages: int
-    before_tokens: int
-
-
-NO_FRAMES = Frames(b"", 0, 0, 0, 0)
-
-
-@dataclass(frozen=True, slots=True)
-class Written:
-    """What ``write_events`` did: the next append position, the earliest position it shadowed,
-    the change in the surface's summed price, and ``tail``: the appended nodes whose rows are
-    deferred (not yet readable), which all sit at the end of the surface."""
-
-    next_position: int
-    shadowed: Shadowed | None
-    tokens: int
-    tail: Frames = NO_FRAMES
 
 
 @dataclass(frozen=True, slots=True)

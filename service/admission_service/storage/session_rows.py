@@ -16,10 +16,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from admission_service.domain import codec
 from admission_service.domain.accounting import PreviousRequest, RequestKey
 from admission_service.domain.series import SeriesState
+from admission_service.domain.session import RequestPrefix, Session, Shadowed
 from admission_service.storage.admissions import admission_record, admission_statement
 from admission_service.storage.batch import param
 from admission_service.storage.raw import RawStatement
-from admission_service.storage.rows import RequestPrefix, SessionRecord, Shadowed, StoredResponse
+from admission_service.storage.rows import StoredResponse
 from admission_service.storage.scope import NOT_READ, SessionScope
 from admission_service.storage.surface_writes import known_calls_statement
 from admission_service.storage.tables import idempotency_keys, sessions
@@ -74,8 +75,8 @@ def previous_request_from_json(
     return PreviousRequest(key, data["message_count"]), prefix
 
 
-def _record(row: Any) -> SessionRecord:
-    """A session row (SQLAlchemy's, or a ``_SessionRow``) as a ``SessionRecord``."""
+def _record(row: Any) -> Session:
+    """A session row (SQLAlchemy's, or a ``_SessionRow``) as a ``Session``."""
     series = SeriesState(
         replace_generation=row.replace_generation,
         last_request_generation=row.last_request_generation,
@@ -91,7 +92,7 @@ def _record(row: Any) -> SessionRecord:
         if row.last_request is not None
         else None
     )
-    return SessionRecord(
+    return Session(
         session_id=row.session_id,
         revision=row.revision,
         next_seq=row.next_seq,
@@ -115,7 +116,7 @@ def _record(row: Any) -> SessionRecord:
 class SessionRows(SessionScope):
     """The session row and the session's stored responses."""
 
-    async def create(self) -> SessionRecord | None:
+    async def create(self) -> Session | None:
         """Insert the session; None when it already exists (the caller decides what that means)."""
         statement = (
             pg_insert(sessions)
@@ -138,7 +139,7 @@ class SessionRows(SessionScope):
         request_id: str | None = None,
         admission_id: str | None = None,
         tool_call_ids: Sequence[str] = (),
-    ) -> SessionRecord | None:
+    ) -> Session | None:
         """The session row; ``lock`` takes the row lock that serialises writers of one session.
         With the lock, the response stored for ``request_id``, the admission ``admission_id``
         and which of ``tool_call_ids`` the session already made are read in the same round
@@ -166,25 +167,20 @@ class SessionRows(SessionScope):
             self._keep("known_calls", tuple(tool_call_ids), known)
         return _record(_SessionRow(*locked)) if locked is not None else None
 
-    async def save(
-        self,
-        record: SessionRecord,
-        *,
-        next_seq: int,
-        next_position: int,
-        series: SeriesState,
-        last_request: tuple[PreviousRequest, RequestPrefix] | None,
-        shadowed: Shadowed | None,
-        request_count: int,
-        surface_tokens: int,
-        revision: int,
-    ) -> None:
-        """Write the new counters, series state and ``revision``, as the caller decided them
-        (when the revision moves is the domain's rule: ``domain.events.revision_after``)."""
+    async def save(self, session: Session) -> None:
+        """Write the new counters, series state and revision, as the domain's transition left
+        them (``domain.session.Session``); the running sizes move by what this transaction's
+        writes moved (``growth``)."""
+        series, shadowed = session.series, session.shadowed
+        last_request = (
+            (session.last_request, session.prefix)
+            if session.last_request is not None and session.prefix is not None
+            else None
+        )
         values: dict[str, Any] = {
-            "revision": revision,
-            "next_seq": next_seq,
-            "next_position": next_position,
+            "revision": session.revision,
+            "next_seq": session.next_seq,
+            "next_position": session.next_position,
             "replace_generation": series.replace_generation,
             "last_request_generation": series.last_request_generation,
             "last_header": codec.dumps(codec.header_to_json(series.last_header))
@@ -198,8 +194,8 @@ class SessionRows(SessionScope):
             else None,
             "shadowed_position": shadowed.position if shadowed else None,
             "shadowed_system": shadowed.system if shadowed else False,
-            "request_count": request_count,
-            "surface_tokens": surface_tokens,
+            "request_count": session.request_count,
+            "surface_tokens": session.surface_tokens,
         }
         if self._session_saved:
             await self.flush()
@@ -260,7 +256,7 @@ class SessionRows(SessionScope):
 
 async def list_sessions(
     connection: AsyncConnection, tenant: str, after: tuple[datetime, str] | None, limit: int
-) -> list[SessionRecord]:
+) -> list[Session]:
     """A tenant's sessions in creation order, keyset-paginated after ``after``."""
     statement = select(sessions).where(sessions.c.tenant_id == tenant)
     if after is not None:

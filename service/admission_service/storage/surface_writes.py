@@ -10,9 +10,9 @@ from sqlalchemy import delete, func, select
 
 from admission_service.domain.codec import dumps, event_payload
 from admission_service.domain.events import Append, Event, Replace
+from admission_service.domain.session import Frames, Shadowed, Written
 from admission_service.storage import codec
 from admission_service.storage.raw import RawStatement
-from admission_service.storage.rows import Frames, Shadowed, Written
 from admission_service.storage.scope import NOT_READ, SessionScope
 from admission_service.storage.tables import surface_nodes as nodes
 

@@ -21,7 +21,6 @@ from admission_service.app.commands import (
     ReconcileCommand,
     RecordCommand,
     RecordResult,
-    RequestView,
     SessionInfo,
     Usage,
 )
@@ -43,6 +42,7 @@ from admission_service.domain.errors import (
 )
 from admission_service.domain.events import EventKind
 from admission_service.domain.messages import Message, Role, Text, ToolCall, ToolResult
+from admission_service.domain.session import RequestView
 from admission_service.domain.surface import SessionLog
 from admission_service.domain.wire import WireFormat
 from admission_service.tokenizers import counter_for

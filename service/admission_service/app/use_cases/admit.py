@@ -14,10 +14,9 @@ from admission_service.app.commands import (
     Idempotency,
     ReconcileCommand,
     RecordResult,
-    RequestSelection,
     RouteRequest,
 )
-from admission_service.app.derivation import Derivation, FramesQuery, request_key
+from admission_service.app.derivation import Derivation, request_key
 from admission_service.app.hooks import Phase
 from admission_service.app.machinery import Reply, session_counter, write_outcome
 from admission_service.app.rows import forecast_json
@@ -33,8 +32,8 @@ from admission_service.domain.accounting import (
 )
 from admission_service.domain.catalog import resolve_route
 from admission_service.domain.errors import AdmissionNotFound, fields_under
-from admission_service.domain.events import revision_after
 from admission_service.domain.series import Route
+from admission_service.domain.session import FramesQuery, RequestSelection
 from admission_service.domain.surface import effective_prompt, fold_system_nodes
 from admission_service.domain.wire import WireFormat
 from admission_service.tokenizers import counter_for, load_off_the_loop
@@ -196,7 +195,8 @@ class Admission(Recording, Derivation):
         state = rules.AdmissionState(record.next_seq, system_nodes, record.series, open_calls)
         outcome = rules.admit(state, attempt) if first else rules.reconcile(state, attempt)
         await tx.reached(Phase.PROJECT)
-        written, shadowed = await write_outcome(tx.store, record, outcome.events, counter)
+        written = await write_outcome(tx.store, record, outcome.events, counter)
+        shadowed = record.shadowed_with(written)
         key = request_key(attempt.route, attempt.tools, counter)
         derived = await self._derive(
             tx.store,
@@ -213,24 +213,20 @@ class Admission(Recording, Derivation):
         predicted = forecast_totals(
             record.last_request, key, derived.totals, starts_series=outcome.starts_series
         )
-        revision = revision_after(record.revision, len(outcome.events))
-        await tx.store.save(
-            record,
-            next_seq=record.next_seq + len(outcome.events),
-            next_position=written.next_position,
-            series=outcome.series,
-            last_request=(PreviousRequest(key, derived.totals.messages), derived.prefix),
-            shadowed=None,  # the next forecast compares with this request
-            request_count=record.request_count + 1,
-            surface_tokens=record.surface_tokens + written.tokens,
-            revision=revision,
+        after = record.admitted(
+            len(outcome.events),
+            written,
+            outcome.series,
+            PreviousRequest(key, derived.totals.messages),
+            derived.prefix,
         )
+        await tx.store.save(after)
         prompt = effective_prompt(fold_system_nodes(system_nodes, outcome.events))
         await tx.reached(Phase.DERIVE)
         return AttemptResult(
             admission_id=attempt.admission_id,
             attempt=number,
-            revision=record.revision if tx.validate_only else revision,
+            revision=record.revision if tx.validate_only else after.revision,
             commits=outcome.commits,
             user_seqs=outcome.user_seqs,
             header=outcome.header,
@@ -240,7 +236,7 @@ class Admission(Recording, Derivation):
             effective_prompt=prompt,
             forecast=predicted,
             route=attempt.route,
-            log_seq=record.next_seq + len(outcome.events),
+            log_seq=after.next_seq,
         )
 
     @staticmethod
@@ -253,16 +249,13 @@ class Admission(Recording, Derivation):
         rows = await tx.store.surface(with_empty=False)
         prices = [(row.seq, message_tokens(row.decoded(), counter)) for row in rows]
         await tx.store.reprice(prices)
-        total = sum(price for _, price in prices)
-        prefix = record.prefix
-        if prefix is not None:
-            before_end = sum(
-                price
-                for row, (_, price) in zip(rows, prices, strict=True)
-                if row.position < prefix.end_position
-            )
-            prefix = replace(prefix, tokens=before_end)
-        tx.record = replace(record, surface_tokens=total, prefix=prefix)
+        end = record.prefix.end_position if record.prefix is not None else 0
+        tx.record = record.repriced(
+            surface_tokens=sum(price for _, price in prices),
+            prefix_tokens=sum(
+                price for row, (_, price) in zip(rows, prices, strict=True) if row.position < end
+            ),
+        )
 
     async def _add_request(
         self, tx: UnitOfWork, admission_id: str, attempt: int, result: AttemptResult

@@ -17,7 +17,6 @@ from admission_service.app.hooks import Phase
 from admission_service.app.machinery import (
     Machinery,
     Reply,
-    previous_request,
     session_counter,
     write_outcome,
 )
@@ -33,11 +32,10 @@ from admission_service.domain.compaction import (
     summarization_input,
 )
 from admission_service.domain.errors import InvalidArgument, NothingToCompact, StaleCompactionPlan
-from admission_service.domain.events import revision_after
 from admission_service.domain.projection import SystemNode
+from admission_service.domain.session import Session
 from admission_service.domain.surface import effective_prompt
 from admission_service.storage import codec
-from admission_service.storage.repository import SessionRecord
 
 _PLAN_FIELDS = ("generation", "next_seq", "start", "end")
 
@@ -69,7 +67,7 @@ class Compaction(Machinery):
         validation.check_plan(command, self.limits)
         scope = f"compaction/{tenant}/{command.session_id}"
 
-        async def plan(store: SessionRepository, record: SessionRecord) -> PlanResult:
+        async def plan(store: SessionRepository, record: Session) -> PlanResult:
             nodes = _compaction_nodes(await store.surface())
             if command.seq_range is not None:
                 selected = plan_range(nodes, *command.seq_range)
@@ -128,23 +126,13 @@ class Compaction(Machinery):
             counter = session_counter(record)
             outcome = compact(state, selected, command.summary, counter=counter)
             await tx.reached(Phase.PROJECT)
-            written, shadowed = await write_outcome(tx.store, record, outcome.events, counter)
+            written = await write_outcome(tx.store, record, outcome.events, counter)
             prompt = effective_prompt(await tx.store.system_nodes())
             await tx.reached(Phase.DERIVE)
-            revision = revision_after(record.revision, len(outcome.events))
-            await tx.store.save(
-                record,
-                next_seq=record.next_seq + len(outcome.events),
-                next_position=written.next_position,
-                series=outcome.series,
-                last_request=previous_request(record),
-                shadowed=shadowed,
-                request_count=record.request_count,
-                surface_tokens=record.surface_tokens + written.tokens,
-                revision=revision,
-            )
+            after = record.compacted(len(outcome.events), written, outcome.series)
+            await tx.store.save(after)
             return CompactResult(
-                revision, outcome.summary_seq, selected.shadowed_seqs, outcome.commits, prompt
+                after.revision, outcome.summary_seq, selected.shadowed_seqs, outcome.commits, prompt
             )
 
         call = Call("Compact", tenant, command.session_id, idempotency)

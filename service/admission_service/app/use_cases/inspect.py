@@ -2,14 +2,7 @@
 
 from __future__ import annotations
 
-from admission_service.app.commands import (
-    FULL_VIEW,
-    EventView,
-    InspectResult,
-    Page,
-    RequestSelection,
-    SystemNodeView,
-)
+from admission_service.app.commands import EventView, InspectResult, Page, SystemNodeView
 from admission_service.app.derivation import Derivation
 from admission_service.app.machinery import PageRead, session_counter
 from admission_service.app.ports import SessionRepository
@@ -18,9 +11,9 @@ from admission_service.app.trajectory import TrajectoryEntry, request_log_seq, t
 from admission_service.domain.accounting import PricedNode, breakdown
 from admission_service.domain.projection import SystemNode
 from admission_service.domain.series import Route
+from admission_service.domain.session import FULL_VIEW, RequestSelection, Session
 from admission_service.domain.surface import effective_prompt
 from admission_service.domain.wire import WireFormat
-from admission_service.storage.repository import SessionRecord
 
 LEDGER_ROWS = 50
 
@@ -39,7 +32,7 @@ class Reads(Derivation):
         the token breakdown comes from the session's running price, and only the derived
         request reads the surface (just the tail for a DELTA with a current held prefix)."""
 
-        async def inspect(store: SessionRepository, record: SessionRecord) -> InspectResult:
+        async def inspect(store: SessionRepository, record: Session) -> InspectResult:
             details = await store.system_node_details()
             system_nodes = tuple(
                 SystemNodeView(
@@ -100,7 +93,7 @@ class Reads(Derivation):
         self, tenant: str, session_id: str, page_size: int, page_token: str
     ) -> Page[EventView]:
         async def read(
-            store: SessionRepository, record: SessionRecord, limit: int, after: int
+            store: SessionRepository, record: Session, limit: int, after: int
         ) -> PageRead[EventView]:
             budget = self.limits.max_events_page_bytes
             rows, more = await store.events_page(after, limit, budget)
@@ -115,7 +108,7 @@ class Reads(Derivation):
         """One page of the session's derived requests with the prompt each saw (a read)."""
 
         async def read(
-            store: SessionRepository, record: SessionRecord, limit: int, after: int
+            store: SessionRepository, record: Session, limit: int, after: int
         ) -> PageRead[TrajectoryEntry]:
             # The request before the page (if any) bounds what its first entry introduced.
             rows = list(await store.requests_from(max(after, 0), limit + 2))

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from admission_service.app import validation
 from admission_service.app.commands import Idempotency, RecordCommand, RecordResult
 from admission_service.app.hooks import Phase
 from admission_service.app.machinery import (
     Machinery,
     Reply,
-    previous_request,
     session_counter,
     write_outcome,
 )
@@ -19,7 +16,6 @@ from admission_service.app.unit_of_work import Call, UnitOfWork
 from admission_service.domain import codec
 from admission_service.domain import record as recording
 from admission_service.domain.errors import AdmissionNotFound
-from admission_service.domain.events import revision_after
 
 
 class Recording(Machinery):
@@ -64,31 +60,13 @@ class Recording(Machinery):
         )
         await tx.reached(Phase.VALIDATE)
         await tx.reached(Phase.PROJECT)
-        # A Record appends only: it shadows nothing, so the session keeps its shadowed position.
-        written, _ = await write_outcome(tx.store, record, outcome.events, session_counter(record))
+        written = await write_outcome(tx.store, record, outcome.events, session_counter(record))
         was_open = await tx.store.mark_answered(outcome.answers(command.tool_results))
         recording.check_answered(command.tool_results, was_open)
         if command.usage is not None:
             usage = codec.dumps(usage_json(command.usage))
             await tx.store.observe_usage(admitted.admission_id, usage)
         await tx.reached(Phase.DERIVE)
-        revision = revision_after(record.revision, outcome.next_seq - record.next_seq)
-        await tx.store.save(
-            record,
-            next_seq=outcome.next_seq,
-            next_position=written.next_position,
-            series=record.series,
-            last_request=previous_request(record),
-            shadowed=record.shadowed,
-            request_count=record.request_count,
-            surface_tokens=record.surface_tokens + written.tokens,
-            revision=revision,
-        )
-        tx.record = replace(
-            record,
-            revision=revision,
-            next_seq=outcome.next_seq,
-            next_position=written.next_position,
-            surface_tokens=record.surface_tokens + written.tokens,
-        )
-        return RecordResult(revision, outcome.assistant_seq, outcome.tool_result_seqs)
+        tx.record = record.recorded(outcome.next_seq, written)
+        await tx.store.save(tx.record)
+        return RecordResult(tx.record.revision, outcome.assistant_seq, outcome.tool_result_seqs)

@@ -11,7 +11,7 @@ from admission_service.app.machinery import Machinery, Reply
 from admission_service.app.ports import SessionRepository
 from admission_service.app.rows import session_info
 from admission_service.app.unit_of_work import Call, UnitOfWork
-from admission_service.storage.repository import SessionRecord
+from admission_service.domain.session import Session
 
 _SESSION_NAMESPACE = uuid.UUID("6f1d8a52-3c1e-4c55-9a7e-8e0f1f3b7a10")
 
@@ -45,7 +45,7 @@ class Sessions(Machinery):
         return await self._mutate(call, None, create)
 
     async def get_session(self, tenant: str, session_id: str) -> SessionInfo:
-        async def get(store: SessionRepository, record: SessionRecord) -> SessionInfo:
+        async def get(store: SessionRepository, record: Session) -> SessionInfo:
             return session_info(record)
 
         return await self._read_session(tenant, session_id, get)

@@ -1,0 +1,302 @@
+"""The session aggregate: the state one step of a session needs, and its pure transitions.
+
+``Session`` is the session row as the rules see it — revision, next seq and position, the
+series state (replace generation, last header and context), the previous request (its cache
+key and the prefix the next one extends), the first position shadowed since, the running
+price and sizes. Each transition takes what a step decided and returns the new ``Session``;
+nothing here reads or writes anything. Storage loads a ``Session`` and saves the one a use case
+leaves (``app/ports.py``: ``SessionRepository.save``).
+
+The derived request's rules live here too: which stored frames a request reads
+(``FramesQuery.plan``: the previous request still a prefix? the caller holding exactly it, so
+a DELTA?), and what it is (``derive``: its totals for the cache forecast, its digest, chained
+from the previous request's over the frames appended since, and the prefix the next request
+extends).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from datetime import datetime
+from enum import StrEnum
+
+from admission_service.domain.accounting import PreviousRequest, RequestTotals
+from admission_service.domain.events import revision_after
+from admission_service.domain.series import SeriesState
+from admission_service.domain.wire_common import WireFormat
+
+# The digest of a derived request computed from scratch starts from this seed; one extended
+# from the previous request's digest chains over the frames appended since (``derive``).
+DIGEST_SEED = b"promptadmission.v1/derived-request"
+
+
+@dataclass(frozen=True, slots=True)
+class Shadowed:
+    """The first surface position shadowed since the last request, and whether it held a
+    system node (what the cache forecast needs to find the divergence)."""
+
+    position: int
+    system: bool
+
+    def earliest(self, other: Shadowed | None) -> Shadowed:
+        return self if other is None or self.position <= other.position else other
+
+
+@dataclass(frozen=True, slots=True)
+class RequestPrefix:
+    """The previous derived request as the next one needs it: its message count, price,
+    encoded size (bytes of its concatenated frames) and digest, and ``end_position``, the next
+    append position when it was derived. Nodes at or after ``end_position`` were appended
+    since; as long as nothing before it was shadowed, the previous request is an exact prefix
+    of the next, which is then the stored prefix plus the frames from ``end_position`` on."""
+
+    messages: int
+    tokens: int
+    size: int
+    digest: bytes
+    end_position: int
+
+
+@dataclass(frozen=True, slots=True)
+class Frames:
+    """Derived messages as stored frames: the concatenated frames, how many messages, their
+    price; and the count and price of those before a split position."""
+
+    frames: bytes
+    messages: int
+    tokens: int
+    before_messages: int
+    before_tokens: int
+
+
+NO_FRAMES = Frames(b"", 0, 0, 0, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Written:
+    """What writing a transition's events did to the surface: the next append position, the
+    earliest position it shadowed, the change in the surface's summed price, and ``tail``: the
+    appended nodes after the last replacement, which end the surface."""
+
+    next_position: int
+    shadowed: Shadowed | None
+    tokens: int
+    tail: Frames = NO_FRAMES
+
+
+class RequestView(StrEnum):
+    """How much of the derived request a response carries (FULL is the default)."""
+
+    FULL = "full"
+    DELTA = "delta"
+
+
+@dataclass(frozen=True, slots=True)
+class HeldPrefix:
+    """The leading messages of the derived request a caller holds (a previous response's
+    total_messages and digest), for a DELTA request."""
+
+    message_count: int
+    digest: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSelection:
+    """The view a caller asks for, with its held prefix for DELTA."""
+
+    view: RequestView = RequestView.FULL
+    held: HeldPrefix | None = None
+
+
+FULL_VIEW = RequestSelection()
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    """The session aggregate (see the module docstring)."""
+
+    session_id: str
+    revision: int
+    next_seq: int
+    next_position: int
+    series: SeriesState
+    last_request: PreviousRequest | None
+    prefix: RequestPrefix | None
+    shadowed: Shadowed | None
+    request_count: int
+    surface_tokens: int
+    create_time: datetime
+    update_time: datetime
+    # Running sizes: the surviving nodes' frame bytes and count, and the event log's payload
+    # bytes. The session bounds and the stored-bytes quota read these.
+    surface_bytes: int = 0
+    surface_nodes: int = 0
+    log_bytes: int = 0
+
+    def shadowed_with(self, written: Written) -> Shadowed | None:
+        """The first position shadowed since the last request, this write's included (what
+        the next cache forecast starts from)."""
+        if written.shadowed is None:
+            return self.shadowed
+        return written.shadowed.earliest(self.shadowed)
+
+    def recorded(self, next_seq: int, written: Written) -> Session:
+        """After a Record that logged up to ``next_seq``: it appends only, so the session keeps
+        its shadowed position and its previous request."""
+        return replace(
+            self,
+            revision=revision_after(self.revision, next_seq - self.next_seq),
+            next_seq=next_seq,
+            next_position=written.next_position,
+            surface_tokens=self.surface_tokens + written.tokens,
+        )
+
+    def admitted(
+        self,
+        logged: int,
+        written: Written,
+        series: SeriesState,
+        request: PreviousRequest,
+        prefix: RequestPrefix,
+    ) -> Session:
+        """After an attempt (Admit or Reconcile) that logged ``logged`` events and derived a
+        request: the next forecast compares with this request, so nothing is shadowed since."""
+        return replace(
+            self,
+            revision=revision_after(self.revision, logged),
+            next_seq=self.next_seq + logged,
+            next_position=written.next_position,
+            series=series,
+            last_request=request,
+            prefix=prefix,
+            shadowed=None,
+            request_count=self.request_count + 1,
+            surface_tokens=self.surface_tokens + written.tokens,
+        )
+
+    def compacted(self, logged: int, written: Written, series: SeriesState) -> Session:
+        """After a Compact that logged ``logged`` events: its replacement is shadowed since the
+        last request."""
+        return replace(
+            self,
+            revision=revision_after(self.revision, logged),
+            next_seq=self.next_seq + logged,
+            next_position=written.next_position,
+            series=series,
+            shadowed=self.shadowed_with(written),
+            surface_tokens=self.surface_tokens + written.tokens,
+        )
+
+    def repriced(self, surface_tokens: int, prefix_tokens: int) -> Session:
+        """After a change of tokenizer priced every surviving node again: the new running
+        price, and the previous request's price (the nodes before its end)."""
+        prefix = self.prefix
+        return replace(
+            self,
+            surface_tokens=surface_tokens,
+            prefix=replace(prefix, tokens=prefix_tokens) if prefix is not None else None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class FramesQuery:
+    """Which stored frames a derived request reads: from ``from_position`` on, counting those
+    before ``split_position``; ``intact`` when the previous request is still a prefix, ``delta``
+    when the caller holds exactly that prefix and gets only what follows it."""
+
+    from_position: int
+    split_position: int | None
+    intact: bool
+    delta: bool
+
+    @classmethod
+    def plan(
+        cls,
+        session: Session,
+        shadowed: Shadowed | None,
+        selection: RequestSelection,
+        wire: WireFormat,
+    ) -> FramesQuery:
+        """The previous request is an exact prefix of this one unless a node before its end
+        was shadowed since; a DELTA (not for Anthropic's format, which has no message offset)
+        needs the caller to hold exactly that prefix, and reads only what follows it."""
+        prefix = session.prefix
+        if prefix is None or (shadowed is not None and shadowed.position < prefix.end_position):
+            return cls(0, shadowed.position if shadowed is not None else None, False, False)
+        held = selection.held
+        delta = (
+            selection.view is RequestView.DELTA
+            and wire is not WireFormat.ANTHROPIC_MESSAGES
+            and held is not None
+            and (held.message_count, held.digest) == (prefix.messages, prefix.digest)
+        )
+        if delta:
+            return cls(prefix.end_position, None, True, True)
+        return cls(0, prefix.end_position, True, False)
+
+
+@dataclass(frozen=True, slots=True)
+class DerivedRequest:
+    """What a derived request is, without its bytes: the index of its first message in the
+    response (``first_index``: 0 for FULL, the held prefix's count for DELTA), its totals for
+    the cache forecast, its digest and the prefix the next request extends."""
+
+    first_index: int
+    totals: RequestTotals
+    digest: bytes
+    prefix: RequestPrefix
+
+
+def derive(
+    previous: RequestPrefix | None,
+    query: FramesQuery,
+    shadowed: Shadowed | None,
+    read: Frames,
+    tail: Frames,
+    end_position: int,
+) -> DerivedRequest:
+    """The derived request made of ``read`` (the stored frames ``query`` read) then ``tail``
+    (this transaction's appended nodes, which end the surface).
+
+    While the previous request is intact only the frames appended since are new: the digest
+    chains from the previous one over them (so FULL and DELTA of one request have one digest,
+    and a caller can check the prefix it holds), and every previous message is unchanged.
+    Otherwise the digest starts from the seed over every frame, and the messages before the
+    first shadowed position are the unchanged ones."""
+    if previous is not None and query.intact:
+        new: tuple[bytes | memoryview, ...]
+        if query.delta:
+            new, first_index = (read.frames, tail.frames), previous.messages
+        else:
+            new, first_index = (memoryview(read.frames)[previous.size :], tail.frames), 0
+        messages = previous.messages + (read.messages - read.before_messages) + tail.messages
+        tokens = previous.tokens + (read.tokens - read.before_tokens) + tail.tokens
+        new_size = sum(map(len, new))
+        digest = chained(previous.digest, new) if new_size else previous.digest
+        totals = RequestTotals(messages, tokens, previous.messages, previous.tokens, False)
+        size = previous.size + new_size
+    else:
+        first_index = 0
+        messages, tokens = read.messages + tail.messages, read.tokens + tail.tokens
+        digest = chained(DIGEST_SEED, (read.frames, tail.frames))
+        size = len(read.frames) + len(tail.frames)
+        if shadowed is not None:
+            # Every node before the first shadowed position was in the previous request.
+            totals = RequestTotals(
+                messages, tokens, read.before_messages, read.before_tokens, shadowed.system
+            )
+        else:
+            totals = RequestTotals(messages, tokens, messages, tokens, False)
+    prefix = RequestPrefix(messages, tokens, size, digest, end_position)
+    return DerivedRequest(first_index, totals, digest, prefix)
+
+
+def chained(seed: bytes, parts: Iterable[bytes | memoryview]) -> bytes:
+    """SHA-256 of ``seed`` followed by ``parts``: the digest of their concatenation, without
+    making it."""
+    digest = hashlib.sha256(seed)
+    for part in parts:
+        digest.update(part)
+    return digest.digest()
