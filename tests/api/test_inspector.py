@@ -157,6 +157,13 @@ async def test_a_bad_session_id_is_a_bad_request(inspected: Inspected) -> None:
     assert '<a id="back" href="/">' in page  # an error page leads back to the sessions
 
 
+@pytest.mark.parametrize("view", ["trajectory"])
+async def test_a_forged_page_token_is_a_bad_request(inspected: Inspected, view: str) -> None:
+    url = f"{inspected.base_url}/sessions/{inspected.session_id}/{view}?page=AAAAforged"
+    status, _, page = await asyncio.to_thread(fetch, url, authorization=f"Bearer {TOKEN}")
+    assert status == 400 and "page_token" in page
+
+
 async def test_times_are_shown_in_utc_with_the_zone(inspected: Inspected) -> None:
     status, _, page = await asyncio.to_thread(
         fetch, inspected.base_url + "/", authorization=f"Bearer {TOKEN}"
@@ -232,9 +239,15 @@ def check_views(driver: Any, inspected: Inspected) -> None:
     rows = driver.find_elements(By.CSS_SELECTOR, "#trajectory tbody tr")
     assert len(rows) == 4
     c = rows[2]
-    assert c.find_element(By.CSS_SELECTOR, "td.prompt pre").text == "You are C."
+    prompt = c.find_element(By.CSS_SELECTOR, "td.prompt details")
+    assert prompt.get_attribute("open") is None  # collapsed: the row stays one line tall
+    assert not prompt.find_element(By.TAG_NAME, "pre").is_displayed()
+    prompt.find_element(By.TAG_NAME, "summary").click()
+    assert prompt.find_element(By.TAG_NAME, "pre").text == "You are C."
     assert c.find_element(By.CSS_SELECTOR, "td.change").text == "system"
-    assert c.find_element(By.CSS_SELECTOR, "td.previous pre").text == f"You are B. {SCRIPT}"
+    diff = c.find_element(By.CSS_SELECTOR, "td.previous [data-kind='prompt-diff']")
+    assert diff.find_element(By.CSS_SELECTOR, ".removed").text == f"- You are B. {SCRIPT}"
+    assert diff.find_element(By.CSS_SELECTOR, ".added").text == "+ You are C."
     assert "synthetic" in c.text
     assert rows[0].find_element(By.CSS_SELECTOR, "td.change").text == "initial"
 

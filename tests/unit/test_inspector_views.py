@@ -8,7 +8,7 @@ from admission_service.app.commands import EventView, LedgerEntry, Usage
 from admission_service.app.trajectory import trajectory_entries
 from admission_service.domain.accounting import CacheForecast, DivergenceReason
 from admission_service.inspector.views import chat_items_of_log as chat_items
-from admission_service.inspector.views import ledger_chart, trajectory_rows
+from admission_service.inspector.views import ledger_chart, prompt_diff, trajectory_rows
 
 from tests.unit.domain.sim import INCAPABLE, Sim, user
 
@@ -141,3 +141,51 @@ def test_a_compaction_summary_shows_the_turn_and_step_it_closes() -> None:
     sim.compact(summary="short")
     summary = [i for i in chat_items(views(sim)) if i.role == "summary"]
     assert [(s.text, s.turn, s.step) for s in summary] == [("short", 1, 2)]
+
+
+def test_a_prompt_diff_shows_added_and_removed_lines_with_the_unchanged_runs_folded() -> None:
+    previous = "\n".join(["You are an agent.", "Rule 1", "Rule 2", "Rule 3", "Rule 4", "End"])
+    current = "\n".join(["You are an agent.", "Rule 1", "Rule 2", "Rule 3", "Rule 4b", "End", "PS"])
+    diff = [(line.kind, line.text) for line in prompt_diff(previous, current)]
+    assert diff == [
+        ("gap", "3 unchanged lines"),
+        ("same", "Rule 3"),
+        ("removed", "Rule 4"),
+        ("added", "Rule 4b"),
+        ("same", "End"),
+        ("added", "PS"),
+    ]
+    assert prompt_diff(current, current) == ()
+    cleared = prompt_diff("A\nB", "")
+    assert [(line.kind, line.text) for line in cleared] == [("removed", "A"), ("removed", "B")]
+    assert [line.kind for line in prompt_diff("1\n2\n3\n4\n5", "0\n2\n3\n4\n5")] == [
+        "removed", "added", "same", "gap",
+    ]  # fmt: skip
+
+
+def test_trajectory_rows_carry_the_prompt_only_where_it_changed_and_the_diff() -> None:
+    sim = Sim()
+    ends = []  # each request's log position: the events it saw
+    sim.admit("A\nkeep", users=(user("u1"),))
+    ends.append(sim.log.next_seq)
+    sim.assistant("a1")
+    sim.admit("A\nkeep", users=(user("u2"),))  # unchanged
+    ends.append(sim.log.next_seq)
+    sim.assistant("a2")
+    sim.admit("B\nkeep", users=(user("u3"),))  # in-history update
+    ends.append(sim.log.next_seq)
+    forecast = CacheForecast(0, 0, 1, 1, 0, DivergenceReason.FIRST_REQUEST)
+    ledger = [(LedgerEntry(i, f"a{i}", 0, forecast, None), end) for i, end in enumerate(ends)]
+    entries = trajectory_entries(ledger, [(e, TIME) for e in sim.log.events], since=0)
+    rows = trajectory_rows(entries)
+    assert [(row.change, row.shows_prompt) for row in rows] == [
+        ("initial", True),
+        ("", False),  # the same prompt: its text is not repeated
+        ("system", True),
+    ]
+    assert [(line.kind, line.text) for line in rows[-1].diff] == [
+        ("removed", "A"),
+        ("added", "B"),
+        ("same", "keep"),
+    ]
+    assert rows[0].shows_prompt and rows[0].diff == ()

@@ -15,7 +15,7 @@ from dataclasses import KW_ONLY, dataclass, field
 from datetime import UTC, datetime
 from http import HTTPStatus
 from typing import Any, TypeVar
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
@@ -30,7 +30,26 @@ T = TypeVar("T")
 # The most events (and requests) one page folds; a longer session shows its first ones.
 MAX_ITEMS = 5000
 PAGE = 1000
+# Requests per Trajectory page (each shows its prompt where it changed, and the diff).
+TRAJECTORY_ROWS = 50
 VIEWS = ("chat", "trajectory", "tokens")
+
+
+Context = dict[str, Any]
+
+
+def _page_token(query: str) -> str:
+    """The ``page`` query parameter: a page token of the view's use case (checked there: a
+    forged or foreign one is INVALID_ARGUMENT, HTTP 400)."""
+    return parse_qs(query).get("page", [""])[0]
+
+
+def _view_url(session_id: str, view: str) -> str:
+    return f"/sessions/{quote(session_id, safe='')}/{view}"
+
+
+def _with_page(url: str, token: str) -> str:
+    return f"{url}?{urlencode({'page': token})}"
 
 
 class Refused(Exception):
@@ -110,7 +129,7 @@ class Pages:
         if view not in VIEWS:
             raise Refused(HTTPStatus.NOT_FOUND, "no such page")
         session = self._run(self.app.get_session(tenant, session_id))
-        common = {"session": session, "view": view}
+        common: Context = {"session": session, "view": view}
         if view == "chat":
             events: list[EventView]
             events, truncated = self._all(
@@ -124,14 +143,13 @@ class Pages:
                 shown=len(events),
                 **common,
             )
+        token = _page_token(url.query)
+        if view == "trajectory":
+            return self._trajectory(tenant, session_id, token, common)
         entries: list[TrajectoryEntry]
         entries, _ = self._all(
             lambda token: self.app.list_trajectory(tenant, session_id, PAGE, token)
         )
-        if view == "trajectory":
-            return self._page(
-                "trajectory.html", tenant, rows=views.trajectory_rows(entries), **common
-            )
         inspected = self._run(self.app.inspect(tenant, session_id, WireFormat.NEUTRAL))
         return self._page(
             "tokens.html",
@@ -143,6 +161,22 @@ class Pages:
             ledger=[entry.ledger for entry in entries],
             **common,
         )
+
+    def _trajectory(self, tenant: str, session_id: str, token: str, common: Context) -> str:
+        """One page of the trajectory, oldest requests first; each page links to the next."""
+        page = self._run(self.app.list_trajectory(tenant, session_id, TRAJECTORY_ROWS, token))
+        rows = views.trajectory_rows(page.items)
+        here = _view_url(session_id, "trajectory")
+        links = []
+        if token:
+            links.append(views.Link("first requests", here, "first"))
+        if page.next_page_token:
+            links.append(
+                views.Link("later requests", _with_page(here, page.next_page_token), "newer")
+            )
+        shown = f"requests {rows[0].index} to {rows[-1].index}" if rows else "no requests"
+        pager = views.Pager(shown, tuple(links))
+        return self._page("trajectory.html", tenant, rows=rows, pager=pager, **common)
 
     def _page(self, name: str, tenant: str, **context: Any) -> str:
         return self.environment.get_template(name).render(tenant=tenant, **context)

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import bisect
+import difflib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -243,9 +244,53 @@ class TrajectoryRow:
     change: str
     previous_prompt: str | None
     previous_tools: str | None
+    diff: tuple[DiffLine, ...]  # the prompt against the previous one (empty: no previous)
+    # The prompt's text is on the page only where it changed (and on the page's first row):
+    # an unchanged prompt repeated on every row made 300 requests of an 8 KB prompt 2.7 MB.
+    shows_prompt: bool
     starts_series: bool
     forecast: str
     observed: str
+
+    @property
+    def prompt_lines(self) -> int:
+        return len(self.prompt.splitlines())
+
+
+@dataclass(frozen=True, slots=True)
+class DiffLine:
+    """One line of a prompt diff: ``kind`` is added, removed, same (context) or gap (the
+    unchanged lines left out between two changes)."""
+
+    kind: str
+    text: str
+
+
+def prompt_diff(previous: str, current: str, *, context: int = 1) -> tuple[DiffLine, ...]:
+    """The lines ``current`` added to and removed from ``previous``, each change with
+    ``context`` unchanged lines around it; unchanged runs between changes are one gap line
+    (how many lines it stands for). Equal prompts have no diff."""
+    before, after = previous.splitlines(), current.splitlines()
+    matcher = difflib.SequenceMatcher(None, before, after, autojunk=False)
+    lines: list[DiffLine] = []
+    last_end = 0
+    for group in matcher.get_grouped_opcodes(context):
+        if (skipped := group[0][1] - last_end) > 0:
+            lines.append(_gap(skipped))
+        for tag, i1, i2, j1, j2 in group:
+            if tag == "equal":
+                lines += (DiffLine("same", line) for line in before[i1:i2])
+                continue
+            lines += (DiffLine("removed", line) for line in before[i1:i2])
+            lines += (DiffLine("added", line) for line in after[j1:j2])
+        last_end = group[-1][2]
+    if lines and last_end < len(before):
+        lines.append(_gap(len(before) - last_end))
+    return tuple(lines)
+
+
+def _gap(skipped: int) -> DiffLine:
+    return DiffLine("gap", f"{skipped} unchanged line{'s' * (skipped != 1)}")
 
 
 def divergence_label(reason: DivergenceReason) -> str:
@@ -258,7 +303,7 @@ def _tools(prompt: PromptSnapshot) -> str:
 
 
 def trajectory_rows(entries: Sequence[TrajectoryEntry]) -> list[TrajectoryRow]:
-    rows = []
+    rows: list[TrajectoryRow] = []
     for entry in entries:
         point, ledger = entry.point, entry.ledger
         change = point.change
@@ -269,18 +314,22 @@ def trajectory_rows(entries: Sequence[TrajectoryEntry]) -> list[TrajectoryRow]:
             if ledger.observed is not None
             else "not recorded"
         )
+        current = point.effective.text if point.effective is not None else ""
+        diff = prompt_diff(previous.system, current) if previous is not None else ()
         rows.append(
             TrajectoryRow(
                 index=ledger.request_index,
                 admission=ledger.admission_id[:12],
                 attempt=ledger.attempt,
                 header=header_view(point.header) if point.header is not None else None,
-                prompt=point.effective.text if point.effective is not None else "",
+                prompt=current,
                 prompt_seq=point.effective.seq if point.effective is not None else None,
                 update=point.effective.update if point.effective is not None else False,
                 change=change.kind.value.replace("_", " ") if change is not None else "",
                 previous_prompt=previous.system if previous is not None else None,
                 previous_tools=_tools(previous) if previous is not None else None,
+                diff=diff,
+                shows_prompt=not rows or (change is not None and (previous is None or bool(diff))),
                 starts_series=point.starts_series,
                 forecast=(
                     f"{forecast.reused_tokens}/{forecast.total_tokens} tokens "
@@ -290,6 +339,21 @@ def trajectory_rows(entries: Sequence[TrajectoryEntry]) -> list[TrajectoryRow]:
             )
         )
     return rows
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    label: str
+    href: str
+    kind: str  # what the link leads to: older, newer, first, latest
+
+
+@dataclass(frozen=True, slots=True)
+class Pager:
+    """The links between the pages of one view, and what this page shows."""
+
+    shown: str
+    links: tuple[Link, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
