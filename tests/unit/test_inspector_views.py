@@ -68,7 +68,7 @@ def test_ledger_chart_scales_to_the_largest_value_and_skips_missing_usage() -> N
         (LedgerEntry(1, "a2", 0, forecasts[1], None), second),
     ]
     entries = trajectory_entries(ledger, [(e, TIME) for e in sim.log.events], since=0)
-    chart = ledger_chart(entries, height=228)
+    chart = ledger_chart([entry.ledger for entry in entries], height=228)
     assert chart.maximum == 100
     assert [(bar.kind, bar.value) for bar in chart.bars] == [
         ("forecast", 0),

@@ -21,7 +21,6 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from admission_service.app.commands import EventView
 from admission_service.app.service import AdmissionApp
-from admission_service.app.trajectory import TrajectoryEntry
 from admission_service.domain.wire import WireFormat
 from admission_service.inspector import views
 
@@ -32,6 +31,8 @@ MAX_ITEMS = 5000
 PAGE = 1000
 # Requests per Trajectory page (each shows its prompt where it changed, and the diff).
 TRAJECTORY_ROWS = 50
+# Requests per window of the ledger chart (34 px each: the chart stays under 1 100 px wide).
+LEDGER_WINDOW = 30
 VIEWS = ("chat", "trajectory", "tokens")
 
 
@@ -146,21 +147,7 @@ class Pages:
         token = _page_token(url.query)
         if view == "trajectory":
             return self._trajectory(tenant, session_id, token, common)
-        entries: list[TrajectoryEntry]
-        entries, _ = self._all(
-            lambda token: self.app.list_trajectory(tenant, session_id, PAGE, token)
-        )
-        inspected = self._run(self.app.inspect(tenant, session_id, WireFormat.NEUTRAL))
-        return self._page(
-            "tokens.html",
-            tenant,
-            breakdown=inspected.breakdown,
-            effective=inspected.effective_prompt,
-            chart=views.ledger_chart(entries),
-            divergence_label=views.divergence_label,
-            ledger=[entry.ledger for entry in entries],
-            **common,
-        )
+        return self._tokens(tenant, session_id, token, common)
 
     def _trajectory(self, tenant: str, session_id: str, token: str, common: Context) -> str:
         """One page of the trajectory, oldest requests first; each page links to the next."""
@@ -177,6 +164,37 @@ class Pages:
         shown = f"requests {rows[0].index} to {rows[-1].index}" if rows else "no requests"
         pager = views.Pager(shown, tuple(links))
         return self._page("trajectory.html", tenant, rows=rows, pager=pager, **common)
+
+    def _tokens(self, tenant: str, session_id: str, token: str, common: Context) -> str:
+        """The breakdown, and the ledger chart over a window of requests: the latest first,
+        each page linking to the window before."""
+        inspected = self._run(self.app.inspect(tenant, session_id, WireFormat.NEUTRAL))
+        window = self._run(self.app.ledger_window(tenant, session_id, LEDGER_WINDOW, token))
+        ledger = window.items
+        here = _view_url(session_id, "tokens")
+        links = []
+        if window.next_page_token:
+            links.append(
+                views.Link("earlier requests", _with_page(here, window.next_page_token), "older")
+            )
+        if token:
+            links.append(views.Link("latest requests", here, "latest"))
+        shown = (
+            f"requests {ledger[0].request_index} to {ledger[-1].request_index}"
+            if ledger
+            else "no requests"
+        )
+        return self._page(
+            "tokens.html",
+            tenant,
+            breakdown=inspected.breakdown,
+            effective=inspected.effective_prompt,
+            chart=views.ledger_chart(ledger),
+            divergence_label=views.divergence_label,
+            ledger=ledger,
+            pager=views.Pager(shown, tuple(links)),
+            **common,
+        )
 
     def _page(self, name: str, tenant: str, **context: Any) -> str:
         return self.environment.get_template(name).render(tenant=tenant, **context)

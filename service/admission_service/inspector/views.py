@@ -15,7 +15,7 @@ import difflib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from admission_service.app.commands import EventView
+from admission_service.app.commands import EventView, LedgerEntry
 from admission_service.app.trajectory import TrajectoryEntry
 from admission_service.domain.accounting import DivergenceReason
 from admission_service.domain.events import Append, Event, EventKind
@@ -379,26 +379,23 @@ class LedgerChart:
     labels: list[tuple[float, str]] = field(default_factory=list)
 
 
-def ledger_chart(entries: Sequence[TrajectoryEntry], *, height: int = 220) -> LedgerChart:
+def ledger_chart(entries: Sequence[LedgerEntry], *, height: int = 220) -> LedgerChart:
+    """The chart of a window of the ledger (its width grows with the window, not the session:
+    the inspector pages the ledger, ``Reads.ledger_window``)."""
     top, bottom, left = 16, 28, 48
     plot_height = height - top - bottom
     slot = 34
     width = left + max(1, len(entries)) * slot + 16
-    values = [e.ledger.forecast.reused_tokens for e in entries] + [
-        e.ledger.observed.cache_read_tokens for e in entries if e.ledger.observed is not None
+    values = [e.forecast.reused_tokens for e in entries] + [
+        e.observed.cache_read_tokens for e in entries if e.observed is not None
     ]
     maximum = max([1, *values])
     chart = LedgerChart(width, height, top, plot_height, maximum)
     for index, entry in enumerate(entries):
         x = left + index * slot + 4
         pairs: list[tuple[str, int | None]] = [
-            ("forecast", entry.ledger.forecast.reused_tokens),
-            (
-                "observed",
-                entry.ledger.observed.cache_read_tokens
-                if entry.ledger.observed is not None
-                else None,
-            ),
+            ("forecast", entry.forecast.reused_tokens),
+            ("observed", entry.observed.cache_read_tokens if entry.observed is not None else None),
         ]
         for offset, (kind, value) in enumerate(pairs):
             if value is None:
@@ -407,5 +404,5 @@ def ledger_chart(entries: Sequence[TrajectoryEntry], *, height: int = 220) -> Le
             chart.bars.append(
                 Bar(x + offset * 13, top + plot_height - bar_height, 12, bar_height, value, kind)
             )
-        chart.labels.append((x + 12, str(entry.ledger.request_index)))
+        chart.labels.append((x + 12, str(entry.request_index)))
     return chart

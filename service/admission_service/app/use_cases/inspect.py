@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from admission_service.app.commands import EventView, InspectResult, Page, SystemNodeView
+from admission_service.app.commands import (
+    EventView,
+    InspectResult,
+    LedgerEntry,
+    Page,
+    SystemNodeView,
+)
 from admission_service.app.derivation import Derivation
 from admission_service.app.machinery import PageRead, session_counter
 from admission_service.app.ports import SessionRepository
@@ -127,3 +133,20 @@ class Reads(Derivation):
             return entries, entries[-1].request_index if more else None
 
         return await self._read_page("trajectory", tenant, session_id, page_size, page_token, read)
+
+    async def ledger_window(
+        self, tenant: str, session_id: str, page_size: int, page_token: str
+    ) -> Page[LedgerEntry]:
+        """The cache ledger newest first, a window of at most ``page_size`` requests in request
+        order: the first page ends at the latest request, and each next page is the window
+        before (the inspector's ledger chart; its page token is the window's first index)."""
+
+        async def read(
+            store: SessionRepository, record: Session, limit: int, before: int
+        ) -> PageRead[LedgerEntry]:
+            end = record.request_count if before < 0 else min(before, record.request_count)
+            start = max(0, end - limit)
+            rows = await store.requests_from(start, end - start) if end > start else ()
+            return tuple(ledger_entry_of(row) for row in rows), start if start > 0 else None
+
+        return await self._read_page("ledger", tenant, session_id, page_size, page_token, read)
