@@ -1,0 +1,326 @@
+"""An agent loop end to end with the kit, per provider and wire format: admit → post the body
+through the official SDK (async client) to a local provider stand-in that answers recorded
+responses (tool calls, thinking/reasoning, cache usage) → observe → tool results → next admit,
+over three turns with a prompt change and a compaction, against the real server.
+
+After every step the body the SDK posted must pass the SDK param types and the acceptance rules
+of docs/WIRE_FORMATS.md (tests/provider/oracles.py) and equal the FULL body Inspect renders: the
+kit rebuilt it from DELTA answers. The provider's ids, signatures and reasoning come back in the
+next request, the usage lands in the ledger, and a lost Admit is retried under the same
+request_id without admitting twice.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+from promptadmission import AdmissionClient
+from promptadmission.kit import HarnessSession, tool
+from promptadmission.v1 import admission_service_pb2 as api
+from promptadmission.v1 import session_pb2 as pb
+
+from tests import harness_fixtures as fx
+from tests.clients.provider_server import ProviderServer, provider_server
+from tests.provider.oracles import check_body
+
+Json = dict[str, Any]
+TOOLS = [
+    tool(
+        "read_file",
+        "Read a file",
+        {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+    )
+]
+PROMPT = "You are a careful coding agent."
+PLAN_PROMPT = "You are a careful coding agent.\nPLAN MODE: propose, do not edit."
+SIGNATURE = "EqQBCkYIBRgCKkDsig=="
+
+
+@dataclass(frozen=True)
+class Provider:
+    name: str
+    wire: str
+    route: pb.Route
+    replies: Callable[[], list[Json]]  # the recorded responses, in the loop's order
+    post: Callable[[ProviderServer, Json], Awaitable[Any]]  # the SDK call with the kit's body
+
+    def __str__(self) -> str:
+        return f"{self.name}-{self.wire}"
+
+
+# ---- the recorded responses, in each API's shape ----------------------------------------------
+
+
+def _chat(content: str | None, calls: list[tuple[str, str]], reasoning: str | None) -> Json:
+    message: Json = {"role": "assistant", "content": content}
+    if calls:
+        message["tool_calls"] = [
+            {
+                "id": call_id,
+                "type": "function",
+                "function": {"name": "read_file", "arguments": json.dumps({"path": path})},
+            }
+            for call_id, path in calls
+        ]
+    if reasoning is not None:
+        message["reasoning_content"] = reasoning
+    usage = {
+        "prompt_tokens": 900,
+        "completion_tokens": 40,
+        "total_tokens": 940,
+        "prompt_tokens_details": {"cached_tokens": 768},
+    }
+    return {"response": fx.chat_completion(message, usage, "tool_calls" if calls else "stop")}
+
+
+def chat_replies(reasoning: bool) -> Callable[[], list[Json]]:
+    def replies() -> list[Json]:
+        think = "Need the file." if reasoning else None
+        return [
+            _chat("Reading it.", [("call_1", "main.py")], think),
+            _chat("main.py prints hi.", [], think),
+            _chat(None, [("call_2", "a.py"), ("call_3", "b.py")], think),
+            _chat("Plan: merge a and b.", [], think),
+            _chat("Nothing is left.", [], think),
+        ]
+
+    return replies
+
+
+def _responses(text: str, calls: list[tuple[str, str]]) -> Json:
+    items: list[Json] = [{**fx.REASONING_ITEM, "id": f"rs_{text[:4]}"}]
+    items.append(
+        {**fx.MESSAGE_ITEM, "content": [{"type": "output_text", "text": text, "annotations": []}]}
+    )
+    items += [
+        {
+            **fx.CALL_ITEM,
+            "id": f"fc_{call_id}",
+            "call_id": call_id,
+            "arguments": json.dumps({"path": path}),
+        }
+        for call_id, path in calls
+    ]
+    return {"response": fx.response(items, fx.responses_usage(900, 40, 768))}
+
+
+def responses_replies() -> list[Json]:
+    return [
+        _responses("Reading it.", [("call_1", "main.py")]),
+        _responses("main.py prints hi.", []),
+        _responses("Reading both.", [("call_2", "a.py"), ("call_3", "b.py")]),
+        _responses("Plan: merge a and b.", []),
+        _responses("Nothing is left.", []),
+    ]
+
+
+def _message(text: str, calls: list[tuple[str, str]]) -> Json:
+    content: list[Json] = [
+        {"type": "thinking", "thinking": f"Thinking about {text}", "signature": SIGNATURE},
+        {"type": "text", "text": text},
+    ]
+    content += [
+        {"type": "tool_use", "id": call_id, "name": "read_file", "input": {"path": path}}
+        for call_id, path in calls
+    ]
+    return {
+        "response": fx.message(content, fx.ANTHROPIC_USAGE, "tool_use" if calls else "end_turn")
+    }
+
+
+def anthropic_replies() -> list[Json]:
+    return [
+        _message("Reading it.", [("toolu_1", "main.py")]),
+        _message("main.py prints hi.", []),
+        _message("Reading both.", [("toolu_2", "a.py"), ("toolu_3", "b.py")]),
+        _message("Plan: merge a and b.", []),
+        _message("Nothing is left.", []),
+    ]
+
+
+# ---- the SDK calls ----------------------------------------------------------------------------
+
+
+async def post_chat(server: ProviderServer, body: Json) -> Any:
+    client = openai.AsyncOpenAI(api_key="test", base_url=f"{server.base_url}/v1", max_retries=0)
+    return await client.chat.completions.create(model="m", temperature=0, **body)
+
+
+async def post_responses(server: ProviderServer, body: Json) -> Any:
+    client = openai.AsyncOpenAI(api_key="test", base_url=f"{server.base_url}/v1", max_retries=0)
+    return await client.responses.create(model="m", **body)
+
+
+async def post_anthropic(server: ProviderServer, body: Json) -> Any:
+    client = anthropic.AsyncAnthropic(api_key="test", base_url=server.base_url, max_retries=0)
+    return await client.messages.create(model="m", max_tokens=1024, **body)
+
+
+PROVIDERS = [
+    Provider(
+        "openai",
+        "openai_chat",
+        pb.Route(provider="openai", model="gpt-5.1"),
+        chat_replies(reasoning=False),
+        post_chat,
+    ),
+    Provider(
+        "deepseek",
+        "openai_chat",
+        pb.Route(provider="deepseek", model="deepseek-flash"),
+        chat_replies(reasoning=True),
+        post_chat,
+    ),
+    Provider(
+        "openai",
+        "openai_responses",
+        pb.Route(
+            provider="openai",
+            model="gpt-5.1",
+            system_prompt_update=pb.SYSTEM_PROMPT_UPDATE_IN_HISTORY,
+        ),
+        responses_replies,
+        post_responses,
+    ),
+    Provider(
+        "anthropic",
+        "anthropic_messages",
+        pb.Route(provider="anthropic", model="claude-sonnet-4-5"),
+        anthropic_replies,
+        post_anthropic,
+    ),
+]
+WIRE = {
+    "openai_chat": pb.WIRE_FORMAT_OPENAI_CHAT,
+    "openai_responses": pb.WIRE_FORMAT_OPENAI_RESPONSES,
+    "anthropic_messages": pb.WIRE_FORMAT_ANTHROPIC_MESSAGES,
+}
+
+
+@pytest.fixture
+def server() -> Iterator[ProviderServer]:
+    with provider_server() as running:
+        yield running
+
+
+class Checked:
+    """Each body the SDK posted, checked against the oracles and Inspect's FULL body."""
+
+    def __init__(
+        self, provider: Provider, client: AdmissionClient, session: HarnessSession
+    ) -> None:
+        self.provider, self.client, self.session = provider, client, session
+        self.views: list[int] = []
+
+    async def step(self, server: ProviderServer, body: Json) -> Any:
+        assert self.session.last is not None
+        self.views.append(self.session.last.request.view)
+        response = await self.provider.post(server, body)
+        path, posted = server.requests[-1]
+        conversation = {key: posted[key] for key in body}
+        assert conversation == body, f"the SDK changed the body it posted to {path}"
+        in_history = self.session.last.system_prompt_update == pb.SYSTEM_PROMPT_UPDATE_IN_HISTORY
+        problems = check_body(
+            self.provider.wire, json.dumps(body), provider=self.provider.name, in_history=in_history
+        )
+        assert problems == []
+        full = await self.client.inspect(
+            api.InspectRequest(
+                session_id=self.session.session_id, wire_format=WIRE[self.provider.wire]
+            )
+        )
+        assert json.loads(full.request.body_json) == body, "the rebuilt body is not the FULL body"
+        return response
+
+
+async def run_tools(session: HarnessSession, response: Any) -> bool:
+    """Observes the response and answers its calls (b.py fails); whether it made calls."""
+    output = session.observe(response)
+    for call in output.tool_calls:
+        path = json.loads(call.arguments_json)["path"]
+        if path == "b.py":
+            session.tool_result(call, FileNotFoundError(path))
+        else:
+            session.tool_result(call, {"path": path, "text": f"print('{path}')", "lines": 1})
+    return bool(output.tool_calls)
+
+
+async def summarize(plan: api.PlanCompactionResponse) -> str:
+    assert plan.summarization_input
+    return "Summary: read main.py, planned to merge a.py and b.py."
+
+
+@pytest.mark.parametrize("provider", PROVIDERS, ids=str)
+async def test_a_tool_using_loop_over_three_turns_with_a_prompt_change_and_a_compaction(
+    provider: Provider, server_target: str, server: ProviderServer
+) -> None:
+    server.answer(*provider.replies())
+    async with AdmissionClient(server_target) as client:
+        session = await HarnessSession.open(client, provider.route, WIRE[provider.wire])
+        checked = Checked(provider, client, session)
+        async with session:
+            turns = [(PROMPT, "Read main.py."), (PLAN_PROMPT, "Plan the merge of a.py and b.py.")]
+            for prompt, user in turns:
+                users = [user]
+                while True:  # the harness's step: five lines
+                    body = await session.admit(prompt, users, TOOLS, {"temperature": 0})
+                    users = []
+                    if not await run_tools(session, await checked.step(server, body)):
+                        break
+            await session.compact(summarize, retain_tokens=0)
+            body = await session.admit(PLAN_PROMPT, ["What is left?"], TOOLS, {"temperature": 0})
+            session.observe(await checked.step(server, body))
+        assert (session.turn, session.step) == (3, 1)
+
+        inspected = await client.inspect(api.InspectRequest(session_id=session.session_id))
+    messages = inspected.request.messages
+    assert messages[-1].content[-1].text.text == "Nothing is left."  # recorded on close
+    observed = [entry.observed for entry in inspected.ledger if entry.HasField("observed")]
+    assert len(observed) == 5
+    assert all(usage.cache_read_tokens > 0 for usage in observed)
+    if provider.wire != "anthropic_messages":
+        assert pb.REQUEST_VIEW_DELTA in checked.views  # the kit rebuilt DELTA answers
+    # What the provider produced came back: every call id, and (where the format sends it back)
+    # the signed thinking and DeepSeek's reasoning.
+    posted = json.dumps([body for _, body in server.requests])
+    for call_id in ("call_1", "call_2", "call_3") if provider.name != "anthropic" else ("toolu_1",):
+        assert call_id in posted
+    if provider.name == "anthropic":
+        assert SIGNATURE in json.dumps(server.requests[1][1]["messages"])
+    if provider.name == "deepseek":
+        assert '"reasoning_content": "Need the file."' in posted
+
+
+class LosesFirstAdmitAnswer(AdmissionClient):
+    """The first Admit commits, then its answer is lost (after the client's own retries)."""
+
+    lost = False
+
+    async def admit(self, request: api.AdmitRequest) -> Any:  # type: ignore[override]
+        response = await AdmissionClient.admit.__get__(self, AdmissionClient)(request)
+        if not self.lost:
+            self.lost = True
+            raise ConnectionError("the answer was lost")
+        return response
+
+
+async def test_an_admit_whose_answer_was_lost_is_retried_under_the_same_request_id(
+    server_target: str,
+) -> None:
+    async with LosesFirstAdmitAnswer(server_target) as client:
+        route = pb.Route(provider="deepseek", model="deepseek-flash")
+        session = await HarnessSession.open(client, route, pb.WIRE_FORMAT_OPENAI_CHAT)
+        with pytest.raises(ConnectionError):
+            await session.admit(PROMPT, ["Hello"])
+        body = await session.admit(PROMPT, ["Hello"])  # the same step again
+        assert [m["role"] for m in body["messages"]] == ["system", "user"]
+        events = await client.all_events(session.session_id)
+    users = [event for event in events if event.kind == pb.EVENT_KIND_USER_MESSAGE]
+    assert len(users) == 1, "the retry admitted the step twice"
+    assert (session.turn, session.step) == (1, 1)
