@@ -2,10 +2,10 @@
 
     DATABASE_URL=... .venv/bin/python -m tests.inspector_screenshots [OUT_DIR]   # default docs/
 
-Starts the service in this process (the test database at DATABASE_URL, already migrated, or the
-embedded PostgreSQL), drives one session on the in-history route — a prompt, two in-history
-updates, a tool change with a new series, a compaction, usage recorded for each request — and
-saves the Chat and Trajectory views of it through Debian's headless Chromium.
+Starts the service and the inspector in this process (the test database at DATABASE_URL,
+already migrated, or the embedded PostgreSQL), drives one session on the in-history route — a
+prompt, two in-history updates, a tool change with a new series, a compaction, usage recorded
+for each request — and saves the Chat and Trajectory views of it through Debian's headless Chromium.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pathlib import Path
 
 from admission_service.api.server import start_server
 from admission_service.config import Settings
+from admission_service.inspector.http import start_inspector
 from promptadmission.v1 import admission_service_pb2 as api
 from promptadmission.v1 import session_pb2 as pb
 
@@ -42,6 +43,7 @@ STEPS = [
 async def drive(settings: Settings, out: Path) -> list[Path]:
     server = await start_server(settings)
     client = connect(server)
+    inspector = await start_inspector(settings, engine=server.engine)
     try:
         stub = client.stub
         session_id = f"walkthrough-{uuid.uuid4().hex[:6]}"
@@ -87,10 +89,10 @@ async def drive(settings: Settings, out: Path) -> list[Path]:
                 users=[user("What is left?")],
             )
         )
-        assert server.inspector is not None
-        base = f"http://127.0.0.1:{server.inspector.port}/sessions/{session_id}"
+        base = f"http://127.0.0.1:{inspector.port}/sessions/{session_id}"
         return await asyncio.to_thread(capture, base, out)
     finally:
+        await inspector.stop()
         await client.close()
 
 

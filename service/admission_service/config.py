@@ -45,7 +45,22 @@
 | ``PAS_MAX_RECEIVE_MESSAGE_BYTES`` | ``16777216`` (16 MiB) | largest request gRPC accepts |
 | ``PAS_METRICS_LISTEN`` | unset | ``host:port`` of Prometheus ``/metrics``; unset: no endpoint |
 | ``PAS_INSPECTOR_LISTEN`` | unset | ``host:port`` of the read-only operator inspector (web
-  pages, the API's bearer tokens); unset: no inspector |
+  pages, the API's bearer tokens): a process of its own beside the workers; unset: none |
+| ``PAS_INSPECTOR_ALLOWED_HOSTS`` | the listen host and ``localhost``, ``127.0.0.1``, ``::1`` |
+  host names the inspector answers in ``Host`` (comma or space separated; ``*``: any); another
+  ``Host`` is 421 (DNS rebinding). Set it to the names operators use with a wildcard listen |
+| ``PAS_INSPECTOR_MAX_CONNECTIONS`` | ``128`` | open connections the inspector keeps; one more
+  is answered 503 and closed at once |
+| ``PAS_INSPECTOR_HEADER_TIMEOUT_SECONDS`` | ``10`` | time a connection has to send a request's
+  complete headers, from its opening or its previous response (also the keep-alive idle
+  timeout, and the TLS handshake's); then it is closed |
+| ``PAS_INSPECTOR_BODY_TIMEOUT_SECONDS`` | ``5`` | the inspector reads no body: a request that
+  announces one is refused (413) and its connection closed; what arrives meanwhile is read and
+  dropped for at most this long |
+| ``PAS_INSPECTOR_RENDER_THREADS`` | ``2`` | threads rendering pages in the inspector's process
+  (further requests wait for one); its database pool has as many connections |
+| ``PAS_INSPECTOR_NICE`` | ``10`` | the inspector process's nice increment (0-19): under CPU
+  contention the API workers run first |
 | ``PAS_LOG_LEVEL`` | ``INFO`` | ``DEBUG``, ``INFO``, ``WARNING``, ``ERROR`` or ``CRITICAL`` |
 | ``PAS_LOG_FORMAT`` | ``json`` | ``json`` (one object per line) or ``text`` |
 | ``PAS_LOG_PAYLOADS`` | ``false`` | also log request and response payloads — prompt and message
@@ -124,6 +139,20 @@ def usable_cores() -> int:
 
 
 @dataclass(frozen=True, slots=True)
+class InspectorSettings:
+    """How the inspector's process serves (``PAS_INSPECTOR_*``; its address is ``Settings.
+    inspector_listen``)."""
+
+    # Host names answered (lower case, no port); empty: the listen host and loopback's names.
+    allowed_hosts: tuple[str, ...] = ()
+    max_connections: int = 128
+    header_timeout_seconds: float = 10.0
+    body_timeout_seconds: float = 5.0
+    render_threads: int = 2
+    nice: int = 10
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     listen: str = DEFAULT_LISTEN
     database_url: str | None = None
@@ -152,6 +181,7 @@ class Settings:
     max_receive_message_bytes: int = DEFAULT_MAX_RECEIVE_MESSAGE_BYTES
     metrics_listen: str | None = None
     inspector_listen: str | None = None
+    inspector: InspectorSettings = field(default_factory=InspectorSettings)
     log_level: str = "INFO"
     log_format: str = "json"
     log_payloads: bool = False
@@ -205,6 +235,7 @@ class Settings:
             ),
             metrics_listen=reader.optional_listen("PAS_METRICS_LISTEN"),
             inspector_listen=reader.optional_listen("PAS_INSPECTOR_LISTEN"),
+            inspector=reader.inspector(),
             log_level=reader.choice("PAS_LOG_LEVEL", "INFO", LOG_LEVELS),
             log_format=reader.choice("PAS_LOG_FORMAT", "json", LOG_FORMATS),
             log_payloads=reader.boolean("PAS_LOG_PAYLOADS", False),
@@ -327,6 +358,11 @@ class _Reader:
             name, default, float, lambda value: 0 <= value < _INF, "a number of seconds >= 0"
         )
 
+    def positive(self, name: str, default: float) -> float:
+        return self._parsed(
+            name, default, float, lambda value: 0 < value < _INF, "a number of seconds > 0"
+        )
+
     def optional_boolean(self, name: str) -> bool | None:
         """True or false; None when unset."""
         return self.boolean(name, False) if self.text(name) else None
@@ -429,6 +465,30 @@ class _Reader:
         except Exception as exc:  # sqlalchemy's ArgumentError or our ValueError
             # Never echo the URL: it may hold a password.
             raise ConfigError(f"{name} is not a usable PostgreSQL URL: {exc}") from None
+
+    def inspector(self) -> InspectorSettings:
+        defaults = InspectorSettings()
+        hosts = tuple(self.text("PAS_INSPECTOR_ALLOWED_HOSTS").lower().replace(",", " ").split())
+        if any(not host.isprintable() for host in hosts):
+            raise self._fail("PAS_INSPECTOR_ALLOWED_HOSTS", "host names")
+        return InspectorSettings(
+            allowed_hosts=tuple(host.removeprefix("[").removesuffix("]") for host in hosts),
+            max_connections=self.integer(
+                "PAS_INSPECTOR_MAX_CONNECTIONS", defaults.max_connections, minimum=1
+            ),
+            header_timeout_seconds=self.positive(
+                "PAS_INSPECTOR_HEADER_TIMEOUT_SECONDS", defaults.header_timeout_seconds
+            ),
+            body_timeout_seconds=self.number(
+                "PAS_INSPECTOR_BODY_TIMEOUT_SECONDS", defaults.body_timeout_seconds
+            ),
+            render_threads=self.integer(
+                "PAS_INSPECTOR_RENDER_THREADS", defaults.render_threads, minimum=1
+            ),
+            nice=self._parsed(
+                "PAS_INSPECTOR_NICE", defaults.nice, int, lambda n: 0 <= n <= 19, "0 to 19"
+            ),
+        )
 
     def limits(self) -> Limits:
         defaults = Limits()

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from admission_service.api.tenancy import hash_token
 from admission_service.app.limits import Limits
-from admission_service.config import ConfigError, Settings
+from admission_service.config import ConfigError, InspectorSettings, Settings
 
 
 def test_defaults() -> None:
@@ -267,3 +267,28 @@ def test_quotas_and_idempotency_retention_are_read() -> None:
     assert defaults.idempotency_retention_seconds == 24 * 3600
     with pytest.raises(ConfigError, match="PAS_QUOTA_SESSIONS"):
         Settings.from_env({"PAS_QUOTA_SESSIONS": "-1"})
+
+
+def test_the_inspectors_settings_are_read_and_checked() -> None:
+    assert Settings.from_env({}).inspector == InspectorSettings()
+    read = Settings.from_env(
+        {
+            "PAS_INSPECTOR_ALLOWED_HOSTS": "Ops.Example.com, [::1] 10.0.0.5",
+            "PAS_INSPECTOR_MAX_CONNECTIONS": "16",
+            "PAS_INSPECTOR_HEADER_TIMEOUT_SECONDS": "2.5",
+            "PAS_INSPECTOR_BODY_TIMEOUT_SECONDS": "0",
+            "PAS_INSPECTOR_RENDER_THREADS": "3",
+            "PAS_INSPECTOR_NICE": "0",
+        }
+    ).inspector
+    assert read == InspectorSettings(("ops.example.com", "::1", "10.0.0.5"), 16, 2.5, 0.0, 3, 0)
+    for name, value in [
+        ("PAS_INSPECTOR_MAX_CONNECTIONS", "0"),
+        ("PAS_INSPECTOR_HEADER_TIMEOUT_SECONDS", "0"),
+        ("PAS_INSPECTOR_BODY_TIMEOUT_SECONDS", "-1"),
+        ("PAS_INSPECTOR_RENDER_THREADS", "0"),
+        ("PAS_INSPECTOR_NICE", "20"),
+        ("PAS_INSPECTOR_LISTEN", "8080"),
+    ]:
+        with pytest.raises(ConfigError, match=name):
+            Settings.from_env({name: value})

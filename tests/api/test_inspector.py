@@ -1,6 +1,8 @@
-"""The operator inspector over a real server: HTTP behaviour (authentication, tenancy, read
-only, escaping) and, in a real browser (Debian's headless Chromium through chromedriver), what
-an operator checks on each page. Screenshots of every view are kept as test artifacts in
+"""The operator inspector over a real server: ``admission-service serve`` with the default
+worker count (one per core) and the inspector in its own process, as an operator runs it. HTTP
+behaviour (authentication, tenancy, read only, escaping, ``Host``, bodies, timeouts, the
+connection cap, TLS) and, in a real browser (Debian's headless Chromium through chromedriver),
+what an operator checks on each page. Screenshots of every view are kept as test artifacts in
 ``PAS_SCREENSHOT_DIR`` (default ``.data/inspector-screenshots``).
 
 Without chromium the browser tests skip, unless CI is set: then they must run.
@@ -12,20 +14,26 @@ import asyncio
 import base64
 import os
 import re
+import socket
+import ssl
+import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 from admission_service.api.tenancy import hash_token
+from admission_service.config import InspectorSettings, usable_cores
+from admission_service.inspector.http import RunningInspector, start_inspector
 from promptadmission.v1 import admission_service_pb2 as api
 from promptadmission.v1 import session_pb2 as pb
 
-from tests.api.support import StartApi, admit_request, async_stub, channel_with_metadata
+from tests.api.serve_process import Served, free_port, serving
+from tests.api.support import admit_request, api_settings, async_stub, channel_with_metadata
 from tests.browser import chrome, full_page_screenshot, missing
 
 RUN = uuid.uuid4().hex[:8]
@@ -34,6 +42,12 @@ OTHER_TOKEN = f"inspector-other-{RUN}-0123456789abcdef"
 TOKENS = {hash_token(TOKEN): f"ops-{RUN}", hash_token(OTHER_TOKEN): f"other-{RUN}"}
 SCRIPT = "<script>document.title='pwned'</script>"
 ROOT = Path(__file__).resolve().parents[2]
+INSPECTOR_LINE = re.compile(r"inspector \(pid (\d+)\) serving on \S+:(\d+)")
+WORKERS_LINE = re.compile(r"serving with (\d+) workers \(pids ([\d, ]+)\)")
+
+
+def auth_tokens(tokens: dict[str, str]) -> str:
+    return " ".join(f"{tenant}={token_hash}" for token_hash, tenant in tokens.items())
 
 
 @dataclass
@@ -41,19 +55,22 @@ class Inspected:
     base_url: str
     session_id: str
     other_session_id: str
+    served: Served
+    inspector_pid: int
+    worker_pids: set[int]
 
 
 async def drive_session(target: str, token: str) -> str:
     channel = channel_with_metadata(target, ("authorization", f"Bearer {token}"))
     stub = async_stub(channel)
     session_id = f"inspect-{uuid.uuid4().hex[:12]}"
-    await stub.CreateSession(api.CreateSessionRequest(session_id=session_id))
+    await stub.CreateSession(api.CreateSessionRequest(session_id=session_id), timeout=10)
     tools = [pb.Tool(name="read", parameters_json='{"type":"object"}')]
     prompts = ["You are A.", f"You are B. {SCRIPT}", "You are C."]
     for step, prompt in enumerate(prompts, start=1):
         users = [f"question {step}"] if step != 2 else [f"user says {SCRIPT}"]
         admitted = await stub.Admit(
-            admit_request(session_id, prompt, *users, turn=1, step=step, tools=tools)
+            admit_request(session_id, prompt, *users, turn=1, step=step, tools=tools), timeout=10
         )
         await stub.Record(
             api.RecordRequest(
@@ -64,38 +81,81 @@ async def drive_session(target: str, token: str) -> str:
                     content=[pb.ContentBlock(text=pb.TextBlock(text=f"answer {step}"))],
                 ),
                 usage=pb.Usage(input_tokens=40 * step, cache_read_tokens=12 * (step - 1)),
-            )
+            ),
+            timeout=10,
         )
     # A config change in the same step as a prompt update: the header must not repeat it.
     await stub.Admit(
         admit_request(
             session_id, "You are D.", "last", turn=2, step=1, tools=tools, config={"t": "0.3"}
-        )
+        ),
+        timeout=10,
     )
     await channel.close(None)
     return session_id
 
 
-@pytest.fixture
-async def inspected(start_api: StartApi) -> Inspected:
-    client = await start_api(token_tenants=TOKENS, inspector_listen="127.0.0.1:0")
-    assert client.server.inspector is not None
-    target = client.server.target
-    return Inspected(
-        f"http://127.0.0.1:{client.server.inspector.port}",
-        await drive_session(target, TOKEN),
-        await drive_session(target, OTHER_TOKEN),
+def inspector_started(log: Path, timeout: float = 60) -> tuple[int, int]:
+    """The inspector process's pid and port, from its start line in the server's log."""
+    deadline = time.monotonic() + timeout
+    while (found := INSPECTOR_LINE.search(log.read_text())) is None:
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.1)  # polling: another process's log
+    return int(found.group(1)), int(found.group(2))
+
+
+@pytest.fixture(scope="module")
+async def inspected(
+    database_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Inspected]:
+    """``serve`` as configured by default (PAS_WORKERS unset: one worker per core) with the
+    inspector on; two tenants' sessions driven through the API."""
+    with serving(
+        database_url,
+        tmp_path_factory.mktemp("inspector"),
+        PAS_WORKERS=None,
+        PAS_AUTH_TOKENS=auth_tokens(TOKENS),
+        PAS_INSPECTOR_LISTEN=f"127.0.0.1:{free_port()}",
+        PAS_LOG_FORMAT="text",
+    ) as served:
+        pid, port = await asyncio.to_thread(inspector_started, served.log)
+        workers = WORKERS_LINE.search(served.log.read_text())
+        assert workers is not None, served.log.read_text()
+        yield Inspected(
+            f"http://127.0.0.1:{port}",
+            await drive_session(served.target, TOKEN),
+            await drive_session(served.target, OTHER_TOKEN),
+            served,
+            pid,
+            {int(p) for p in workers.group(2).split(", ")},
+        )
+
+
+async def in_process(database_url: str, **inspector: Any) -> RunningInspector:
+    """An inspector in this process (its own pool on the test database), for what needs
+    settings of its own: short timeouts, a small cap, TLS."""
+    settings = api_settings(
+        database_url,
+        token_tenants=TOKENS,
+        inspector_listen="127.0.0.1:0",
+        **inspector.pop("settings", {}),
     )
+    return await start_inspector(replace(settings, inspector=InspectorSettings(**inspector)))
 
 
 def fetch(
-    url: str, *, method: str = "GET", authorization: str | None = None
+    url: str,
+    *,
+    method: str = "GET",
+    authorization: str | None = None,
+    headers: dict[str, str] | None = None,
+    context: ssl.SSLContext | None = None,
 ) -> tuple[int, dict[str, str], str]:
-    request = urllib.request.Request(url, method=method)
+    request = urllib.request.Request(url, method=method, headers=headers or {})
     if authorization is not None:
         request.add_header("Authorization", authorization)
     try:
-        with urllib.request.urlopen(request, timeout=10) as response:
+        with urllib.request.urlopen(request, timeout=10, context=context) as response:
             return response.status, dict(response.headers), response.read().decode()
     except urllib.error.HTTPError as error:
         return error.code, dict(error.headers), error.read().decode()
@@ -170,6 +230,152 @@ async def test_times_are_shown_in_utc_with_the_zone(inspected: Inspected) -> Non
     )
     assert status == 200
     assert re.search(r"<td>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC</td>", page)
+
+
+def exchange(port: int, data: bytes, *, wait: float = 10) -> bytes:
+    """What the inspector answers ``data`` on one raw connection, until it closes it (or
+    ``wait`` passes)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=wait) as sock:
+        sock.sendall(data)
+        received = b""
+        while chunk := sock.recv(65536):
+            received += chunk
+        return received
+
+
+def port_of(inspected: Inspected) -> int:
+    return int(inspected.base_url.rpartition(":")[2])
+
+
+async def test_the_inspector_has_a_process_of_its_own_beside_the_default_workers(
+    inspected: Inspected,
+) -> None:
+    """Before issue 21 the inspector was started by each worker: the second one could not bind
+    its port and ``serve`` exited 1 on any machine with two cores."""
+    assert len(inspected.worker_pids) == usable_cores()
+    assert inspected.inspector_pid not in inspected.worker_pids
+    parent = Path(f"/proc/{inspected.inspector_pid}/stat").read_text().rpartition(")")[2].split()[1]
+    assert int(parent) == inspected.served.process.pid
+    # It runs below the workers' priority (PAS_INSPECTOR_NICE, default 10).
+    nice = Path(f"/proc/{inspected.inspector_pid}/stat").read_text().rpartition(")")[2].split()[16]
+    assert int(nice) == InspectorSettings().nice
+    assert inspected.served.process.poll() is None
+    status, _, page = await asyncio.to_thread(
+        fetch, inspected.base_url + "/", authorization=f"Bearer {TOKEN}"
+    )
+    assert status == 200 and inspected.session_id in page
+
+
+async def test_only_the_allowed_hosts_are_served(inspected: Inspected) -> None:
+    """A page of another site whose name resolves to the inspector (DNS rebinding) sends its
+    own name in Host: it is refused before authentication."""
+    port = port_of(inspected)
+    bearer = f"Bearer {TOKEN}"
+    for host in ("evil.example", "evil.example:80", "127.0.0.2", "localhost.evil.example"):
+        status, _, _ = await asyncio.to_thread(
+            fetch, inspected.base_url + "/", authorization=bearer, headers={"Host": host}
+        )
+        assert status == 421, host
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}", "LOCALHOST", f"[::1]:{port}"):
+        status, _, _ = await asyncio.to_thread(
+            fetch, inspected.base_url + "/", authorization=bearer, headers={"Host": host}
+        )
+        assert status == 200, host
+    twice = b"GET / HTTP/1.1\r\nHost: localhost\r\nHost: evil.example\r\n\r\n"
+    answer = await asyncio.to_thread(exchange, port, twice)
+    assert re.match(rb"HTTP/1\.[01] 4\d\d ", answer), answer  # aiohttp's own 400
+
+
+async def test_a_request_with_a_body_is_refused_and_its_connection_closed(
+    inspected: Inspected,
+) -> None:
+    request = b"GET / HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1000000\r\n\r\n" + b"x" * 100
+    started = time.monotonic()
+    answer = await asyncio.to_thread(exchange, port_of(inspected), request)
+    assert answer.startswith(b"HTTP/1.1 413")
+    assert time.monotonic() - started < InspectorSettings().body_timeout_seconds + 2
+
+
+async def test_a_connection_that_does_not_finish_its_headers_is_closed(
+    database_url: str,
+) -> None:
+    inspector = await in_process(database_url, header_timeout_seconds=1.0)
+    try:
+        started = time.monotonic()
+        # One byte a while: what keeps a connection open forever without a header timeout.
+        with socket.create_connection(("127.0.0.1", inspector.port), timeout=10) as sock:
+            closed = await asyncio.to_thread(trickle, sock, b"GET / HTTP/1.1\r\nHost: x\r\nX-a: b")
+        assert closed and time.monotonic() - started < 4
+        # An idle kept-alive connection is closed as well, after its first answer.
+        request = f"GET / HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {TOKEN}\r\n\r\n"
+        answer = await asyncio.to_thread(exchange, inspector.port, request.encode())
+        assert answer.startswith(b"HTTP/1.1 200")
+    finally:
+        await inspector.stop()
+
+
+def trickle(sock: socket.socket, data: bytes) -> bool:
+    """Send ``data`` a byte every 0.2 s and then wait; whether the server closed the
+    connection meanwhile (within 10 s)."""
+    sock.settimeout(0.2)
+    for byte in data * 50:
+        try:
+            sock.send(bytes([byte]))
+            if sock.recv(1024) == b"":
+                return True
+        except TimeoutError:
+            continue
+        except OSError:
+            return True
+    return False
+
+
+async def test_connections_past_the_cap_are_answered_503_and_closed(database_url: str) -> None:
+    inspector = await in_process(database_url, max_connections=3)
+    held = [socket.create_connection(("127.0.0.1", inspector.port), timeout=5) for _ in range(3)]
+    try:
+        await asyncio.sleep(0.2)  # accepted
+        answer = await asyncio.to_thread(exchange, inspector.port, b"")
+        assert answer.startswith(b"HTTP/1.1 503")
+        held.pop().close()
+        await asyncio.sleep(0.2)  # its place is free again
+        status, _, _ = await asyncio.to_thread(
+            fetch, f"http://127.0.0.1:{inspector.port}/", authorization=f"Bearer {TOKEN}"
+        )
+        assert status == 200
+        assert inspector.listener.open <= 3
+    finally:
+        for sock in held:
+            sock.close()
+        await inspector.stop()
+
+
+async def test_the_inspector_serves_tls_when_the_api_does(
+    database_url: str, tmp_path: Path
+) -> None:
+    from tests.api.test_tls import Authority
+
+    ca = Authority(tmp_path, "inspector")
+    issued = ca.issue("server", server=True)
+    inspector = await in_process(
+        database_url, settings={"tls_cert_file": issued.cert, "tls_key_file": issued.key}
+    )
+    try:
+        trusting = ssl.create_default_context(cafile=str(ca.cert))
+        status, _, page = await asyncio.to_thread(
+            fetch,
+            f"https://localhost:{inspector.port}/",
+            authorization=f"Bearer {TOKEN}",
+            context=trusting,
+        )
+        assert status == 200 and "Sessions" in page
+        # Plain HTTP gets no page (the handshake fails and the connection is closed).
+        answer = await asyncio.to_thread(
+            exchange, inspector.port, b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n"
+        )
+        assert b"200 OK" not in answer
+    finally:
+        await inspector.stop()
 
 
 # ---- in a real browser ------------------------------------------------------------------

@@ -55,8 +55,6 @@ from admission_service.telemetry.tracing import (
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
 
-    from admission_service.inspector.http import InspectorServer
-
 SERVICE_NAME: str = api.DESCRIPTOR.services_by_name["AdmissionService"].full_name
 OVERALL_HEALTH = ""
 
@@ -82,7 +80,6 @@ class RunningServer:
     token_watch: asyncio.Task[None] | None = None
     sweeper: IdempotencySweeper | None = None
     health_probe: asyncio.Task[None] | None = None
-    inspector: InspectorServer | None = None
     stopped: bool = False
 
     @property
@@ -103,8 +100,6 @@ class RunningServer:
             self.health_probe.cancel()
             await asyncio.gather(self.health_probe, return_exceptions=True)
         await self.health.enter_graceful_shutdown()
-        if self.inspector is not None:
-            await asyncio.to_thread(self.inspector.stop)
         await self.server.stop(grace)
         if self.sweeper is not None:
             await self.sweeper.stop()
@@ -132,6 +127,51 @@ def tenant_resolver(settings: Settings) -> TenantResolver:
         settings.default_tenant,
     )
     return DefaultTenant(settings.default_tenant)
+
+
+def token_reloader(settings: Settings, tenants: TenantResolver) -> TokenReloader | None:
+    """What reads ``tenants``' tokens again (SIGHUP, the file's changes), when they are tokens."""
+    if not isinstance(tenants, BearerTokens):
+        return None
+    return TokenReloader(tenants, settings.auth_tokens, settings.auth_tokens_file)
+
+
+def watch_tokens(settings: Settings, reloader: TokenReloader | None) -> asyncio.Task[None] | None:
+    """The task reloading the tokens when their file changes (``PAS_AUTH_TOKENS_WATCH_SECONDS``)."""
+    if (
+        reloader is None
+        or settings.auth_tokens_file is None
+        or settings.auth_tokens_watch_seconds <= 0
+    ):
+        return None
+    return asyncio.create_task(reloader.watch(settings.auth_tokens_watch_seconds))
+
+
+def configured_engine(
+    settings: Settings, url: str, *, pool_size: int, max_overflow: int
+) -> AsyncEngine:
+    return create_engine(
+        url,
+        pool_size=pool_size,
+        max_overflow=max_overflow,
+        prepared_statements=settings.prepared_statements,
+    )
+
+
+def build_app(
+    settings: Settings, engine: AsyncEngine, catalog: Catalog, hooks: PhaseHooks = NO_HOOKS
+) -> AdmissionApp:
+    """The use cases over ``engine``, as ``settings`` configure them (the API's workers and the
+    inspector's process build the same)."""
+    return AdmissionApp(
+        engine,
+        catalog,
+        settings.limits,
+        hooks,
+        page_tokens=PageTokens.configured(settings.page_token_keys, engine.url),
+        quotas=settings.quotas,
+        encoders=convert.ENCODERS,
+    )
 
 
 def server_credentials(settings: Settings) -> grpc.ServerCredentials | None:
@@ -190,11 +230,8 @@ async def start_server(
         _log.info("running database migrations")
         await asyncio.to_thread(run_migrations, url)
     if engine is None:
-        engine = create_engine(
-            url,
-            pool_size=settings.db_pool_size,
-            max_overflow=settings.db_max_overflow,
-            prepared_statements=settings.prepared_statements,
+        engine = configured_engine(
+            settings, url, pool_size=settings.db_pool_size, max_overflow=settings.db_max_overflow
         )
     owns_tracer_provider = tracer_provider is None
     if tracer_provider is None:
@@ -206,22 +243,9 @@ async def start_server(
     metrics.watch_pool(engine, settings.db_pool_size + settings.db_max_overflow)
     metrics_port = None
     tenants = tenants or tenant_resolver(settings)
-    reloader = (
-        TokenReloader(tenants, settings.auth_tokens, settings.auth_tokens_file)
-        if isinstance(tenants, BearerTokens)
-        else None
-    )
+    reloader = token_reloader(settings, tenants)
     try:
-        page_tokens = PageTokens.configured(settings.page_token_keys, engine.url)
-        app = AdmissionApp(
-            engine,
-            catalog,
-            settings.limits,
-            hooks,
-            page_tokens=page_tokens,
-            quotas=settings.quotas,
-            encoders=convert.ENCODERS,
-        )
+        app = build_app(settings, engine, catalog, hooks)
         telemetry = TelemetryInterceptor(metrics, tracer, log_payloads=settings.log_payloads)
         authenticate = AuthenticateFirst(
             api.DESCRIPTOR.services_by_name["AdmissionService"], tenants
@@ -268,7 +292,6 @@ async def start_server(
             interval_seconds=settings.idempotency_sweep_seconds,
         )
         sweeper.start()
-        inspector = start_inspector(settings, app, tenants)
     except BaseException:
         metrics.stop_http()
         if owns_engine:
@@ -276,13 +299,7 @@ async def start_server(
         if tracer_provider is not None and owns_tracer_provider:
             tracer_provider.shutdown()
         raise
-    token_watch = None
-    if (
-        reloader is not None
-        and settings.auth_tokens_file is not None
-        and settings.auth_tokens_watch_seconds > 0
-    ):
-        token_watch = asyncio.create_task(reloader.watch(settings.auth_tokens_watch_seconds))
+    token_watch = watch_tokens(settings, reloader)
     health_probe = None
     if settings.health_probe_seconds > 0:
         probe = DatabaseProbe(
@@ -314,29 +331,7 @@ async def start_server(
         token_watch,
         sweeper=sweeper,
         health_probe=health_probe,
-        inspector=inspector,
     )
-
-
-def start_inspector(
-    settings: Settings, app: AdmissionApp, tenants: TenantResolver
-) -> InspectorServer | None:
-    """The read-only operator inspector on PAS_INSPECTOR_LISTEN, when it is set."""
-    if settings.inspector_listen is None:
-        return None
-    from admission_service.inspector.http import Inspector, InspectorServer
-
-    host, port = split_listen(settings.inspector_listen)
-    inspector = Inspector(app, tenants, settings.default_tenant, asyncio.get_running_loop())
-    try:
-        server = InspectorServer(inspector, host, port)
-    except OSError as exc:
-        raise ConfigError(
-            f"cannot serve the inspector on PAS_INSPECTOR_LISTEN={settings.inspector_listen}: {exc}"
-        ) from exc
-    server.start()
-    _log.info("serving the inspector on %s:%d", host, server.port)
-    return server
 
 
 def host_port(listen: str | None, port: int | None) -> str:

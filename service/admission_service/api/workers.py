@@ -18,12 +18,18 @@ not write to them) are in memory once per server, not once per worker, and no wo
 Admit of a preloaded family waits for its load. The parent creates no gRPC object, event loop,
 thread or database connection before the fork, so the workers inherit none.
 
-SIGTERM or SIGINT (and SIGHUP, the token reload) are forwarded to every worker; each drains as
+With ``PAS_INSPECTOR_LISTEN`` the parent also starts the operator inspector in a process of its
+own (``inspector/http.py``: its own event loop, database pool and bearer tokens, at a lower CPU
+priority), supervised like a worker: no page is rendered in a worker, and the workers never bind
+its port. The parent then exists even with one worker.
+
+SIGTERM or SIGINT (and SIGHUP, the token reload) are forwarded to every child; each drains as
 a single server does (refuses new calls, lets in-flight calls finish for
 ``PAS_SHUTDOWN_GRACE_SECONDS``) and the parent exits when all have. A worker that exits on its
-own is a failure: the parent stops the others and exits non-zero, for the supervisor above it
-(systemd, Kubernetes) to restart the whole server; a parent that dies (``kill -9``) takes its
-workers with it. With one worker there is no parent: the process serves itself, as before.
+own (or the inspector) is a failure: the parent stops the others and exits non-zero, for the
+supervisor above it (systemd, Kubernetes) to restart the whole server; a parent that dies
+(``kill -9``) takes its children with it. With one worker and no inspector there is no parent:
+the process serves itself, as before.
 """
 
 from __future__ import annotations
@@ -36,13 +42,14 @@ import multiprocessing
 import os
 import signal
 import socket
+import sys
 from dataclasses import replace
 from multiprocessing.connection import wait
 from multiprocessing.process import BaseProcess
 from types import FrameType
 
 from admission_service.api import event_loop
-from admission_service.config import Settings, split_listen
+from admission_service.config import ConfigError, Settings, split_listen
 from admission_service.telemetry.logs import configure_logging
 
 _log = logging.getLogger(__name__)
@@ -54,7 +61,7 @@ def serve_workers(settings: Settings) -> int:
     """Serve with ``settings.workers`` processes until SIGTERM/SIGINT; the exit status."""
     from admission_service.api.server import serve
 
-    if settings.workers <= 1:
+    if settings.workers <= 1 and settings.inspector_listen is None:
         preload_tokenizers(settings)
         event_loop.run(serve(settings), settings.event_loop)
         return 0
@@ -130,7 +137,7 @@ def worker_settings(settings: Settings, index: int) -> Settings:
     if metrics is not None:
         port = split_listen(metrics)[1]
         metrics = f"{metrics.rpartition(':')[0]}:{port + index if port else 0}"
-    return replace(settings, workers=1, metrics_listen=metrics)
+    return replace(settings, workers=1, metrics_listen=metrics, inspector_listen=None)
 
 
 def _die_with_parent(parent: int) -> None:
@@ -144,10 +151,8 @@ def _die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
-def _worker_main(settings: Settings, index: int, count: int, parent: int) -> None:
-    """A worker process: one server on the shared port, until SIGTERM/SIGINT."""
-    from admission_service.api.server import serve
-
+def _child_starts(settings: Settings, parent: int) -> None:
+    """What every child of the parent does first."""
     # Forked from the parent while its forwarding handlers were installed.
     for sig in FORWARDED:
         signal.signal(sig, signal.SIG_DFL)
@@ -156,6 +161,13 @@ def _worker_main(settings: Settings, index: int, count: int, parent: int) -> Non
     # process group, and the parent forwards it as SIGTERM anyway.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     configure_logging(settings.log_level, settings.log_format)
+
+
+def _worker_main(settings: Settings, index: int, count: int, parent: int) -> None:
+    """A worker process: one server on the shared port, until SIGTERM/SIGINT."""
+    from admission_service.api.server import serve
+
+    _child_starts(settings, parent)
     _log.info(
         "worker %d of %d (pid %d) starting on %s (%s)",
         index,
@@ -166,6 +178,20 @@ def _worker_main(settings: Settings, index: int, count: int, parent: int) -> Non
     )
     event_loop.run(serve(settings), settings.event_loop)
     _log.info("worker %d of %d (pid %d) stopped", index, count, os.getpid())
+
+
+def _inspector_main(settings: Settings, parent: int) -> None:
+    """The inspector's process: its pages on PAS_INSPECTOR_LISTEN, until SIGTERM/SIGINT."""
+    from admission_service.inspector.http import serve_inspector
+
+    _child_starts(settings, parent)
+    # Below the workers: when the cores are busy, the kernel runs the API first.
+    os.nice(settings.inspector.nice)
+    try:
+        event_loop.run(serve_inspector(settings), settings.event_loop)
+    except ConfigError as exc:  # its port taken, its TLS files unreadable
+        _log.error("the inspector cannot start: %s", exc)
+        sys.exit(2)
 
 
 class _Supervisor:
@@ -181,13 +207,23 @@ class _Supervisor:
             )
             for index in range(settings.workers)
         ]
+        # Supervised alike: the workers and, when configured, the inspector's process.
+        self.children = list(self.workers)
+        if settings.inspector_listen is not None:
+            self.children.append(
+                context.Process(
+                    target=_inspector_main,
+                    args=(settings, os.getpid()),
+                    name="admission-service-inspector",
+                )
+            )
         self.stopping = False
 
     def _forward(self, signum: int, frame: FrameType | None = None) -> None:
         if signum != signal.SIGHUP:
             self.stopping = True
             signum = signal.SIGTERM
-        for worker in self.workers:
+        for worker in self.children:
             if worker.pid is not None and worker.exitcode is None:
                 with contextlib.suppress(ProcessLookupError):  # exited meanwhile
                     os.kill(worker.pid, signum)
@@ -195,8 +231,8 @@ class _Supervisor:
     def run(self) -> int:
         previous = {sig: signal.signal(sig, self._forward) for sig in FORWARDED}
         try:
-            for worker in self.workers:
-                worker.start()
+            for child in self.children:
+                child.start()
             _log.info(
                 "serving with %d workers (pids %s) on %s",
                 len(self.workers),
@@ -210,7 +246,7 @@ class _Supervisor:
 
     def _supervise(self) -> int:
         status = 0
-        running = list(self.workers)
+        running = list(self.children)
         while running:
             for ended in wait([worker.sentinel for worker in running]):
                 worker = next(w for w in running if w.sentinel == ended)
