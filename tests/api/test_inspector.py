@@ -217,7 +217,7 @@ async def test_a_bad_session_id_is_a_bad_request(inspected: Inspected) -> None:
     assert '<a id="back" href="/">' in page  # an error page leads back to the sessions
 
 
-@pytest.mark.parametrize("view", ["trajectory", "tokens"])
+@pytest.mark.parametrize("view", ["chat", "trajectory", "tokens"])
 async def test_a_forged_page_token_is_a_bad_request(inspected: Inspected, view: str) -> None:
     url = f"{inspected.base_url}/sessions/{inspected.session_id}/{view}?page=AAAAforged"
     status, _, page = await asyncio.to_thread(fetch, url, authorization=f"Bearer {TOKEN}")

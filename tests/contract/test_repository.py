@@ -138,6 +138,7 @@ async def test_a_replacement_shadows_a_run(storage: Storage) -> None:
         assert not written.shadowed.system
         surface = await unit.store.surface()
         assert [(node.seq, node.position) for node in surface] == [(0, 0), (4, 1), (3, 3)]
+        assert await unit.store.surface_positions(1, 5) == {4: 1, 3: 3}  # only survivors
         assert written.tokens == surface[1].tokens - shadowed_tokens
         assert await unit.store.frames_as_of(3, 0) is None  # a replace since: fold the log
         assert [n.seq for n in await unit.store.system_nodes()] == [0]
@@ -237,6 +238,14 @@ async def test_event_reads(storage: Storage) -> None:
         assert [row.seq for row in page] == [0, 1] and more
         page, more = await unit.store.events_page(1, 5, 1 << 20)
         assert [row.seq for row in page] == [2, 3] and not more
+        page, more = await unit.store.events_before(4, 10, 1)
+        assert [row.seq for row in page] == [3] and more  # the newest always comes
+        page, more = await unit.store.events_before(4, 2, 1 << 20)
+        assert [row.seq for row in page] == [2, 3] and more  # in log order
+        page, more = await unit.store.events_before(2, 5, 1 << 20)
+        assert [row.seq for row in page] == [0, 1] and not more
+        assert page[1].event() == user(1, "a" * 100)
+        assert await unit.store.surface_positions(1, 3) == {1: 1, 2: 2}
         prompt = await unit.store.prompt_events(4)
         assert [row.seq for row in prompt] == [0]
         details = await unit.store.system_node_details()

@@ -477,6 +477,24 @@ class FakeSessionStore:
         rows = sorted(self._mine.requests, key=lambda row: row.request_index)
         return [row for row in rows if row.request_index >= first_index][:limit]
 
+    async def events_before(
+        self, before_seq: int, limit: int, budget: int
+    ) -> tuple[list[EventRow], bool]:
+        await self.flush()
+        rows = [event for event in self._events() if event.seq < before_seq][::-1][: limit + 1]
+        running = list(itertools.accumulate(row.size for row in rows))
+        fits = [number == 0 or running[number] <= budget for number in range(len(rows))]
+        page = [
+            row for row, ok in itertools.takewhile(lambda p: p[1], zip(rows, fits, strict=True))
+        ][:limit]
+        return page[::-1], len(rows) > len(page)
+
+    async def surface_positions(self, first_seq: int, end_seq: int) -> dict[int, int]:
+        await self.flush()
+        return {
+            node.seq: node.position for node in self._mine.nodes if first_seq <= node.seq < end_seq
+        }
+
     async def prompt_events(self, before_seq: int) -> list[EventRow]:
         await self.flush()
         return [

@@ -10,7 +10,7 @@ that cannot be shown (its HTTP status and message).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import KW_ONLY, dataclass, field
 from datetime import UTC, datetime
 from http import HTTPStatus
@@ -19,16 +19,16 @@ from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
-from admission_service.app.commands import EventView
 from admission_service.app.service import AdmissionApp
 from admission_service.domain.wire import WireFormat
 from admission_service.inspector import views
 
 T = TypeVar("T")
 
-# The most events (and requests) one page folds; a longer session shows its first ones.
-MAX_ITEMS = 5000
-PAGE = 1000
+# A Chat page: the events just before its cursor (the newest on the first page), at most this
+# many and this many payload bytes (the newest always comes).
+CHAT_EVENTS = 500
+CHAT_PAGE_BYTES = 512 * 1024
 # Requests per Trajectory page (each shows its prompt where it changed, and the diff).
 TRAJECTORY_ROWS = 50
 # Requests per window of the ledger chart (34 px each: the chart stays under 1 100 px wide).
@@ -100,19 +100,6 @@ class Pages:
     def _run(self, work: Awaitable[T]) -> T:
         return asyncio.run_coroutine_threadsafe(work, self.loop).result(self.timeout)  # type: ignore[arg-type]
 
-    def _all(self, fetch: Callable[[str], Awaitable[Any]]) -> tuple[list[Any], bool]:
-        """Every item of a paged use case, up to MAX_ITEMS; and whether it stopped early."""
-        items: list[Any] = []
-        token = ""
-        while True:
-            page = self._run(fetch(token))
-            items.extend(page.items)
-            token = page.next_page_token
-            if not token:
-                return items, False
-            if len(items) >= MAX_ITEMS:
-                return items, True
-
     def render(self, tenant: str, target: str) -> str:
         """The page at ``target`` (the request's path and query) for ``tenant``."""
         url = urlsplit(target)
@@ -131,23 +118,38 @@ class Pages:
             raise Refused(HTTPStatus.NOT_FOUND, "no such page")
         session = self._run(self.app.get_session(tenant, session_id))
         common: Context = {"session": session, "view": view}
-        if view == "chat":
-            events: list[EventView]
-            events, truncated = self._all(
-                lambda token: self.app.list_events(tenant, session_id, PAGE, token)
-            )
-            return self._page(
-                "chat.html",
-                tenant,
-                items=views.chat_items_of_log(events),
-                truncated=truncated,
-                shown=len(events),
-                **common,
-            )
         token = _page_token(url.query)
+        if view == "chat":
+            return self._chat(tenant, session_id, token, common)
         if view == "trajectory":
             return self._trajectory(tenant, session_id, token, common)
         return self._tokens(tenant, session_id, token, common)
+
+    def _chat(self, tenant: str, session_id: str, token: str, common: Context) -> str:
+        """The newest events first (what an operator opens a session for), each page linking
+        to the events before it; a page holds at most CHAT_PAGE_BYTES of events."""
+        window = self._run(
+            self.app.chat_window(tenant, session_id, CHAT_EVENTS, token, CHAT_PAGE_BYTES)
+        )
+        facts = views.prompt_facts(window.prompt_events)
+        items = views.chat_items(window.events, window.positions, facts)
+        here = _view_url(session_id, "chat")
+        links = []
+        if window.next_page_token:
+            links.append(
+                views.Link("earlier events", _with_page(here, window.next_page_token), "older")
+            )
+        if token:
+            links.append(views.Link("newest events", here, "latest"))
+        events = window.events
+        shown = (
+            f"events {events[0].event.seq} to {events[-1].event.seq}"
+            f" of {common['session'].event_count}"
+            if events
+            else "no events"
+        )
+        pager = views.Pager(shown, tuple(links))
+        return self._page("chat.html", tenant, items=items, pager=pager, **common)
 
     def _trajectory(self, tenant: str, session_id: str, token: str, common: Context) -> str:
         """One page of the trajectory, oldest requests first; each page links to the next."""

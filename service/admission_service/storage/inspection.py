@@ -102,6 +102,48 @@ class InspectionReads(SessionScope):
         ]
         return page, len(rows) > len(page)
 
+    async def events_before(
+        self, before_seq: int, limit: int, budget: int
+    ) -> tuple[list[StoredEvent], bool]:
+        """``events_page`` backwards: the events just below ``before_seq``, newest first, at
+        most ``limit`` and at most ``budget`` payload bytes (the newest always comes), returned
+        in log order; and whether older ones remain (the inspector's chat opens at the newest
+        events)."""
+        await self.flush()
+        window = (
+            select(
+                *columns(events, StoredEvent),
+                func.sum(func.octet_length(events.c.payload))
+                .over(order_by=events.c.seq.desc())
+                .label("running"),
+                func.row_number().over(order_by=events.c.seq.desc()).label("number"),
+            )
+            .where(self._mine(events), events.c.seq < before_seq)
+            .order_by(events.c.seq.desc())
+            .limit(limit + 1)
+            .subquery()
+        )
+        fits = or_(window.c.number == 1, window.c.running <= budget)
+        # A row past the budget comes without its payload (the last column): it is only counted.
+        statement = select(
+            *(window.c[column.name] for column in columns(events, StoredEvent)[:-1]),
+            case((fits, window.c.payload)).label("payload"),
+            fits.label("fits"),
+        ).order_by(window.c.seq.desc())
+        rows = (await self.connection.execute(statement)).all()
+        page = [
+            StoredEvent(*row[:-1]) for row in itertools.takewhile(lambda r: r.fits, rows[:limit])
+        ]
+        return page[::-1], len(rows) > len(page)
+
+    async def surface_positions(self, first_seq: int, end_seq: int) -> dict[int, int]:
+        """The surface position of each surviving node whose seq is in [first_seq, end_seq)."""
+        await self.flush()
+        statement = select(nodes.c.seq, nodes.c.position).where(
+            self._mine(nodes), nodes.c.seq >= first_seq, nodes.c.seq < end_seq
+        )
+        return {row.seq: row.position for row in await self.connection.execute(statement)}
+
     async def prompt_events(self, before_seq: int) -> list[StoredEvent]:
         """The events below ``before_seq`` that can change the prompt in force, the header or
         the context: system messages, replacements, request headers and contexts."""

@@ -4,8 +4,11 @@ the chat's window of events from the newest backwards."""
 from __future__ import annotations
 
 import pytest
+from admission_service.app.commands import EventView
 from admission_service.app.service import AdmissionApp
+from admission_service.app.use_cases.inspect import ChatWindow
 from admission_service.domain.errors import InvalidArgument
+from admission_service.inspector.views import chat_items, chat_items_of_log, prompt_facts
 
 from tests.app_support import user
 from tests.fakes.storage import FakeStorage
@@ -34,3 +37,56 @@ async def test_the_ledger_window_starts_at_the_latest_request_and_pages_backward
         await app.ledger_window("t", sid, 3, "forged")
     empty = await create(app, "empty")
     assert (await app.ledger_window("t", empty, 3, "")).items == ()
+
+
+async def all_events(app: AdmissionApp, sid: str) -> list[EventView]:
+    events: list[EventView] = []
+    token = ""
+    while True:
+        page = await app.list_events("t", sid, 1000, token)
+        events += page.items
+        if not (token := page.next_page_token):
+            return events
+
+
+async def test_the_chat_window_opens_at_the_newest_events_and_pages_backwards(
+    app: AdmissionApp,
+) -> None:
+    sid = await create(app)
+    for step in range(12):
+        await admit(app, sid, f"P{step // 3}", users=(user(f"question {step}"),))
+    logged = await all_events(app, sid)
+    windows: list[ChatWindow] = []
+    token = ""
+    while True:
+        window = await app.chat_window("t", sid, 5, token, 1 << 20)
+        windows.append(window)
+        if not (token := window.next_page_token):
+            break
+    assert windows[0].events[-1].event.seq == logged[-1].event.seq  # the newest first
+    assert all(len(window.events) <= 5 for window in windows)
+    seen = [view.event.seq for window in reversed(windows) for view in window.events]
+    assert seen == [view.event.seq for view in logged]  # every event once, none skipped
+    # Shown window by window (oldest first), Chat is the whole log's Chat.
+    paged = [
+        (item.kind, item.seq)
+        for window in reversed(windows)
+        for item in chat_items(window.events, window.positions, prompt_facts(window.prompt_events))
+    ]
+    assert paged == [(item.kind, item.seq) for item in chat_items_of_log(logged)]
+    assert any(kind == "update" for kind, _ in paged) and any(k == "header" for k, _ in paged)
+
+
+async def test_a_chat_window_is_bounded_in_bytes_but_holds_at_least_the_newest_event(
+    app: AdmissionApp,
+) -> None:
+    sid = await create(app)
+    for step in range(4):
+        await admit(app, sid, "P", users=(user(f"{step} " + "x" * 2000),))
+    window = await app.chat_window("t", sid, 100, "", 5000)
+    sizes = [len(view.event.message.text) for view in window.events if view.event.message]
+    assert 1 <= len(window.events) < 12 and sum(sizes) <= 5000 and window.next_page_token
+    tiny = await app.chat_window("t", sid, 100, "", 1)
+    assert len(tiny.events) == 1
+    with pytest.raises(InvalidArgument, match="page_token"):
+        await app.chat_window("t", sid, 5, "forged", 1 << 20)

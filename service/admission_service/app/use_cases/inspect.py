@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+
 from admission_service.app.commands import (
     EventView,
     InspectResult,
@@ -22,6 +25,19 @@ from admission_service.domain.surface import effective_prompt
 from admission_service.domain.wire import WireFormat
 
 LEDGER_ROWS = 50
+
+
+@dataclass(frozen=True, slots=True)
+class ChatWindow:
+    """A window of consecutive events, the newest first (the inspector's Chat), with what it
+    takes to show them: the surface position of each of its surviving nodes, and every event
+    up to the window's end that can change the prompt (the prompt fold gives its headers' facts
+    and which system events are updates). ``next_page_token`` leads to the window before."""
+
+    events: tuple[EventView, ...]
+    positions: Mapping[int, int]
+    prompt_events: tuple[EventView, ...]
+    next_page_token: str
 
 
 class Reads(Derivation):
@@ -150,3 +166,30 @@ class Reads(Derivation):
             return tuple(ledger_entry_of(row) for row in rows), start if start > 0 else None
 
         return await self._read_page("ledger", tenant, session_id, page_size, page_token, read)
+
+    async def chat_window(
+        self, tenant: str, session_id: str, page_size: int, page_token: str, budget: int
+    ) -> ChatWindow:
+        """At most ``page_size`` events and ``budget`` payload bytes (the newest always comes)
+        just before the token's cursor, or the session's newest without one."""
+        positions: Mapping[int, int] = {}
+        prompt_events: tuple[EventView, ...] = ()
+
+        async def read(
+            store: SessionRepository, record: Session, limit: int, before: int
+        ) -> PageRead[EventView]:
+            end = record.next_seq if before < 0 else min(before, record.next_seq)
+            rows, more = await store.events_before(end, limit, budget)
+            if not rows:
+                return (), None
+            nonlocal positions, prompt_events
+            first = rows[0].seq
+            positions = await store.surface_positions(first, end)
+            prompt_events = tuple(
+                EventView(row.event(), row.commit_time) for row in await store.prompt_events(end)
+            )
+            items = tuple(EventView(row.event(), row.commit_time) for row in rows)
+            return items, first if more else None
+
+        page = await self._read_page("chat", tenant, session_id, page_size, page_token, read)
+        return ChatWindow(page.items, positions, prompt_events, page.next_page_token)
