@@ -55,7 +55,7 @@ async def test_a_token_of_another_session_is_invalid(
 async def test_replicas_accept_each_others_tokens_and_rotation_keeps_them(
     start_api: StartApi,
 ) -> None:
-    """Two servers on one database agree on the derived key; a rotated server (new key first,
+    """Two servers on one database agree on the stored key; a rotated server (new key first,
     the old one kept) accepts the tokens the old key signed; a server without the old key
     refuses them."""
     one, two = await start_api(), await start_api()
@@ -72,7 +72,7 @@ async def test_replicas_accept_each_others_tokens_and_rotation_keeps_them(
     page = await rotated.stub.ListEvents(request)
     assert page.events and page.next_page_token
     await assert_refused(retired.stub.ListEvents(request))
-    await assert_refused(one.stub.ListEvents(request))  # the derived key is another key
+    await assert_refused(one.stub.ListEvents(request))  # the stored key is another key
     # what the rotated server signs, the retired-old-key server reads
     follow = api.ListEventsRequest(
         session_id=session_id, page_size=1, page_token=page.next_page_token

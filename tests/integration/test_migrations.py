@@ -22,6 +22,7 @@ from admission_service.storage.database import (
     create_engine,
     run_migrations,
 )
+from admission_service.storage.distribution import REFERENCE_TABLES
 from admission_service.storage.repository import SessionStore
 from admission_service.storage.tables import Base
 from alembic import command
@@ -35,7 +36,9 @@ from sqlalchemy import create_engine as create_sync_engine
 from .test_session_store import session_events
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-TABLES = {
+# The tables of sessions; the schema's rules below are theirs. The global tables (Citus
+# reference tables) hold no session's rows.
+SESSION_TABLES = {
     "sessions",
     "events",
     "surface_nodes",
@@ -44,6 +47,8 @@ TABLES = {
     "requests",
     "idempotency_keys",
 }
+TABLES = SESSION_TABLES | REFERENCE_TABLES
+GLOBAL_TABLES = ", ".join(f"'{name}'" for name in sorted(REFERENCE_TABLES))
 # Identifiers and closed vocabularies; everything else that is text-like must be bytea.
 TEXT_COLUMNS = {
     "tenant_id",
@@ -172,7 +177,10 @@ def test_every_primary_key_leads_with_tenant_and_session(database_url: str) -> N
     )
     assert set(keys) == TABLES, "every table has a primary key"
     for table, columns in keys.items():
-        assert columns[:2] == ["tenant_id", "session_id"], (table, columns)
+        if table in SESSION_TABLES:
+            assert columns[:2] == ["tenant_id", "session_id"], (table, columns)
+        else:
+            assert "session_id" not in columns, (table, columns)
     assert keys["sessions"] == ["tenant_id", "session_id"]
 
 
@@ -208,7 +216,7 @@ def test_every_unique_index_leads_with_tenant_and_session(database_url: str) -> 
     # with tenant and session is checked inside one session.
     indexes = rows(
         database_url,
-        """
+        f"""
         SELECT i.indexrelid::regclass::text,
                array_agg(a.attname::text ORDER BY k.ord)
         FROM pg_index i
@@ -216,7 +224,7 @@ def test_every_unique_index_leads_with_tenant_and_session(database_url: str) -> 
         CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
         LEFT JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
         WHERE i.indisunique AND t.relnamespace = 'public'::regnamespace
-          AND t.relname <> 'alembic_version'
+          AND t.relname <> 'alembic_version' AND t.relname NOT IN ({GLOBAL_TABLES})
         GROUP BY i.indexrelid
         """,
     )
@@ -262,7 +270,7 @@ def test_every_child_table_cascades_from_sessions(database_url: str) -> None:
         )
     }
     # idempotency_keys outlives its session on purpose (see storage/tables.py).
-    assert cascading == TABLES - {"sessions", "idempotency_keys"}
+    assert cascading == SESSION_TABLES - {"sessions", "idempotency_keys"}
 
 
 def test_user_text_is_never_stored_as_text_or_json(database_url: str) -> None:
@@ -469,6 +477,22 @@ async def _read_back(url: str) -> tuple[list[Event], list[Message | None], list[
             return logged, surface, updates
     finally:
         await engine.dispose()
+
+
+def test_0006_stores_one_random_page_token_key_and_its_downgrade_drops_it(
+    empty_database_url: str,
+) -> None:
+    """Every database gets a key of its own (no key is derived from the URL any more)."""
+    url = empty_database_url
+    config = alembic_config(url)
+    command.upgrade(config, "0006")
+    (secret,) = (bytes(key) for (key,) in rows(url, "SELECT secret FROM page_token_keys"))
+    assert len(secret) == 32 and secret != bytes(32)
+    command.downgrade(config, "0005")
+    assert rows(url, "SELECT to_regclass('page_token_keys') IS NULL") == [(True,)]
+    command.upgrade(config, "0006")
+    (again,) = (bytes(key) for (key,) in rows(url, "SELECT secret FROM page_token_keys"))
+    assert again != secret
 
 
 def test_0005_stores_a_message_once_and_reads_back_identically(empty_database_url: str) -> None:

@@ -45,6 +45,7 @@ from admission_service.config import ConfigError, Settings, split_listen
 from admission_service.domain.catalog import Catalog
 from admission_service.domain.errors import InvalidModelInfo
 from admission_service.storage.database import create_engine, run_migrations
+from admission_service.storage.token_keys import stored_page_token_keys
 from admission_service.telemetry.metrics import Metrics
 from admission_service.telemetry.tracing import (
     TRACER_NAME,
@@ -158,7 +159,20 @@ def configured_engine(
     )
 
 
-def build_app(
+async def configured_page_tokens(settings: Settings, engine: AsyncEngine) -> PageTokens:
+    """``PAS_PAGE_TOKEN_KEYS``, else the keys stored in the database (migration 0006)."""
+    if settings.page_token_keys:
+        return PageTokens([key.encode() for key in settings.page_token_keys])
+    stored = await stored_page_token_keys(engine)
+    if not stored:
+        raise ConfigError(
+            "the database holds no page-token key (table page_token_keys): run "
+            "`admission-service migrate`, or set PAS_PAGE_TOKEN_KEYS"
+        )
+    return PageTokens(stored)
+
+
+async def build_app(
     settings: Settings, engine: AsyncEngine, catalog: Catalog, hooks: PhaseHooks = NO_HOOKS
 ) -> AdmissionApp:
     """The use cases over ``engine``, as ``settings`` configure them (the API's workers and the
@@ -168,7 +182,7 @@ def build_app(
         catalog,
         settings.limits,
         hooks,
-        page_tokens=PageTokens.configured(settings.page_token_keys, engine.url),
+        page_tokens=await configured_page_tokens(settings, engine),
         quotas=settings.quotas,
         encoders=convert.ENCODERS,
     )
@@ -245,7 +259,7 @@ async def start_server(
     tenants = tenants or tenant_resolver(settings)
     reloader = token_reloader(settings, tenants)
     try:
-        app = build_app(settings, engine, catalog, hooks)
+        app = await build_app(settings, engine, catalog, hooks)
         telemetry = TelemetryInterceptor(metrics, tracer, log_payloads=settings.log_payloads)
         authenticate = AuthenticateFirst(
             api.DESCRIPTOR.services_by_name["AdmissionService"], tenants

@@ -15,7 +15,7 @@ from admission_service.app.database import PostgresStorage
 from admission_service.app.gate import SessionGate
 from admission_service.app.hooks import NO_HOOKS, PhaseHooks
 from admission_service.app.limits import Limits, Quotas
-from admission_service.app.page_tokens import PageTokens
+from admission_service.app.page_tokens import PageTokens, Shape
 from admission_service.app.ports import SessionRepository, Storage
 from admission_service.app.quotas import TenantQuotas
 from admission_service.app.unit_of_work import Call, Resources, UnitOfWork
@@ -70,10 +70,9 @@ class Machinery:
             assert engine is not None, "an engine or a storage"
             storage = PostgresStorage(engine)
         self.storage = storage
-        if page_tokens is None:
-            assert engine is not None, "page tokens are configured with a storage"
-            page_tokens = PageTokens.configured((), engine.url)
-        self.page_tokens = page_tokens
+        # The server passes the configured or stored keys (api/server.py); without them,
+        # tokens are this app's own.
+        self.page_tokens = page_tokens or PageTokens.random()
         self.catalog = catalog
         self.limits = limits or Limits()
         self.hooks = hooks
@@ -146,7 +145,7 @@ class Machinery:
         scope = f"{kind}/{tenant}/{session_id}"
         after = -1
         if page_token:
-            after = int(self.page_tokens.decode(scope, page_token, "page_token")["after"])
+            after = self.page_tokens.decode(scope, page_token, "page_token", _AFTER)["after"]
 
         async def page(store: SessionRepository, record: Session) -> Page[T]:
             items, last = await read(store, record, limit, after)
@@ -154,6 +153,9 @@ class Machinery:
             return Page(items, token)
 
         return await self._read_session(tenant, session_id, page)
+
+
+_AFTER: Shape = {"after": int}  # the cursor of a session's pages: the position of the last item
 
 
 def session_counter(record: Session) -> TokenCounter:

@@ -393,7 +393,7 @@ async def start_inspector(
     tenants = tenants or tenant_resolver(settings)
     reloader = token_reloader(settings, tenants)
     renderers = ThreadPoolExecutor(inspector.render_threads, thread_name_prefix="inspector-page")
-    pages = Pages(build_app(settings, engine, catalog), asyncio.get_running_loop())
+    pages = Pages(await build_app(settings, engine, catalog), asyncio.get_running_loop())
     site = Site(pages, tenants, settings.default_tenant, allowed_hosts(settings), renderers)
     listener = Listener(sock, site, tls, inspector)
     listener.start()

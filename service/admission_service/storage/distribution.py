@@ -27,8 +27,8 @@ from admission_service.storage.tables import Base
 DISTRIBUTION_COLUMN = "session_id"
 # The table every other session-scoped table is co-located with (same shard for one session).
 ANCHOR_TABLE = "sessions"
-# Global tables, replicated to every node. None so far: everything belongs to a session.
-REFERENCE_TABLES: frozenset[str] = frozenset()
+# Global tables, replicated to every node: small, read at start, written by hand.
+REFERENCE_TABLES: frozenset[str] = frozenset({"page_token_keys"})
 
 
 class UndecidedTable(RuntimeError):

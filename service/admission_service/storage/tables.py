@@ -17,6 +17,9 @@ Rules the schema keeps (``tests/integration/test_migrations.py`` checks the firs
   text is ``bytea``, holding a message in its one stored encoding (protobuf,
   ``storage/codec.py``) and anything else as the application's JSON (UTF-8) encoding.
 
+``page_token_keys`` is the one global table (no session): the keys of page tokens, a
+reference table when distributed (``storage/distribution.py``).
+
 The schema is created only by the Alembic migrations in ``migrations/`` (installed as the
 package ``admission_service.migrations``); never ``create_all``.
 """
@@ -263,6 +266,17 @@ class IdempotencyKeyRow(SessionKeyed, Base):
     create_time: Mapped[datetime] = mapped_column(server_default=_NOW)
 
 
+class PageTokenKeyRow(Base):
+    """The secrets that sign page and plan tokens (app/page_tokens.py; migration 0006): random,
+    generated once by the migration; the newest signs, every one verifies. Global, not a
+    session's: a reference table on Citus."""
+
+    __tablename__ = "page_token_keys"
+
+    secret: Mapped[bytes] = mapped_column(primary_key=True)
+    create_time: Mapped[datetime] = mapped_column(server_default=_NOW)
+
+
 # The tables as SQLAlchemy Core sees them, for the store's statements.
 sessions = cast(Table, SessionRow.__table__)
 events = cast(Table, EventRow.__table__)
@@ -271,3 +285,4 @@ tool_calls = cast(Table, ToolCallRow.__table__)
 admissions = cast(Table, AdmissionRow.__table__)
 requests = cast(Table, RequestRow.__table__)
 idempotency_keys = cast(Table, IdempotencyKeyRow.__table__)
+page_token_keys = cast(Table, PageTokenKeyRow.__table__)

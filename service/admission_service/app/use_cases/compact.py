@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from admission_service.app import bounds, validation
 from admission_service.app.commands import (
@@ -20,6 +19,7 @@ from admission_service.app.machinery import (
     session_counter,
     write_outcome,
 )
+from admission_service.app.page_tokens import Shape
 from admission_service.app.ports import SessionRepository, SurfaceNode
 from admission_service.app.unit_of_work import Call, UnitOfWork
 from admission_service.domain import admission as rules
@@ -31,21 +31,14 @@ from admission_service.domain.compaction import (
     plan_range,
     summarization_input,
 )
-from admission_service.domain.errors import InvalidArgument, NothingToCompact, StaleCompactionPlan
+from admission_service.domain.errors import NothingToCompact, StaleCompactionPlan
 from admission_service.domain.projection import SystemNode
 from admission_service.domain.session import Session
 from admission_service.domain.surface import effective_prompt
 from admission_service.storage import codec
 
-_PLAN_FIELDS = ("generation", "next_seq", "start", "end")
-
-
-def _plan_cursor(cursor: dict[str, Any]) -> dict[str, int]:
-    """A plan token's cursor, checked: a token of another shape (an older version's, or
-    another kind of token) is INVALID_ARGUMENT, never a KeyError."""
-    if set(cursor) != set(_PLAN_FIELDS) or not all(type(cursor[f]) is int for f in _PLAN_FIELDS):
-        raise InvalidArgument("plan_token", "is not a token this service issued for this call")
-    return cursor
+# What a plan token binds: the selected range and the session state it was planned on.
+_PLAN: Shape = {"generation": int, "next_seq": int, "start": int, "end": int}
 
 
 def _compaction_nodes(rows: Sequence[SurfaceNode]) -> list[CompactionNode]:
@@ -109,7 +102,7 @@ class Compaction(Machinery):
     ) -> Reply[CompactResult]:
         validation.check_compact(command, self.limits)
         scope = f"compaction/{tenant}/{command.session_id}"
-        token = _plan_cursor(self.page_tokens.decode(scope, command.plan_token, "plan_token"))
+        token = self.page_tokens.decode(scope, command.plan_token, "plan_token", _PLAN)
 
         async def work(tx: UnitOfWork) -> CompactResult:
             record = tx.record

@@ -8,12 +8,25 @@ from datetime import datetime
 from admission_service.app import validation
 from admission_service.app.commands import Idempotency, Page, SessionInfo
 from admission_service.app.machinery import Machinery, Reply
+from admission_service.app.page_tokens import Shape, not_issued
 from admission_service.app.ports import SessionRepository
 from admission_service.app.rows import session_info
 from admission_service.app.unit_of_work import Call, UnitOfWork
 from admission_service.domain.session import Session
 
 _SESSION_NAMESPACE = uuid.UUID("6f1d8a52-3c1e-4c55-9a7e-8e0f1f3b7a10")
+
+
+# The last session of a page: its create_time (ISO 8601) and id.
+_SESSIONS_CURSOR: Shape = {"t": str, "i": str}
+
+
+def _create_time(text: str) -> datetime:
+    """A cursor's create_time; only a well-signed token of another version could fail here."""
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        raise not_issued("page_token") from None
 
 
 class Sessions(Machinery):
@@ -56,8 +69,10 @@ class Sessions(Machinery):
         limit = validation.check_page_size(page_size, self.limits)
         after = None
         if page_token:
-            cursor = self.page_tokens.decode(f"sessions/{tenant}", page_token, "page_token")
-            after = (datetime.fromisoformat(cursor["t"]), str(cursor["i"]))
+            cursor = self.page_tokens.decode(
+                f"sessions/{tenant}", page_token, "page_token", _SESSIONS_CURSOR
+            )
+            after = (_create_time(cursor["t"]), cursor["i"])
 
         async with self.quotas.call(tenant), self.storage.unit(tenant, snapshot=True) as unit:
             records = await unit.list_sessions(after, limit + 1)
