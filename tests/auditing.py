@@ -14,6 +14,8 @@ from admission_service.domain.messages import (
     Image,
     Message,
     Reasoning,
+    ReasoningItem,
+    RedactedReasoning,
     Role,
     Text,
     ToolCall,
@@ -88,11 +90,18 @@ KINDS = {
 def block_from_proto(block: pb.ContentBlock) -> Block:
     which = block.WhichOneof("block")
     if which == "text":
-        return Text(block.text.text)
+        return Text(block.text.text, block.text.phase)
     if which == "image":
         return Image(block.image.uri, block.image.media_type)
     if which == "reasoning":
-        return Reasoning(block.reasoning.text)
+        return Reasoning(block.reasoning.text, block.reasoning.signature)
+    if which == "redacted_reasoning":
+        return RedactedReasoning(block.redacted_reasoning.provider, block.redacted_reasoning.data)
+    if which == "reasoning_item":
+        item = block.reasoning_item
+        return ReasoningItem(
+            item.id, item.encrypted_content, tuple(item.summary), tuple(item.content)
+        )
     if which == "tool_call":
         call = block.tool_call
         return ToolCall(call.call_id, call.name, call.arguments_json)

@@ -336,6 +336,11 @@ def _block_preview(block: pb.ContentBlock) -> str:
         return f"[image {block.image.uri}]"
     if which == "reasoning":
         return f"[reasoning] {block.reasoning.text}"
+    if which == "redacted_reasoning":
+        return f"[redacted reasoning {block.redacted_reasoning.provider}]"
+    if which == "reasoning_item":
+        item = block.reasoning_item
+        return f"[reasoning item {item.id}] {' '.join(item.summary)}"
     if which == "tool_call":
         call = block.tool_call
         return f"[tool_call {call.name} {call.call_id}] {call.arguments_json}"
@@ -473,6 +478,10 @@ def format_inspect(response: api.InspectResponse, *, ledger_rows: int = 10) -> s
         add(f"{wire} body:")
         body = json.dumps(json.loads(request.body_json), indent=2, ensure_ascii=False)
         lines.extend(f"  {line}" for line in body.splitlines())
+    if request.omitted:
+        add("")
+        add(f"{wire} body leaves out:")
+        lines.extend(f"  {omitted.field}: {omitted.why}" for omitted in request.omitted)
     if request.HasField("render_error"):
         add("")
         add(f"{wire} body: cannot be rendered: {request.render_error.message}")

@@ -116,7 +116,9 @@ _EVENT_KINDS = _named(EventKind, pb.EventKind.Value, "EVENT_KIND_")
 
 # Block kinds (the ContentBlock oneof names) each kind of inbound message may carry.
 USER_BLOCKS = frozenset({"text", "image"})
-ASSISTANT_BLOCKS = frozenset({"text", "reasoning", "tool_call"})
+ASSISTANT_BLOCKS = frozenset(
+    {"text", "reasoning", "redacted_reasoning", "reasoning_item", "tool_call"}
+)
 TOOL_RESULT_BLOCKS = frozenset({"text", "image"})
 
 
@@ -513,6 +515,7 @@ def derived_request_to_proto(
                 reason=error.reason, field=error.metadata.get("field", ""), message=error.message
             )
         )
+    proto.omitted.extend(pb.OmittedBlock(field=o.field, why=o.why) for o in view.omitted)
     if isinstance(view.messages, app.EncodedMessages):
         if with_messages:
             proto.MergeFromString(view.messages.frames)

@@ -25,7 +25,7 @@ from admission_service.domain.session import (
     RequestView,
 )
 from admission_service.domain.surface import EffectivePrompt
-from admission_service.domain.wire import WireFormat
+from admission_service.domain.wire import Omission, WireFormat
 from admission_service.storage import codec
 
 # ---- inputs -------------------------------------------------------------------------------
@@ -215,6 +215,8 @@ class DerivedRequestView:
     digest: bytes = b""
     # Inspect only: why the wire format could not express the request (body_json is empty).
     render_error: WireFormatError | None = None
+    # The blocks body_json leaves out (the format has no place for them on this route).
+    omitted: tuple[Omission, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

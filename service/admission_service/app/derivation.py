@@ -31,7 +31,7 @@ from admission_service.domain.session import (
     Shadowed,
     derive,
 )
-from admission_service.domain.wire import WireFormat, render
+from admission_service.domain.wire import NOTHING, WireFormat, render_body
 
 
 class Derivation(Machinery):
@@ -75,10 +75,10 @@ class Derivation(Machinery):
         # edge's one join; the digest hashed them where they lie. A long surface's frames are
         # never copied here.
         body = EncodedMessages(read.frames, tail.frames)
-        rendered = ""
+        rendered = NOTHING
         render_error = None
         try:
-            rendered = render(
+            rendered = render_body(
                 body,
                 wire,
                 in_history=route.in_history,
@@ -90,17 +90,18 @@ class Derivation(Machinery):
             if not degrade:
                 raise
             render_error = error
-        bounds.check_derived_request_size(body.size + len(rendered), self.limits)
+        bounds.check_derived_request_size(body.size + len(rendered.body_json), self.limits)
         view = DerivedRequestView(
             wire,
             body,
-            rendered,
+            rendered.body_json,
             tools,
             view=RequestView.DELTA if first_index else RequestView.FULL,
             first_message_index=first_index,
             total_messages=derived.totals.messages,
             digest=derived.digest,
             render_error=render_error,
+            omitted=rendered.omitted,
         )
         return Derived(view, derived.totals, derived.prefix)
 

@@ -25,6 +25,14 @@ from admission_service.domain import messages as msg
 from admission_service.domain.errors import InvalidArgument
 from admission_service.domain.wire_common import inline_image, is_data_uri
 
+# The blocks an assistant output may carry.
+ASSISTANT_BLOCKS = (
+    msg.Text,
+    msg.Reasoning,
+    msg.RedactedReasoning,
+    msg.ReasoningItem,
+    msg.ToolCall,
+)
 SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 INT64_MAX = 2**63 - 1
 
@@ -139,6 +147,11 @@ def _block_size(block: msg.Block) -> int:
         return _utf8_size(block.text)
     if isinstance(block, msg.Reasoning):
         return _utf8_size(block.text) + _utf8_size(block.signature)
+    if isinstance(block, msg.RedactedReasoning):
+        return _utf8_size(block.provider) + _utf8_size(block.data)
+    if isinstance(block, msg.ReasoningItem):
+        parts = (block.item_id, block.encrypted_content, *block.summary, *block.content)
+        return sum(map(_utf8_size, parts))
     if isinstance(block, msg.Image):
         return _utf8_size(block.uri) + _utf8_size(block.media_type)
     if isinstance(block, msg.ToolCall):
@@ -165,10 +178,25 @@ def _check_image(image: msg.Image, field: str) -> None:
         )
 
 
+def _check_phase(phase: str, role: msg.Role, field: str) -> None:
+    """A phase labels assistant text, with one of the values the Responses API defines."""
+    if role is not msg.Role.ASSISTANT:
+        raise InvalidArgument(field, "only assistant text carries a phase")
+    if phase not in msg.PHASES:
+        raise InvalidArgument(
+            field,
+            "{phase!r} is not one of {phases}",
+            phase=phase,
+            phases=", ".join(sorted(msg.PHASES)),
+        )
+
+
 def check_message(
     message: msg.Message, field: str, limits: Limits, allowed: tuple[type, ...]
 ) -> None:
-    if not message.content and message.role is not msg.Role.ASSISTANT:
+    # An assistant may say nothing (its reasoning alone, or nothing: it derives to nothing), and
+    # a tool may return nothing; a user message holds something.
+    if not message.content and message.role not in (msg.Role.ASSISTANT, msg.Role.TOOL):
         raise InvalidArgument(f"{field}.content", "must hold at least one block")
     if len(message.content) > limits.max_blocks_per_message:
         raise InvalidArgument(
@@ -182,8 +210,16 @@ def check_message(
         where = f"{field}.content[{index}]"
         if not isinstance(block, allowed):
             raise InvalidArgument(where, f"a {type(block).__name__} block is not allowed here")
+        if isinstance(block, msg.Text) and block.phase:
+            _check_phase(block.phase, message.role, f"{where}.text.phase")
         if isinstance(block, msg.Image):
             _check_image(block, f"{where}.image")
+        if isinstance(block, msg.RedactedReasoning):
+            for name, value in (("provider", block.provider), ("data", block.data)):
+                if not value:
+                    raise InvalidArgument(f"{where}.redacted_reasoning.{name}", "is required")
+        if isinstance(block, msg.ReasoningItem) and not block.item_id:
+            raise InvalidArgument(f"{where}.reasoning_item.id", "is required")
         if isinstance(block, msg.ToolCall):
             if not block.call_id:
                 raise InvalidArgument(f"{where}.tool_call.call_id", "is required")
@@ -270,9 +306,7 @@ def check_record(command: RecordCommand, limits: Limits) -> None:
     if command.assistant is not None:
         if command.assistant.role is not msg.Role.ASSISTANT:
             raise InvalidArgument("assistant.role", "must be ASSISTANT")
-        check_message(
-            command.assistant, "assistant", limits, (msg.Text, msg.Reasoning, msg.ToolCall)
-        )
+        check_message(command.assistant, "assistant", limits, ASSISTANT_BLOCKS)
         ids = [call.call_id for call in command.assistant.tool_calls()]
         if len(set(ids)) != len(ids):
             raise InvalidArgument("assistant.content", "repeats a tool call id")

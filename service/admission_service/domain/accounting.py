@@ -7,6 +7,12 @@ code units), which matches the reference number for number, or a route's real to
 the service injects (``admission_service.tokenizers``; this module stays free of I/O). Images
 are always priced by the heuristic over their JSON: a tokenizer's count of a URI says nothing
 about what the provider charges for the picture.
+
+Opaque reasoning (an Anthropic ``redacted_thinking`` block's data, a Responses reasoning item's
+``encrypted_content``) is billed as input when it is sent back, as the reasoning it hides, which
+no tokenizer can see: it is priced as the text its base64 data decodes to (3 bytes per 4
+characters), at the heuristic's 4 characters a token. A reasoning item's summary and reasoning
+texts are counted by the route's counter, as text.
 """
 
 from __future__ import annotations
@@ -76,7 +82,23 @@ def block_tokens(block: msg.Block, counter: TokenCounter = HEURISTIC_COUNTER) ->
         return counter.count(block.name) + counter.count(block.arguments_json) + BLOCK_OVERHEAD
     if isinstance(block, msg.ToolResult):
         return content_tokens(block.content, counter) + BLOCK_OVERHEAD
+    if isinstance(block, msg.RedactedReasoning):
+        return opaque_tokens(block.data) + BLOCK_OVERHEAD
+    if isinstance(block, msg.ReasoningItem):
+        texts = (*block.summary, *block.content)
+        return (
+            opaque_tokens(block.encrypted_content)
+            + sum(counter.count(text) for text in texts)
+            + BLOCK_OVERHEAD
+        )
     return BLOCK_OVERHEAD + _tokens(_image_json(block))
+
+
+def opaque_tokens(data: str) -> int:
+    """The estimated tokens of the reasoning base64 ``data`` hides: its decoded bytes at 4 a
+    token (what the provider bills is the hidden reasoning, not the encoding)."""
+    decoded = len(data) * 3 // 4 - data[-2:].count("=")  # base64 padding decodes to nothing
+    return -(-max(decoded, 0) // CHARS_PER_TOKEN)
 
 
 def _image_json(block: msg.Image) -> str:

@@ -34,6 +34,9 @@ def loads(data: bytes) -> Any:
 
 def block_to_json(block: msg.Block) -> JsonObject:
     if isinstance(block, msg.Text):
+        # The phase is omitted when empty, so text stored before it existed reads the same.
+        if block.phase:
+            return {"type": "text", "text": block.text, "phase": block.phase}
         return {"type": "text", "text": block.text}
     if isinstance(block, msg.Image):
         return {"type": "image", "uri": block.uri, "media_type": block.media_type}
@@ -43,6 +46,16 @@ def block_to_json(block: msg.Block) -> JsonObject:
         if block.signature:
             return {"type": "reasoning", "text": block.text, "signature": block.signature}
         return {"type": "reasoning", "text": block.text}
+    if isinstance(block, msg.RedactedReasoning):
+        return {"type": "redacted_reasoning", "provider": block.provider, "data": block.data}
+    if isinstance(block, msg.ReasoningItem):
+        return {
+            "type": "reasoning_item",
+            "id": block.item_id,
+            "encrypted_content": block.encrypted_content,
+            "summary": list(block.summary),
+            "content": list(block.content),
+        }
     if isinstance(block, msg.ToolCall):
         return {
             "type": "tool_call",
@@ -61,11 +74,17 @@ def block_to_json(block: msg.Block) -> JsonObject:
 def block_from_json(data: JsonObject) -> msg.Block:
     kind = data["type"]
     if kind == "text":
-        return msg.Text(data["text"])
+        return msg.Text(data["text"], data.get("phase", ""))
     if kind == "image":
         return msg.Image(data["uri"], data["media_type"])
     if kind == "reasoning":
         return msg.Reasoning(data["text"], data.get("signature", ""))
+    if kind == "redacted_reasoning":
+        return msg.RedactedReasoning(data["provider"], data["data"])
+    if kind == "reasoning_item":
+        return msg.ReasoningItem(
+            data["id"], data["encrypted_content"], tuple(data["summary"]), tuple(data["content"])
+        )
     if kind == "tool_call":
         return msg.ToolCall(data["call_id"], data["name"], data["arguments_json"])
     content = tuple(block_from_json(inner) for inner in data["content"])

@@ -13,9 +13,17 @@ class Role(StrEnum):
     TOOL = "tool"
 
 
+# The values an OpenAI Responses output message's ``phase`` takes (``Text.phase``).
+PHASES = frozenset({"commentary", "final_answer"})
+
+
 @dataclass(frozen=True, slots=True)
 class Text:
+    """Text. ``phase`` is an OpenAI Responses output message's label of assistant text
+    (``commentary`` or ``final_answer``), sent back by that format only; empty otherwise."""
+
     text: str
+    phase: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +42,26 @@ class Reasoning:
 
 
 @dataclass(frozen=True, slots=True)
+class RedactedReasoning:
+    """Reasoning the provider returned only as opaque ``data`` (an Anthropic
+    ``redacted_thinking`` block), passed back unchanged and only to ``provider``."""
+
+    provider: str
+    data: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningItem:
+    """An OpenAI Responses reasoning item: its ``id``, its ``encrypted_content`` (stateless use)
+    and the texts of its ``summary_text`` and ``reasoning_text`` parts, passed back unchanged."""
+
+    item_id: str
+    encrypted_content: str = ""
+    summary: tuple[str, ...] = ()
+    content: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class ToolCall:
     call_id: str
     name: str
@@ -47,7 +75,7 @@ class ToolResult:
     is_error: bool = False
 
 
-Block = Text | Image | Reasoning | ToolCall | ToolResult
+Block = Text | Image | Reasoning | RedactedReasoning | ReasoningItem | ToolCall | ToolResult
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,9 @@
 ``render`` turns the derived messages into the body fragment a harness posts as-is: the
 conversation fields and the tools, in the provider's own shapes. Every body is one the
 provider accepts; what a format cannot express is refused with ``WireFormatError`` naming the
-message, block and format, never dropped. On a route that is not in-history a body never
+message, block and format; what a format has no place for on the route (reasoning for another
+provider, a phase outside Responses) is left out and listed, never dropped unreported
+(``Rendered.omitted``, DerivedRequest.omitted). On a route that is not in-history a body never
 carries a non-leading system message; the projection rule guarantees the surface never asks
 for one, and rendering refuses rather than send one.
 
@@ -16,13 +18,25 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from admission_service.domain.messages import Message, Role, Tool
 from admission_service.domain.wire_anthropic import anthropic_messages
-from admission_service.domain.wire_common import Json, WireFormat, refuse
+from admission_service.domain.wire_common import Json, Omission, Omissions, WireFormat, refuse
 from admission_service.domain.wire_openai import openai_chat, openai_responses
 
-__all__ = ["WireFormat", "render"]
+__all__ = ["Omission", "Rendered", "WireFormat", "render", "render_body"]
+
+
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    """A rendered body and what it leaves out, in message order."""
+
+    body_json: str
+    omitted: tuple[Omission, ...] = ()
+
+
+NOTHING = Rendered("")
 
 
 def render(
@@ -34,14 +48,30 @@ def render(
     tools: Sequence[Tool] = (),
     offset: int = 0,
 ) -> str:
-    """The body fragment for ``wire`` ('' for NEUTRAL, whose typed messages are the answer).
+    """The body fragment for ``wire`` ('' for NEUTRAL); ``render_body`` without the omissions."""
+    return render_body(
+        messages, wire, in_history=in_history, provider=provider, tools=tools, offset=offset
+    ).body_json
+
+
+def render_body(
+    messages: Sequence[Message],
+    wire: WireFormat,
+    *,
+    in_history: bool,
+    provider: str = "",
+    tools: Sequence[Tool] = (),
+    offset: int = 0,
+) -> Rendered:
+    """The body fragment for ``wire`` ('' for NEUTRAL, whose typed messages are the answer)
+    and the blocks it leaves out.
 
     ``offset`` is the index of ``messages[0]`` in the whole request: a DELTA renders only the
     messages after a held prefix (OpenAI formats only; their items follow the messages).
     ``provider`` is the route's provider; ``tools`` the request's tool set.
     """
     if wire is WireFormat.NEUTRAL:
-        return ""
+        return NOTHING
     if offset and wire is WireFormat.ANTHROPIC_MESSAGES:
         raise ValueError("an Anthropic Messages body does not extend by appending")
     for index, message in enumerate(messages, start=offset):
@@ -55,10 +85,11 @@ def render(
                     "a non-leading system message on a route that is not in-history",
                 )
     body: Json
+    omitted = Omissions()
     if wire is WireFormat.OPENAI_CHAT:
-        body = openai_chat(messages, provider=provider, tools=tools, offset=offset)
+        body = openai_chat(messages, provider=provider, tools=tools, offset=offset, omitted=omitted)
     elif wire is WireFormat.OPENAI_RESPONSES:
-        body = openai_responses(messages, tools=tools, offset=offset)
+        body = openai_responses(messages, tools=tools, offset=offset, omitted=omitted)
     else:
-        body = anthropic_messages(messages, provider=provider, tools=tools)
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+        body = anthropic_messages(messages, provider=provider, tools=tools, omitted=omitted)
+    return Rendered(json.dumps(body, ensure_ascii=False, separators=(",", ":")), tuple(omitted))

@@ -8,10 +8,14 @@ results of parallel calls) is one user message, tool results first, as the API r
 Empty text blocks carry nothing and the API rejects them, so they are left out; a message left
 with no content derives to nothing, like an empty assistant.
 
-Reasoning goes back as a ``thinking`` block only with the provider's ``signature`` (the API
-verifies it); reasoning without one is not sent (the API drops earlier turns' thinking from
-the context anyway). Images: a ``data:`` URI is a ``base64`` source with its media type, any
-other URI a ``url`` source; DeepSeek's Anthropic-compatible API takes no image blocks.
+Reasoning goes back in the assistant's content, in its order: a ``thinking`` block only with
+the provider's ``signature`` (the API verifies it), a ``redacted_thinking`` block only to the
+provider that issued its data; reasoning without a signature, another provider's opaque
+reasoning and Responses reasoning items are listed in ``Omissions``, not sent (the API drops
+earlier turns' thinking from the context anyway). Two adjacent assistant messages merge into
+one, which must keep its thinking first: a merge that would put thinking after the earlier
+message's content is refused. Images: a ``data:`` URI is a ``base64`` source with its media
+type, any other URI a ``url`` source; DeepSeek's Anthropic-compatible API takes no image blocks.
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ from collections.abc import Sequence
 from admission_service.domain import messages as msg
 from admission_service.domain.wire_common import (
     Json,
+    Omissions,
     WireFormat,
+    check_media_type,
     check_tool_name,
     inline_image,
     is_data_uri,
@@ -31,14 +37,17 @@ from admission_service.domain.wire_common import (
 )
 
 WIRE = WireFormat.ANTHROPIC_MESSAGES
-# The media types the Messages API takes in a base64 image source.
-MEDIA_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
+THINKING = frozenset({"thinking", "redacted_thinking"})
 # Providers whose Anthropic-compatible API takes no image blocks.
 NO_IMAGE_PROVIDERS = frozenset({"deepseek"})
 
 
 def anthropic_messages(
-    messages: Sequence[msg.Message], *, provider: str, tools: Sequence[msg.Tool]
+    messages: Sequence[msg.Message],
+    *,
+    provider: str,
+    tools: Sequence[msg.Tool],
+    omitted: Omissions,
 ) -> Json:
     system: str | None = None
     out: list[Json] = []
@@ -74,14 +83,21 @@ def anthropic_messages(
             else:
                 pending.append((index, message.text))
         elif message.role is msg.Role.ASSISTANT:
-            content = _assistant_content(message)
+            sources, content = _assistant_content(message, provider, where, omitted)
             if content:
                 flush()
+                if out and out[-1]["role"] == "assistant":
+                    _check_merge(sources, content)
             add("assistant", content)
         elif message.role is msg.Role.USER:
             add("user", _user_content(message.content, provider, where))
         else:
-            add("user", [_tool_result(block, provider, where) for block in _results(message)])
+            results = [
+                _tool_result(block, provider, f"{where}.content[{position}].tool_result")
+                for position, block in enumerate(message.content)
+                if isinstance(block, msg.ToolResult)
+            ]
+            add("user", results)
     flush()
     body: Json = {"messages": out}
     if system is not None:
@@ -89,10 +105,6 @@ def anthropic_messages(
     if tools:
         body["tools"] = [_tool(index, tool) for index, tool in enumerate(tools)]
     return body
-
-
-def _results(message: msg.Message) -> list[msg.ToolResult]:
-    return [block for block in message.content if isinstance(block, msg.ToolResult)]
 
 
 def _user_content(content: Sequence[object], provider: str, where: str) -> list[Json]:
@@ -108,15 +120,9 @@ def _user_content(content: Sequence[object], provider: str, where: str) -> list[
 def _image(image: msg.Image, provider: str, where: str) -> Json:
     if provider in NO_IMAGE_PROVIDERS:
         refuse(WIRE, where, f"the {provider} Anthropic-compatible API takes no image blocks")
+    check_media_type(WIRE, where, image)
     inline = inline_image(image)
     if inline is not None:
-        if inline.media_type not in MEDIA_TYPES:
-            refuse(
-                WIRE,
-                where,
-                f"image media type {inline.media_type!r} is not one of "
-                f"{', '.join(sorted(MEDIA_TYPES))}",
-            )
         source: Json = {"type": "base64", "media_type": inline.media_type, "data": inline.data}
     elif is_data_uri(image.uri):
         refuse(WIRE, where, "a data: image must be base64 (data:<media type>;base64,<data>)")
@@ -135,23 +141,58 @@ def _tool_result(block: msg.ToolResult, provider: str, where: str) -> Json:
     return entry
 
 
-def _assistant_content(message: msg.Message) -> list[Json]:
+def _assistant_content(
+    message: msg.Message, provider: str, where: str, omitted: Omissions
+) -> tuple[list[str], list[Json]]:
+    """The assistant's content blocks in order, and the field each one came from."""
+    sources: list[str] = []
     parts: list[Json] = []
-    for block in message.content:
-        if isinstance(block, msg.Reasoning) and block.signature:
-            parts.append({"type": "thinking", "thinking": block.text, "signature": block.signature})
-        elif isinstance(block, msg.Text) and block.text:
-            parts.append({"type": "text", "text": block.text})
+    for index, block in enumerate(message.content):
+        field = f"{where}.content[{index}]"
+        part: Json | None = None
+        if isinstance(block, msg.Reasoning):
+            if block.signature:
+                part = {"type": "thinking", "thinking": block.text, "signature": block.signature}
+            elif block.text:
+                omitted.omit(field, "Messages takes thinking back only with its signature")
+        elif isinstance(block, msg.RedactedReasoning):
+            if block.provider == provider:
+                part = {"type": "redacted_thinking", "data": block.data}
+            else:
+                omitted.omit(
+                    field, f"redacted reasoning of {block.provider!r} goes back only to it"
+                )
+        elif isinstance(block, msg.ReasoningItem):
+            omitted.omit(field, "Messages has no place for a Responses reasoning item")
+        elif isinstance(block, msg.Text):
+            omitted.phase(WIRE, field, block)
+            if block.text:
+                part = {"type": "text", "text": block.text}
         elif isinstance(block, msg.ToolCall):
-            parts.append(
-                {
-                    "type": "tool_use",
-                    "id": block.call_id,
-                    "name": block.name,
-                    "input": json.loads(block.arguments_json or "{}"),
-                }
+            part = {
+                "type": "tool_use",
+                "id": block.call_id,
+                "name": block.name,
+                "input": json.loads(block.arguments_json or "{}"),
+            }
+        if part is not None:
+            sources.append(field)
+            parts.append(part)
+    return sources, parts
+
+
+def _check_merge(sources: list[str], content: list[Json]) -> None:
+    """An assistant message right after another joins it (the API combines consecutive turns);
+    its thinking would then follow the earlier content, which the API refuses (thinking blocks
+    open an assistant turn). Refused by the first such block."""
+    for field, part in zip(sources, content, strict=True):
+        if part["type"] in THINKING:
+            refuse(
+                WIRE,
+                field,
+                "thinking in an assistant message that follows another assistant message"
+                " (merged into one, its thinking would not come first)",
             )
-    return parts
 
 
 def _tool(index: int, tool: msg.Tool) -> Json:

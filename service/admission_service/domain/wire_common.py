@@ -34,6 +34,27 @@ def refuse(wire: WireFormat, field: str, why: str) -> NoReturn:
 
 
 @dataclass(frozen=True, slots=True)
+class Omission:
+    """A block (or a field of one) that a format's body leaves out, and why: the format has no
+    place for it on this route (DerivedRequest.omitted)."""
+
+    field: str
+    why: str
+
+
+class Omissions(list[Omission]):
+    """What one rendering leaves out, in message order."""
+
+    def omit(self, field: str, why: str) -> None:
+        self.append(Omission(field, why))
+
+    def phase(self, wire: WireFormat, where: str, block: Text) -> None:
+        """A text's phase, which only the Responses format carries."""
+        if block.phase:
+            self.omit(f"{where}.text.phase", f"WIRE_FORMAT_{wire.name} has no message phase")
+
+
+@dataclass(frozen=True, slots=True)
 class InlineImage:
     media_type: str
     data: str
@@ -49,6 +70,26 @@ def inline_image(image: Image) -> InlineImage | None:
 
 def is_data_uri(uri: str) -> bool:
     return uri[:5].lower() == "data:"
+
+
+# The image media types every format's provider accepts: the Messages API's base64 source
+# (``Base64ImageSourceParam.media_type``) and OpenAI's vision input ("PNG, JPEG, WEBP,
+# non-animated GIF").
+MEDIA_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
+
+
+def check_media_type(wire: WireFormat, where: str, image: Image) -> None:
+    """Refuse an image whose declared media type (its ``data:`` URI's, else its
+    ``media_type``) the provider does not accept; an undeclared URL image is the provider's to
+    read."""
+    inline = inline_image(image)
+    declared = inline.media_type if inline is not None else image.media_type.lower()
+    if declared and declared not in MEDIA_TYPES:
+        refuse(
+            wire,
+            where,
+            f"image media type {declared!r} is not one of {', '.join(sorted(MEDIA_TYPES))}",
+        )
 
 
 def result_text(block: ToolResult) -> str:

@@ -23,6 +23,8 @@ from admission_service.domain.messages import (
     Image,
     Message,
     Reasoning,
+    ReasoningItem,
+    RedactedReasoning,
     Text,
     ToolCall,
     ToolResult,
@@ -51,6 +53,10 @@ def message_text(message: Message) -> str:
             parts.append(block.text)
         elif isinstance(block, Reasoning):
             parts.append(f"[reasoning] {block.text}")
+        elif isinstance(block, RedactedReasoning):
+            parts.append(f"[redacted reasoning {block.provider}]")
+        elif isinstance(block, ReasoningItem):
+            parts.append(f"[reasoning item {block.item_id}] {' '.join(block.summary)}")
         elif isinstance(block, ToolCall):
             parts.append(f"[tool call {block.name} {block.call_id}] {block.arguments_json}")
         elif isinstance(block, ToolResult):

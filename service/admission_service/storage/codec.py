@@ -18,6 +18,8 @@ from admission_service.domain.messages import (
     Image,
     Message,
     Reasoning,
+    ReasoningItem,
+    RedactedReasoning,
     Role,
     Text,
     ToolCall,
@@ -36,13 +38,23 @@ _ROLES_IN = {number: role for role, number in _ROLES.items()}
 def _fill_block(target: pb.ContentBlock, block: Block) -> None:
     if isinstance(block, Text):
         target.text.SetInParent()
-        target.text.text = block.text
+        target.text.text, target.text.phase = block.text, block.phase
     elif isinstance(block, Image):
         target.image.SetInParent()
         target.image.uri, target.image.media_type = block.uri, block.media_type
     elif isinstance(block, Reasoning):
         target.reasoning.SetInParent()
         target.reasoning.text, target.reasoning.signature = block.text, block.signature
+    elif isinstance(block, RedactedReasoning):
+        target.redacted_reasoning.SetInParent()
+        target.redacted_reasoning.provider = block.provider
+        target.redacted_reasoning.data = block.data
+    elif isinstance(block, ReasoningItem):
+        item = target.reasoning_item
+        item.SetInParent()
+        item.id, item.encrypted_content = block.item_id, block.encrypted_content
+        item.summary.extend(block.summary)
+        item.content.extend(block.content)
     elif isinstance(block, ToolCall):
         call = target.tool_call
         call.SetInParent()
@@ -95,11 +107,18 @@ def encode_and_frame(message: Message) -> tuple[bytes, bytes]:
 def block_from_proto(block: pb.ContentBlock) -> Block:
     which = block.WhichOneof("block")
     if which == "text":
-        return Text(block.text.text)
+        return Text(block.text.text, block.text.phase)
     if which == "image":
         return Image(block.image.uri, block.image.media_type)
     if which == "reasoning":
         return Reasoning(block.reasoning.text, block.reasoning.signature)
+    if which == "redacted_reasoning":
+        return RedactedReasoning(block.redacted_reasoning.provider, block.redacted_reasoning.data)
+    if which == "reasoning_item":
+        item = block.reasoning_item
+        return ReasoningItem(
+            item.id, item.encrypted_content, tuple(item.summary), tuple(item.content)
+        )
     if which == "tool_call":
         call = block.tool_call
         return ToolCall(call.call_id, call.name, call.arguments_json)

@@ -10,6 +10,8 @@ from admission_service.domain.messages import (
     Image,
     Message,
     Reasoning,
+    ReasoningItem,
+    RedactedReasoning,
     Role,
     Text,
     Tool,
@@ -34,6 +36,9 @@ blocks = st.one_of(
     st.builds(Reasoning, texts),
     st.builds(ToolCall, texts, texts, texts),
     st.builds(ToolResult, texts, st.tuples(inner, inner), st.booleans()),
+    st.builds(Text, texts, st.sampled_from(["", "commentary"])),
+    st.builds(RedactedReasoning, texts, texts),
+    st.builds(ReasoningItem, texts, texts, st.lists(texts).map(tuple), st.lists(texts).map(tuple)),
 )
 messages = st.builds(Message, st.sampled_from(Role), st.lists(blocks, max_size=4).map(tuple))
 tools = st.lists(st.builds(Tool, texts, texts, texts), max_size=3).map(tuple)

@@ -8,6 +8,8 @@ from admission_service.domain.messages import (
     Image,
     Message,
     Reasoning,
+    ReasoningItem,
+    RedactedReasoning,
     Role,
     Text,
     ToolCall,
@@ -20,13 +22,22 @@ from promptadmission.v1 import session_pb2 as pb
 
 texts = st.text(max_size=300)  # any valid string: NUL, astral plane, empty
 inner = st.one_of(st.builds(Text, texts), st.builds(Image, texts, texts))
-blocks = st.one_of(
+blocks_0004 = st.one_of(  # the blocks stored up to revision 0005
     inner,
     st.builds(Reasoning, texts, texts),
     st.builds(ToolCall, texts, texts, texts),
     st.builds(ToolResult, texts, st.tuples(inner, inner) | st.tuples(), st.booleans()),
 )
-messages = st.builds(Message, st.sampled_from(list(Role)), st.lists(blocks, max_size=4).map(tuple))
+roles = st.sampled_from(list(Role))
+messages_0004 = st.builds(Message, roles, st.lists(blocks_0004, max_size=4).map(tuple))
+strings = st.lists(texts, max_size=3).map(tuple)
+blocks = st.one_of(
+    blocks_0004,
+    st.builds(Text, texts, st.sampled_from(["", "commentary", "final_answer"])),
+    st.builds(RedactedReasoning, texts, texts),
+    st.builds(ReasoningItem, texts, texts, strings, strings),
+)
+messages = st.builds(Message, roles, st.lists(blocks, max_size=4).map(tuple))
 
 _ROLES = {role: pb.MessageRole.Value(f"MESSAGE_ROLE_{role.name}") for role in Role}
 
@@ -34,12 +45,25 @@ _ROLES = {role: pb.MessageRole.Value(f"MESSAGE_ROLE_{role.name}") for role in Ro
 def _block_to_proto(block: Block) -> pb.ContentBlock:
     """The reference: the API's ``ContentBlock`` built field by field from the proto schema."""
     if isinstance(block, Text):
-        return pb.ContentBlock(text=pb.TextBlock(text=block.text))
+        return pb.ContentBlock(text=pb.TextBlock(text=block.text, phase=block.phase))
     if isinstance(block, Image):
         return pb.ContentBlock(image=pb.ImageBlock(uri=block.uri, media_type=block.media_type))
     if isinstance(block, Reasoning):
         return pb.ContentBlock(
             reasoning=pb.ReasoningBlock(text=block.text, signature=block.signature)
+        )
+    if isinstance(block, RedactedReasoning):
+        return pb.ContentBlock(
+            redacted_reasoning=pb.RedactedReasoningBlock(provider=block.provider, data=block.data)
+        )
+    if isinstance(block, ReasoningItem):
+        return pb.ContentBlock(
+            reasoning_item=pb.ReasoningItemBlock(
+                id=block.item_id,
+                encrypted_content=block.encrypted_content,
+                summary=block.summary,
+                content=block.content,
+            )
         )
     if isinstance(block, ToolCall):
         return pb.ContentBlock(

@@ -13,7 +13,7 @@ from admission_service.storage.database import MIGRATIONS_DIR
 from hypothesis import given
 from promptadmission.v1 import session_pb2 as pb
 
-from .test_codec import messages
+from .test_codec import messages_0004
 
 
 def _migration() -> ModuleType:
@@ -29,7 +29,7 @@ def _migration() -> ModuleType:
 MIGRATION = _migration()
 
 
-@given(messages)
+@given(messages_0004)
 def test_0004_json_converts_to_the_stored_encoding_and_back(message: Message) -> None:
     stored_0004 = json_codec.message_to_json(message)
     converted = MIGRATION._to_proto(stored_0004).SerializeToString(deterministic=True)

@@ -466,6 +466,8 @@ class ContentBlock(google.protobuf.message.Message):
     REASONING_FIELD_NUMBER: builtins.int
     TOOL_CALL_FIELD_NUMBER: builtins.int
     TOOL_RESULT_FIELD_NUMBER: builtins.int
+    REDACTED_REASONING_FIELD_NUMBER: builtins.int
+    REASONING_ITEM_FIELD_NUMBER: builtins.int
     @property
     def text(self) -> global___TextBlock:
         """text is plain text."""
@@ -486,6 +488,18 @@ class ContentBlock(google.protobuf.message.Message):
     def tool_result(self) -> global___ToolResultBlock:
         """tool_result is the result of a tool call; only tool messages may carry it."""
 
+    @property
+    def redacted_reasoning(self) -> global___RedactedReasoningBlock:
+        """redacted_reasoning is reasoning the provider returned only in opaque form (an Anthropic
+        `redacted_thinking` block); only assistant messages may carry it.
+        """
+
+    @property
+    def reasoning_item(self) -> global___ReasoningItemBlock:
+        """reasoning_item is an OpenAI Responses reasoning item (with its `encrypted_content` in
+        stateless use); only assistant messages may carry it.
+        """
+
     def __init__(
         self,
         *,
@@ -494,10 +508,12 @@ class ContentBlock(google.protobuf.message.Message):
         reasoning: global___ReasoningBlock | None = ...,
         tool_call: global___ToolCallBlock | None = ...,
         tool_result: global___ToolResultBlock | None = ...,
+        redacted_reasoning: global___RedactedReasoningBlock | None = ...,
+        reasoning_item: global___ReasoningItemBlock | None = ...,
     ) -> None: ...
-    def HasField(self, field_name: typing.Literal["block", b"block", "image", b"image", "reasoning", b"reasoning", "text", b"text", "tool_call", b"tool_call", "tool_result", b"tool_result"]) -> builtins.bool: ...
-    def ClearField(self, field_name: typing.Literal["block", b"block", "image", b"image", "reasoning", b"reasoning", "text", b"text", "tool_call", b"tool_call", "tool_result", b"tool_result"]) -> None: ...
-    def WhichOneof(self, oneof_group: typing.Literal["block", b"block"]) -> typing.Literal["text", "image", "reasoning", "tool_call", "tool_result"] | None: ...
+    def HasField(self, field_name: typing.Literal["block", b"block", "image", b"image", "reasoning", b"reasoning", "reasoning_item", b"reasoning_item", "redacted_reasoning", b"redacted_reasoning", "text", b"text", "tool_call", b"tool_call", "tool_result", b"tool_result"]) -> builtins.bool: ...
+    def ClearField(self, field_name: typing.Literal["block", b"block", "image", b"image", "reasoning", b"reasoning", "reasoning_item", b"reasoning_item", "redacted_reasoning", b"redacted_reasoning", "text", b"text", "tool_call", b"tool_call", "tool_result", b"tool_result"]) -> None: ...
+    def WhichOneof(self, oneof_group: typing.Literal["block", b"block"]) -> typing.Literal["text", "image", "reasoning", "tool_call", "tool_result", "redacted_reasoning", "reasoning_item"] | None: ...
 
 global___ContentBlock = ContentBlock
 
@@ -508,14 +524,23 @@ class TextBlock(google.protobuf.message.Message):
     DESCRIPTOR: google.protobuf.descriptor.Descriptor
 
     TEXT_FIELD_NUMBER: builtins.int
+    PHASE_FIELD_NUMBER: builtins.int
     text: builtins.str
     """text is the text, returned byte for byte. It may be empty."""
+    phase: builtins.str
+    """phase labels assistant text as an OpenAI Responses output message did: `commentary` or
+    `final_answer` (the output message's `phase`, which the API asks to be sent back).
+    Optional; only assistant text may carry it, and only those two values. Only
+    WIRE_FORMAT_OPENAI_RESPONSES renders it (the input message's `phase`); the other formats
+    have no place for it and list it in DerivedRequest.omitted.
+    """
     def __init__(
         self,
         *,
         text: builtins.str = ...,
+        phase: builtins.str = ...,
     ) -> None: ...
-    def ClearField(self, field_name: typing.Literal["text", b"text"]) -> None: ...
+    def ClearField(self, field_name: typing.Literal["phase", b"phase", "text", b"text"]) -> None: ...
 
 global___TextBlock = TextBlock
 
@@ -566,6 +591,81 @@ class ReasoningBlock(google.protobuf.message.Message):
     def ClearField(self, field_name: typing.Literal["signature", b"signature", "text", b"text"]) -> None: ...
 
 global___ReasoningBlock = ReasoningBlock
+
+@typing.final
+class RedactedReasoningBlock(google.protobuf.message.Message):
+    """RedactedReasoningBlock is reasoning a provider returned only as opaque data, to be passed
+    back unchanged (an Anthropic `redacted_thinking` block).
+    """
+
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    PROVIDER_FIELD_NUMBER: builtins.int
+    DATA_FIELD_NUMBER: builtins.int
+    provider: builtins.str
+    """provider is the provider that issued data, for example `anthropic`. Required, non-empty.
+    WIRE_FORMAT_ANTHROPIC_MESSAGES sends the block back as `redacted_thinking` only on a route
+    whose provider is this one (no other provider can read it); elsewhere it is listed in
+    DerivedRequest.omitted.
+    """
+    data: builtins.str
+    """data is the opaque data (`redacted_thinking.data`), returned byte for byte. Required,
+    non-empty.
+    """
+    def __init__(
+        self,
+        *,
+        provider: builtins.str = ...,
+        data: builtins.str = ...,
+    ) -> None: ...
+    def ClearField(self, field_name: typing.Literal["data", b"data", "provider", b"provider"]) -> None: ...
+
+global___RedactedReasoningBlock = RedactedReasoningBlock
+
+@typing.final
+class ReasoningItemBlock(google.protobuf.message.Message):
+    """ReasoningItemBlock is an OpenAI Responses reasoning item (`type: "reasoning"`), passed back as
+    an input item before the items that followed it in the output. In stateless use (`store:
+    false`, `include: ["reasoning.encrypted_content"]`) it must go back with its
+    encrypted_content. Only WIRE_FORMAT_OPENAI_RESPONSES renders it; the other formats list it in
+    DerivedRequest.omitted.
+    """
+
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    ID_FIELD_NUMBER: builtins.int
+    ENCRYPTED_CONTENT_FIELD_NUMBER: builtins.int
+    SUMMARY_FIELD_NUMBER: builtins.int
+    CONTENT_FIELD_NUMBER: builtins.int
+    id: builtins.str
+    """id is the item's id (`rs_…`), returned byte for byte. Required, non-empty."""
+    encrypted_content: builtins.str
+    """encrypted_content is the item's `encrypted_content`, returned byte for byte. Optional
+    (empty when the response did not include it).
+    """
+    @property
+    def summary(self) -> google.protobuf.internal.containers.RepeatedScalarFieldContainer[builtins.str]:
+        """summary is the text of each `summary_text` part of the item's `summary`, in order. It may
+        be empty.
+        """
+
+    @property
+    def content(self) -> google.protobuf.internal.containers.RepeatedScalarFieldContainer[builtins.str]:
+        """content is the text of each `reasoning_text` part of the item's `content`, in order.
+        Optional (empty when the item had none: the API then gets no `content`).
+        """
+
+    def __init__(
+        self,
+        *,
+        id: builtins.str = ...,
+        encrypted_content: builtins.str = ...,
+        summary: collections.abc.Iterable[builtins.str] | None = ...,
+        content: collections.abc.Iterable[builtins.str] | None = ...,
+    ) -> None: ...
+    def ClearField(self, field_name: typing.Literal["content", b"content", "encrypted_content", b"encrypted_content", "id", b"id", "summary", b"summary"]) -> None: ...
+
+global___ReasoningItemBlock = ReasoningItemBlock
 
 @typing.final
 class ToolCallBlock(google.protobuf.message.Message):
@@ -699,7 +799,9 @@ class ToolResult(google.protobuf.message.Message):
     """is_error is true when the tool failed and content describes the failure."""
     @property
     def content(self) -> google.protobuf.internal.containers.RepeatedCompositeFieldContainer[global___ContentBlock]:
-        """content is the result's content: text and image blocks. It may be empty."""
+        """content is the result's content: text and image blocks. It may be empty (a tool that
+        returned nothing); an error result needs a non-empty text block describing the failure.
+        """
 
     def __init__(
         self,
@@ -829,6 +931,7 @@ class DerivedRequest(google.protobuf.message.Message):
     TOTAL_MESSAGES_FIELD_NUMBER: builtins.int
     DIGEST_FIELD_NUMBER: builtins.int
     RENDER_ERROR_FIELD_NUMBER: builtins.int
+    OMITTED_FIELD_NUMBER: builtins.int
     wire_format: global___WireFormat.ValueType
     """wire_format is the format body_json is in; never WIRE_FORMAT_UNSPECIFIED."""
     body_json: builtins.str
@@ -871,6 +974,15 @@ class DerivedRequest(google.protobuf.message.Message):
         instead.
         """
 
+    @property
+    def omitted(self) -> google.protobuf.internal.containers.RepeatedCompositeFieldContainer[global___OmittedBlock]:
+        """omitted lists the blocks of the rendered messages that body_json leaves out because
+        wire_format has no place for them on this route (for example a Responses reasoning item in
+        WIRE_FORMAT_ANTHROPIC_MESSAGES, or reasoning without a signature there), in message order.
+        Empty for WIRE_FORMAT_NEUTRAL, whose messages carry everything. docs/WIRE_FORMATS.md gives
+        each format's rule.
+        """
+
     def __init__(
         self,
         *,
@@ -883,11 +995,37 @@ class DerivedRequest(google.protobuf.message.Message):
         total_messages: builtins.int = ...,
         digest: builtins.bytes = ...,
         render_error: global___RenderError | None = ...,
+        omitted: collections.abc.Iterable[global___OmittedBlock] | None = ...,
     ) -> None: ...
     def HasField(self, field_name: typing.Literal["render_error", b"render_error"]) -> builtins.bool: ...
-    def ClearField(self, field_name: typing.Literal["body_json", b"body_json", "digest", b"digest", "first_message_index", b"first_message_index", "messages", b"messages", "render_error", b"render_error", "tools", b"tools", "total_messages", b"total_messages", "view", b"view", "wire_format", b"wire_format"]) -> None: ...
+    def ClearField(self, field_name: typing.Literal["body_json", b"body_json", "digest", b"digest", "first_message_index", b"first_message_index", "messages", b"messages", "omitted", b"omitted", "render_error", b"render_error", "tools", b"tools", "total_messages", b"total_messages", "view", b"view", "wire_format", b"wire_format"]) -> None: ...
 
 global___DerivedRequest = DerivedRequest
+
+@typing.final
+class OmittedBlock(google.protobuf.message.Message):
+    """OmittedBlock is a block of a derived message that a wire format's body leaves out."""
+
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    FIELD_FIELD_NUMBER: builtins.int
+    WHY_FIELD_NUMBER: builtins.int
+    field: builtins.str
+    """field names the block, for example `messages[3].content[0]` (an index into the whole
+    derived request, as DerivedRequest.messages counts from first_message_index), or
+    `messages[3].content[1].text.phase` for a field of it.
+    """
+    why: builtins.str
+    """why says why the format leaves it out."""
+    def __init__(
+        self,
+        *,
+        field: builtins.str = ...,
+        why: builtins.str = ...,
+    ) -> None: ...
+    def ClearField(self, field_name: typing.Literal["field", b"field", "why", b"why"]) -> None: ...
+
+global___OmittedBlock = OmittedBlock
 
 @typing.final
 class RenderError(google.protobuf.message.Message):

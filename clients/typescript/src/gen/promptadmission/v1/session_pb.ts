@@ -12,7 +12,7 @@ import type { Message as Message$1 } from "@bufbuild/protobuf";
  * Describes the file promptadmission/v1/session.proto.
  */
 export const file_promptadmission_v1_session: GenFile = /*@__PURE__*/
-  fileDesc("CiBwcm9tcHRhZG1pc3Npb24vdjEvc2Vzc2lvbi5wcm90bxIScHJvbXB0YWRtaXNzaW9uLnYxIqQCCgxDb250ZW50QmxvY2sSLQoEdGV4dBgBIAEoCzIdLnByb21wdGFkbWlzc2lvbi52MS5UZXh0QmxvY2tIABIvCgVpbWFnZRgCIAEoCzIeLnByb21wdGFkbWlzc2lvbi52MS5JbWFnZUJsb2NrSAASNwoJcmVhc29uaW5nGAMgASgLMiIucHJvbXB0YWRtaXNzaW9uLnYxLlJlYXNvbmluZ0Jsb2NrSAASNgoJdG9vbF9jYWxsGAQgASgLMiEucHJvbXB0YWRtaXNzaW9uLnYxLlRvb2xDYWxsQmxvY2tIABI6Cgt0b29sX3Jlc3VsdBgFIAEoCzIjLnByb21wdGFkbWlzc2lvbi52MS5Ub29sUmVzdWx0QmxvY2tIAEIHCgVibG9jayIZCglUZXh0QmxvY2sSDAoEdGV4dBgBIAEoCSItCgpJbWFnZUJsb2NrEgsKA3VyaRgBIAEoCRISCgptZWRpYV90eXBlGAIgASgJIjEKDlJlYXNvbmluZ0Jsb2NrEgwKBHRleHQYASABKAkSEQoJc2lnbmF0dXJlGAIgASgJIkYKDVRvb2xDYWxsQmxvY2sSDwoHY2FsbF9pZBgBIAEoCRIMCgRuYW1lGAIgASgJEhYKDmFyZ3VtZW50c19qc29uGAMgASgJImcKD1Rvb2xSZXN1bHRCbG9jaxIPCgdjYWxsX2lkGAEgASgJEjEKB2NvbnRlbnQYAiADKAsyIC5wcm9tcHRhZG1pc3Npb24udjEuQ29udGVudEJsb2NrEhAKCGlzX2Vycm9yGAMgASgIImsKB01lc3NhZ2USLQoEcm9sZRgBIAEoDjIfLnByb21wdGFkbWlzc2lvbi52MS5NZXNzYWdlUm9sZRIxCgdjb250ZW50GAIgAygLMiAucHJvbXB0YWRtaXNzaW9uLnYxLkNvbnRlbnRCbG9jayJCCgRUb29sEgwKBG5hbWUYASABKAkSEwoLZGVzY3JpcHRpb24YAiABKAkSFwoPcGFyYW1ldGVyc19qc29uGAMgASgJImIKClRvb2xSZXN1bHQSDwoHY2FsbF9pZBgBIAEoCRIxCgdjb250ZW50GAIgAygLMiAucHJvbXB0YWRtaXNzaW9uLnYxLkNvbnRlbnRCbG9jaxIQCghpc19lcnJvchgDIAEoCCI2CghTZXFSYW5nZRIVCglzdGFydF9zZXEYASABKANCAjACEhMKB2VuZF9zZXEYAiABKANCAjACIr8BCgVSb3V0ZRIQCghwcm92aWRlchgBIAEoCRINCgVtb2RlbBgCIAEoCRIaCg5jb250ZXh0X3dpbmRvdxgDIAEoA0ICMAISRAoUc3lzdGVtX3Byb21wdF91cGRhdGUYBCABKA4yJi5wcm9tcHRhZG1pc3Npb24udjEuU3lzdGVtUHJvbXB0VXBkYXRlEjMKC3Rvb2xfdXBkYXRlGAUgASgOMh4ucHJvbXB0YWRtaXNzaW9uLnYxLlRvb2xVcGRhdGUiNwoKSGVsZFByZWZpeBIZCg1tZXNzYWdlX2NvdW50GAEgASgDQgIwAhIOCgZkaWdlc3QYAiABKAwi4wIKDkRlcml2ZWRSZXF1ZXN0EjMKC3dpcmVfZm9ybWF0GAEgASgOMh4ucHJvbXB0YWRtaXNzaW9uLnYxLldpcmVGb3JtYXQSLQoIbWVzc2FnZXMYAiADKAsyGy5wcm9tcHRhZG1pc3Npb24udjEuTWVzc2FnZRIRCglib2R5X2pzb24YAyABKAkSJwoFdG9vbHMYBCADKAsyGC5wcm9tcHRhZG1pc3Npb24udjEuVG9vbBItCgR2aWV3GAUgASgOMh8ucHJvbXB0YWRtaXNzaW9uLnYxLlJlcXVlc3RWaWV3Eh8KE2ZpcnN0X21lc3NhZ2VfaW5kZXgYBiABKANCAjACEhoKDnRvdGFsX21lc3NhZ2VzGAcgASgDQgIwAhIOCgZkaWdlc3QYCCABKAwSNQoMcmVuZGVyX2Vycm9yGAkgASgLMh8ucHJvbXB0YWRtaXNzaW9uLnYxLlJlbmRlckVycm9yIj0KC1JlbmRlckVycm9yEg4KBnJlYXNvbhgBIAEoCRINCgVmaWVsZBgCIAEoCRIPCgdtZXNzYWdlGAMgASgJIn8KDFN5c3RlbUNvbW1pdBI2CglvcGVyYXRpb24YASABKA4yIy5wcm9tcHRhZG1pc3Npb24udjEuQ29tbWl0T3BlcmF0aW9uEg8KA3NlcRgCIAEoA0ICMAISDAoEdGV4dBgDIAEoCRIYCgxyZXBsYWNlZF9zZXEYBCABKANCAjACIscBCg1SZXF1ZXN0SGVhZGVyEhAKCHByb3ZpZGVyGAEgASgJEg0KBW1vZGVsGAIgASgJEicKBXRvb2xzGAMgAygLMhgucHJvbXB0YWRtaXNzaW9uLnYxLlRvb2wSPQoGY29uZmlnGAggAygLMi0ucHJvbXB0YWRtaXNzaW9uLnYxLlJlcXVlc3RIZWFkZXIuQ29uZmlnRW50cnkaLQoLQ29uZmlnRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKYAQoJSGVhZGVyTG9nEg8KA3NlcRgBIAEoA0ICMAISMAoGcmVhc29uGAIgASgOMiAucHJvbXB0YWRtaXNzaW9uLnYxLkhlYWRlclJlYXNvbhIVCg1zdGFydHNfc2VyaWVzGAMgASgIEjEKBmhlYWRlchgEIAEoCzIhLnByb21wdGFkbWlzc2lvbi52MS5SZXF1ZXN0SGVhZGVyIpMBCg5SZXF1ZXN0Q29udGV4dBIQCghwcm92aWRlchgBIAEoCRINCgVtb2RlbBgCIAEoCRIaCg5jb250ZXh0X3dpbmRvdxgDIAEoA0ICMAISRAoUc3lzdGVtX3Byb21wdF91cGRhdGUYBCABKA4yJi5wcm9tcHRhZG1pc3Npb24udjEuU3lzdGVtUHJvbXB0VXBkYXRlIlIKCkNvbnRleHRMb2cSDwoDc2VxGAEgASgDQgIwAhIzCgdjb250ZXh0GAIgASgLMiIucHJvbXB0YWRtaXNzaW9uLnYxLlJlcXVlc3RDb250ZXh0ImYKD0VmZmVjdGl2ZVByb21wdBIMCgR0ZXh0GAEgASgJEg8KA3NlcRgCIAEoA0ICMAISNAoIbG9jYXRpb24YAyABKA4yIi5wcm9tcHRhZG1pc3Npb24udjEuUHJvbXB0TG9jYXRpb24i3AEKDUNhY2hlRm9yZWNhc3QSGwoPcmV1c2VkX21lc3NhZ2VzGAEgASgDQgIwAhIZCg1yZXVzZWRfdG9rZW5zGAIgASgDQgIwAhIaCg50b3RhbF9tZXNzYWdlcxgDIAEoA0ICMAISGAoMdG90YWxfdG9rZW5zGAQgASgDQgIwAhIcChBkaXZlcmdlbmNlX2luZGV4GAUgASgDQgIwAhI/ChFkaXZlcmdlbmNlX3JlYXNvbhgGIAEoDjIkLnByb21wdGFkbWlzc2lvbi52MS5EaXZlcmdlbmNlUmVhc29uIs4BCg5Ub2tlbkJyZWFrZG93bhIZCg1zeXN0ZW1fdG9rZW5zGAEgASgDQgIwAhIYCgx0b29sc190b2tlbnMYAiABKANCAjACEhoKDm1lc3NhZ2VfdG9rZW5zGAMgASgDQgIwAhIYCgx0b3RhbF90b2tlbnMYBCABKANCAjACEhEKCXRva2VuaXplchgFIAEoCRIcChRvYnNlcnZlZF9pbnB1dF9yYXRpbxgGIAEoARIgChRjYWxpYnJhdGlvbl9yZXF1ZXN0cxgHIAEoA0ICMAIijwEKEFN5c3RlbVByb21wdE5vZGUSDwoDc2VxGAEgASgDQgIwAhIoCgR0aW1lGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIQCgR0dXJuGAMgASgDQgIwAhIQCgRzdGVwGAQgASgDQgIwAhIMCgR0ZXh0GAUgASgJEg4KBnVwZGF0ZRgGIAEoCCJ7CgVVc2FnZRIYCgxpbnB1dF90b2tlbnMYASABKANCAjACEhkKDW91dHB1dF90b2tlbnMYAiABKANCAjACEh0KEWNhY2hlX3JlYWRfdG9rZW5zGAMgASgDQgIwAhIeChJjYWNoZV93cml0ZV90b2tlbnMYBCABKANCAjACIu0BCgtMZWRnZXJFbnRyeRIZCg1yZXF1ZXN0X2luZGV4GAEgASgDQgIwAhIUCgxhZG1pc3Npb25faWQYAiABKAkSEwoHYXR0ZW1wdBgDIAEoA0ICMAISMwoIZm9yZWNhc3QYBCABKAsyIS5wcm9tcHRhZG1pc3Npb24udjEuQ2FjaGVGb3JlY2FzdBIrCghvYnNlcnZlZBgFIAEoCzIZLnByb21wdGFkbWlzc2lvbi52MS5Vc2FnZRIYCgxkcmlmdF90b2tlbnMYBiABKANCAjACEhwKFG9ic2VydmVkX2lucHV0X3JhdGlvGAcgASgBIt0BCgtTZXJpZXNTdGF0ZRIeChJyZXBsYWNlX2dlbmVyYXRpb24YASABKANCAjACEigKF2xhc3RfcmVxdWVzdF9nZW5lcmF0aW9uGAIgASgDQgIwAkgAiAEBEjIKC2xhc3RfaGVhZGVyGAMgASgLMh0ucHJvbXB0YWRtaXNzaW9uLnYxLkhlYWRlckxvZxI0CgxsYXN0X2NvbnRleHQYBCABKAsyHi5wcm9tcHRhZG1pc3Npb24udjEuQ29udGV4dExvZ0IaChhfbGFzdF9yZXF1ZXN0X2dlbmVyYXRpb24izgEKB1Nlc3Npb24SEgoKc2Vzc2lvbl9pZBgBIAEoCRIvCgtjcmVhdGVfdGltZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLdXBkYXRlX3RpbWUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhQKCHJldmlzaW9uGAQgASgDQgIwAhIXCgtldmVudF9jb3VudBgFIAEoA0ICMAISHgoScmVwbGFjZV9nZW5lcmF0aW9uGAYgASgDQgIwAiLEAQoJU3VyZmFjZU9wEjYKBmFwcGVuZBgBIAEoCzIkLnByb21wdGFkbWlzc2lvbi52MS5TdXJmYWNlT3AuQXBwZW5kSAASOAoHcmVwbGFjZRgCIAEoCzIlLnByb21wdGFkbWlzc2lvbi52MS5TdXJmYWNlT3AuUmVwbGFjZUgAGggKBkFwcGVuZBo1CgdSZXBsYWNlEhUKCXN0YXJ0X3NlcRgBIAEoA0ICMAISEwoHZW5kX3NlcRgCIAEoA0ICMAJCBAoCb3AinAMKBUV2ZW50Eg8KA3NlcRgBIAEoA0ICMAISLwoLY29tbWl0X3RpbWUYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEisKBGtpbmQYAyABKA4yHS5wcm9tcHRhZG1pc3Npb24udjEuRXZlbnRLaW5kEhAKBHR1cm4YBCABKANCAjACEhAKBHN0ZXAYBSABKANCAjACEjEKCnN1cmZhY2Vfb3AYBiABKAsyHS5wcm9tcHRhZG1pc3Npb24udjEuU3VyZmFjZU9wEhcKC3NvdXJjZV9zZXFzGAcgAygDQgIwAhIuCgdtZXNzYWdlGAggASgLMhsucHJvbXB0YWRtaXNzaW9uLnYxLk1lc3NhZ2VIABIvCgZoZWFkZXIYCSABKAsyHS5wcm9tcHRhZG1pc3Npb24udjEuSGVhZGVyTG9nSAASNQoHY29udGV4dBgKIAEoCzIiLnByb21wdGFkbWlzc2lvbi52MS5SZXF1ZXN0Q29udGV4dEgAEhQKDGFkbWlzc2lvbl9pZBgLIAEoCUIGCgRib2R5Ko4BCgtNZXNzYWdlUm9sZRIcChhNRVNTQUdFX1JPTEVfVU5TUEVDSUZJRUQQABIXChNNRVNTQUdFX1JPTEVfU1lTVEVNEAESFQoRTUVTU0FHRV9ST0xFX1VTRVIQAhIaChZNRVNTQUdFX1JPTEVfQVNTSVNUQU5UEAMSFQoRTUVTU0FHRV9ST0xFX1RPT0wQBCqBAQoSU3lzdGVtUHJvbXB0VXBkYXRlEiQKIFNZU1RFTV9QUk9NUFRfVVBEQVRFX1VOU1BFQ0lGSUVEEAASIAocU1lTVEVNX1BST01QVF9VUERBVEVfUkVQTEFDRRABEiMKH1NZU1RFTV9QUk9NUFRfVVBEQVRFX0lOX0hJU1RPUlkQAipeCgpUb29sVXBkYXRlEhsKF1RPT0xfVVBEQVRFX1VOU1BFQ0lGSUVEEAASFwoTVE9PTF9VUERBVEVfUkVQTEFDRRABEhoKFlRPT0xfVVBEQVRFX0lOX0hJU1RPUlkQAiqSAQoQQ2FwYWJpbGl0eVNvdXJjZRIhCh1DQVBBQklMSVRZX1NPVVJDRV9VTlNQRUNJRklFRBAAEh0KGUNBUEFCSUxJVFlfU09VUkNFX1JFUVVFU1QQARIdChlDQVBBQklMSVRZX1NPVVJDRV9DQVRBTE9HEAISHQoZQ0FQQUJJTElUWV9TT1VSQ0VfREVGQVVMVBADKqUBCgpXaXJlRm9ybWF0EhsKF1dJUkVfRk9STUFUX1VOU1BFQ0lGSUVEEAASFwoTV0lSRV9GT1JNQVRfTkVVVFJBTBABEhsKF1dJUkVfRk9STUFUX09QRU5BSV9DSEFUEAISIAocV0lSRV9GT1JNQVRfT1BFTkFJX1JFU1BPTlNFUxADEiIKHldJUkVfRk9STUFUX0FOVEhST1BJQ19NRVNTQUdFUxAEKloKC1JlcXVlc3RWaWV3EhwKGFJFUVVFU1RfVklFV19VTlNQRUNJRklFRBAAEhUKEVJFUVVFU1RfVklFV19GVUxMEAESFgoSUkVRVUVTVF9WSUVXX0RFTFRBEAIqbgoPQ29tbWl0T3BlcmF0aW9uEiAKHENPTU1JVF9PUEVSQVRJT05fVU5TUEVDSUZJRUQQABIbChdDT01NSVRfT1BFUkFUSU9OX0FQUEVORBABEhwKGENPTU1JVF9PUEVSQVRJT05fUkVQTEFDRRACKpYBCgxIZWFkZXJSZWFzb24SHQoZSEVBREVSX1JFQVNPTl9VTlNQRUNJRklFRBAAEhkKFUhFQURFUl9SRUFTT05fSU5JVElBTBABEhgKFEhFQURFUl9SRUFTT05fUkVTVU1FEAISGAoUSEVBREVSX1JFQVNPTl9DSEFOR0UQAxIYChRIRUFERVJfUkVBU09OX1NFUklFUxAEKoUBCg5Qcm9tcHRMb2NhdGlvbhIfChtQUk9NUFRfTE9DQVRJT05fVU5TUEVDSUZJRUQQABIYChRQUk9NUFRfTE9DQVRJT05fTk9ORRABEhgKFFBST01QVF9MT0NBVElPTl9IRUFEEAISHgoaUFJPTVBUX0xPQ0FUSU9OX0lOX0hJU1RPUlkQAyqyAgoQRGl2ZXJnZW5jZVJlYXNvbhIhCh1ESVZFUkdFTkNFX1JFQVNPTl9VTlNQRUNJRklFRBAAEhoKFkRJVkVSR0VOQ0VfUkVBU09OX05PTkUQARIjCh9ESVZFUkdFTkNFX1JFQVNPTl9GSVJTVF9SRVFVRVNUEAISJAogRElWRVJHRU5DRV9SRUFTT05fU1lTVEVNX0NIQU5HRUQQAxIjCh9ESVZFUkdFTkNFX1JFQVNPTl9UT09MU19DSEFOR0VEEAQSJgoiRElWRVJHRU5DRV9SRUFTT05fTUVTU0FHRVNfQ0hBTkdFRBAFEiMKH0RJVkVSR0VOQ0VfUkVBU09OX01PREVMX0NIQU5HRUQQBhIiCh5ESVZFUkdFTkNFX1JFQVNPTl9TRVJJRVNfU1RBUlQQByqDAgoJRXZlbnRLaW5kEhoKFkVWRU5UX0tJTkRfVU5TUEVDSUZJRUQQABIdChlFVkVOVF9LSU5EX1NZU1RFTV9NRVNTQUdFEAESGwoXRVZFTlRfS0lORF9VU0VSX01FU1NBR0UQAhIgChxFVkVOVF9LSU5EX0FTU0lTVEFOVF9NRVNTQUdFEAMSGgoWRVZFTlRfS0lORF9UT09MX1JFU1VMVBAEEiEKHUVWRU5UX0tJTkRfQ09NUEFDVElPTl9TVU1NQVJZEAUSHQoZRVZFTlRfS0lORF9SRVFVRVNUX0hFQURFUhAGEh4KGkVWRU5UX0tJTkRfUkVRVUVTVF9DT05URVhUEAdiBnByb3RvMw", [file_google_protobuf_timestamp]);
+  fileDesc("CiBwcm9tcHRhZG1pc3Npb24vdjEvc2Vzc2lvbi5wcm90bxIScHJvbXB0YWRtaXNzaW9uLnYxIrADCgxDb250ZW50QmxvY2sSLQoEdGV4dBgBIAEoCzIdLnByb21wdGFkbWlzc2lvbi52MS5UZXh0QmxvY2tIABIvCgVpbWFnZRgCIAEoCzIeLnByb21wdGFkbWlzc2lvbi52MS5JbWFnZUJsb2NrSAASNwoJcmVhc29uaW5nGAMgASgLMiIucHJvbXB0YWRtaXNzaW9uLnYxLlJlYXNvbmluZ0Jsb2NrSAASNgoJdG9vbF9jYWxsGAQgASgLMiEucHJvbXB0YWRtaXNzaW9uLnYxLlRvb2xDYWxsQmxvY2tIABI6Cgt0b29sX3Jlc3VsdBgFIAEoCzIjLnByb21wdGFkbWlzc2lvbi52MS5Ub29sUmVzdWx0QmxvY2tIABJIChJyZWRhY3RlZF9yZWFzb25pbmcYBiABKAsyKi5wcm9tcHRhZG1pc3Npb24udjEuUmVkYWN0ZWRSZWFzb25pbmdCbG9ja0gAEkAKDnJlYXNvbmluZ19pdGVtGAcgASgLMiYucHJvbXB0YWRtaXNzaW9uLnYxLlJlYXNvbmluZ0l0ZW1CbG9ja0gAQgcKBWJsb2NrIigKCVRleHRCbG9jaxIMCgR0ZXh0GAEgASgJEg0KBXBoYXNlGAIgASgJIi0KCkltYWdlQmxvY2sSCwoDdXJpGAEgASgJEhIKCm1lZGlhX3R5cGUYAiABKAkiMQoOUmVhc29uaW5nQmxvY2sSDAoEdGV4dBgBIAEoCRIRCglzaWduYXR1cmUYAiABKAkiOAoWUmVkYWN0ZWRSZWFzb25pbmdCbG9jaxIQCghwcm92aWRlchgBIAEoCRIMCgRkYXRhGAIgASgJIl0KElJlYXNvbmluZ0l0ZW1CbG9jaxIKCgJpZBgBIAEoCRIZChFlbmNyeXB0ZWRfY29udGVudBgCIAEoCRIPCgdzdW1tYXJ5GAMgAygJEg8KB2NvbnRlbnQYBCADKAkiRgoNVG9vbENhbGxCbG9jaxIPCgdjYWxsX2lkGAEgASgJEgwKBG5hbWUYAiABKAkSFgoOYXJndW1lbnRzX2pzb24YAyABKAkiZwoPVG9vbFJlc3VsdEJsb2NrEg8KB2NhbGxfaWQYASABKAkSMQoHY29udGVudBgCIAMoCzIgLnByb21wdGFkbWlzc2lvbi52MS5Db250ZW50QmxvY2sSEAoIaXNfZXJyb3IYAyABKAgiawoHTWVzc2FnZRItCgRyb2xlGAEgASgOMh8ucHJvbXB0YWRtaXNzaW9uLnYxLk1lc3NhZ2VSb2xlEjEKB2NvbnRlbnQYAiADKAsyIC5wcm9tcHRhZG1pc3Npb24udjEuQ29udGVudEJsb2NrIkIKBFRvb2wSDAoEbmFtZRgBIAEoCRITCgtkZXNjcmlwdGlvbhgCIAEoCRIXCg9wYXJhbWV0ZXJzX2pzb24YAyABKAkiYgoKVG9vbFJlc3VsdBIPCgdjYWxsX2lkGAEgASgJEjEKB2NvbnRlbnQYAiADKAsyIC5wcm9tcHRhZG1pc3Npb24udjEuQ29udGVudEJsb2NrEhAKCGlzX2Vycm9yGAMgASgIIjYKCFNlcVJhbmdlEhUKCXN0YXJ0X3NlcRgBIAEoA0ICMAISEwoHZW5kX3NlcRgCIAEoA0ICMAIivwEKBVJvdXRlEhAKCHByb3ZpZGVyGAEgASgJEg0KBW1vZGVsGAIgASgJEhoKDmNvbnRleHRfd2luZG93GAMgASgDQgIwAhJEChRzeXN0ZW1fcHJvbXB0X3VwZGF0ZRgEIAEoDjImLnByb21wdGFkbWlzc2lvbi52MS5TeXN0ZW1Qcm9tcHRVcGRhdGUSMwoLdG9vbF91cGRhdGUYBSABKA4yHi5wcm9tcHRhZG1pc3Npb24udjEuVG9vbFVwZGF0ZSI3CgpIZWxkUHJlZml4EhkKDW1lc3NhZ2VfY291bnQYASABKANCAjACEg4KBmRpZ2VzdBgCIAEoDCKWAwoORGVyaXZlZFJlcXVlc3QSMwoLd2lyZV9mb3JtYXQYASABKA4yHi5wcm9tcHRhZG1pc3Npb24udjEuV2lyZUZvcm1hdBItCghtZXNzYWdlcxgCIAMoCzIbLnByb21wdGFkbWlzc2lvbi52MS5NZXNzYWdlEhEKCWJvZHlfanNvbhgDIAEoCRInCgV0b29scxgEIAMoCzIYLnByb21wdGFkbWlzc2lvbi52MS5Ub29sEi0KBHZpZXcYBSABKA4yHy5wcm9tcHRhZG1pc3Npb24udjEuUmVxdWVzdFZpZXcSHwoTZmlyc3RfbWVzc2FnZV9pbmRleBgGIAEoA0ICMAISGgoOdG90YWxfbWVzc2FnZXMYByABKANCAjACEg4KBmRpZ2VzdBgIIAEoDBI1CgxyZW5kZXJfZXJyb3IYCSABKAsyHy5wcm9tcHRhZG1pc3Npb24udjEuUmVuZGVyRXJyb3ISMQoHb21pdHRlZBgKIAMoCzIgLnByb21wdGFkbWlzc2lvbi52MS5PbWl0dGVkQmxvY2siKgoMT21pdHRlZEJsb2NrEg0KBWZpZWxkGAEgASgJEgsKA3doeRgCIAEoCSI9CgtSZW5kZXJFcnJvchIOCgZyZWFzb24YASABKAkSDQoFZmllbGQYAiABKAkSDwoHbWVzc2FnZRgDIAEoCSJ/CgxTeXN0ZW1Db21taXQSNgoJb3BlcmF0aW9uGAEgASgOMiMucHJvbXB0YWRtaXNzaW9uLnYxLkNvbW1pdE9wZXJhdGlvbhIPCgNzZXEYAiABKANCAjACEgwKBHRleHQYAyABKAkSGAoMcmVwbGFjZWRfc2VxGAQgASgDQgIwAiLHAQoNUmVxdWVzdEhlYWRlchIQCghwcm92aWRlchgBIAEoCRINCgVtb2RlbBgCIAEoCRInCgV0b29scxgDIAMoCzIYLnByb21wdGFkbWlzc2lvbi52MS5Ub29sEj0KBmNvbmZpZxgIIAMoCzItLnByb21wdGFkbWlzc2lvbi52MS5SZXF1ZXN0SGVhZGVyLkNvbmZpZ0VudHJ5Gi0KC0NvbmZpZ0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEimAEKCUhlYWRlckxvZxIPCgNzZXEYASABKANCAjACEjAKBnJlYXNvbhgCIAEoDjIgLnByb21wdGFkbWlzc2lvbi52MS5IZWFkZXJSZWFzb24SFQoNc3RhcnRzX3NlcmllcxgDIAEoCBIxCgZoZWFkZXIYBCABKAsyIS5wcm9tcHRhZG1pc3Npb24udjEuUmVxdWVzdEhlYWRlciKTAQoOUmVxdWVzdENvbnRleHQSEAoIcHJvdmlkZXIYASABKAkSDQoFbW9kZWwYAiABKAkSGgoOY29udGV4dF93aW5kb3cYAyABKANCAjACEkQKFHN5c3RlbV9wcm9tcHRfdXBkYXRlGAQgASgOMiYucHJvbXB0YWRtaXNzaW9uLnYxLlN5c3RlbVByb21wdFVwZGF0ZSJSCgpDb250ZXh0TG9nEg8KA3NlcRgBIAEoA0ICMAISMwoHY29udGV4dBgCIAEoCzIiLnByb21wdGFkbWlzc2lvbi52MS5SZXF1ZXN0Q29udGV4dCJmCg9FZmZlY3RpdmVQcm9tcHQSDAoEdGV4dBgBIAEoCRIPCgNzZXEYAiABKANCAjACEjQKCGxvY2F0aW9uGAMgASgOMiIucHJvbXB0YWRtaXNzaW9uLnYxLlByb21wdExvY2F0aW9uItwBCg1DYWNoZUZvcmVjYXN0EhsKD3JldXNlZF9tZXNzYWdlcxgBIAEoA0ICMAISGQoNcmV1c2VkX3Rva2VucxgCIAEoA0ICMAISGgoOdG90YWxfbWVzc2FnZXMYAyABKANCAjACEhgKDHRvdGFsX3Rva2VucxgEIAEoA0ICMAISHAoQZGl2ZXJnZW5jZV9pbmRleBgFIAEoA0ICMAISPwoRZGl2ZXJnZW5jZV9yZWFzb24YBiABKA4yJC5wcm9tcHRhZG1pc3Npb24udjEuRGl2ZXJnZW5jZVJlYXNvbiLOAQoOVG9rZW5CcmVha2Rvd24SGQoNc3lzdGVtX3Rva2VucxgBIAEoA0ICMAISGAoMdG9vbHNfdG9rZW5zGAIgASgDQgIwAhIaCg5tZXNzYWdlX3Rva2VucxgDIAEoA0ICMAISGAoMdG90YWxfdG9rZW5zGAQgASgDQgIwAhIRCgl0b2tlbml6ZXIYBSABKAkSHAoUb2JzZXJ2ZWRfaW5wdXRfcmF0aW8YBiABKAESIAoUY2FsaWJyYXRpb25fcmVxdWVzdHMYByABKANCAjACIo8BChBTeXN0ZW1Qcm9tcHROb2RlEg8KA3NlcRgBIAEoA0ICMAISKAoEdGltZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEAoEdHVybhgDIAEoA0ICMAISEAoEc3RlcBgEIAEoA0ICMAISDAoEdGV4dBgFIAEoCRIOCgZ1cGRhdGUYBiABKAgiewoFVXNhZ2USGAoMaW5wdXRfdG9rZW5zGAEgASgDQgIwAhIZCg1vdXRwdXRfdG9rZW5zGAIgASgDQgIwAhIdChFjYWNoZV9yZWFkX3Rva2VucxgDIAEoA0ICMAISHgoSY2FjaGVfd3JpdGVfdG9rZW5zGAQgASgDQgIwAiLtAQoLTGVkZ2VyRW50cnkSGQoNcmVxdWVzdF9pbmRleBgBIAEoA0ICMAISFAoMYWRtaXNzaW9uX2lkGAIgASgJEhMKB2F0dGVtcHQYAyABKANCAjACEjMKCGZvcmVjYXN0GAQgASgLMiEucHJvbXB0YWRtaXNzaW9uLnYxLkNhY2hlRm9yZWNhc3QSKwoIb2JzZXJ2ZWQYBSABKAsyGS5wcm9tcHRhZG1pc3Npb24udjEuVXNhZ2USGAoMZHJpZnRfdG9rZW5zGAYgASgDQgIwAhIcChRvYnNlcnZlZF9pbnB1dF9yYXRpbxgHIAEoASLdAQoLU2VyaWVzU3RhdGUSHgoScmVwbGFjZV9nZW5lcmF0aW9uGAEgASgDQgIwAhIoChdsYXN0X3JlcXVlc3RfZ2VuZXJhdGlvbhgCIAEoA0ICMAJIAIgBARIyCgtsYXN0X2hlYWRlchgDIAEoCzIdLnByb21wdGFkbWlzc2lvbi52MS5IZWFkZXJMb2cSNAoMbGFzdF9jb250ZXh0GAQgASgLMh4ucHJvbXB0YWRtaXNzaW9uLnYxLkNvbnRleHRMb2dCGgoYX2xhc3RfcmVxdWVzdF9nZW5lcmF0aW9uIs4BCgdTZXNzaW9uEhIKCnNlc3Npb25faWQYASABKAkSLwoLY3JlYXRlX3RpbWUYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC3VwZGF0ZV90aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIUCghyZXZpc2lvbhgEIAEoA0ICMAISFwoLZXZlbnRfY291bnQYBSABKANCAjACEh4KEnJlcGxhY2VfZ2VuZXJhdGlvbhgGIAEoA0ICMAIixAEKCVN1cmZhY2VPcBI2CgZhcHBlbmQYASABKAsyJC5wcm9tcHRhZG1pc3Npb24udjEuU3VyZmFjZU9wLkFwcGVuZEgAEjgKB3JlcGxhY2UYAiABKAsyJS5wcm9tcHRhZG1pc3Npb24udjEuU3VyZmFjZU9wLlJlcGxhY2VIABoICgZBcHBlbmQaNQoHUmVwbGFjZRIVCglzdGFydF9zZXEYASABKANCAjACEhMKB2VuZF9zZXEYAiABKANCAjACQgQKAm9wIpwDCgVFdmVudBIPCgNzZXEYASABKANCAjACEi8KC2NvbW1pdF90aW1lGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIrCgRraW5kGAMgASgOMh0ucHJvbXB0YWRtaXNzaW9uLnYxLkV2ZW50S2luZBIQCgR0dXJuGAQgASgDQgIwAhIQCgRzdGVwGAUgASgDQgIwAhIxCgpzdXJmYWNlX29wGAYgASgLMh0ucHJvbXB0YWRtaXNzaW9uLnYxLlN1cmZhY2VPcBIXCgtzb3VyY2Vfc2VxcxgHIAMoA0ICMAISLgoHbWVzc2FnZRgIIAEoCzIbLnByb21wdGFkbWlzc2lvbi52MS5NZXNzYWdlSAASLwoGaGVhZGVyGAkgASgLMh0ucHJvbXB0YWRtaXNzaW9uLnYxLkhlYWRlckxvZ0gAEjUKB2NvbnRleHQYCiABKAsyIi5wcm9tcHRhZG1pc3Npb24udjEuUmVxdWVzdENvbnRleHRIABIUCgxhZG1pc3Npb25faWQYCyABKAlCBgoEYm9keSqOAQoLTWVzc2FnZVJvbGUSHAoYTUVTU0FHRV9ST0xFX1VOU1BFQ0lGSUVEEAASFwoTTUVTU0FHRV9ST0xFX1NZU1RFTRABEhUKEU1FU1NBR0VfUk9MRV9VU0VSEAISGgoWTUVTU0FHRV9ST0xFX0FTU0lTVEFOVBADEhUKEU1FU1NBR0VfUk9MRV9UT09MEAQqgQEKElN5c3RlbVByb21wdFVwZGF0ZRIkCiBTWVNURU1fUFJPTVBUX1VQREFURV9VTlNQRUNJRklFRBAAEiAKHFNZU1RFTV9QUk9NUFRfVVBEQVRFX1JFUExBQ0UQARIjCh9TWVNURU1fUFJPTVBUX1VQREFURV9JTl9ISVNUT1JZEAIqXgoKVG9vbFVwZGF0ZRIbChdUT09MX1VQREFURV9VTlNQRUNJRklFRBAAEhcKE1RPT0xfVVBEQVRFX1JFUExBQ0UQARIaChZUT09MX1VQREFURV9JTl9ISVNUT1JZEAIqkgEKEENhcGFiaWxpdHlTb3VyY2USIQodQ0FQQUJJTElUWV9TT1VSQ0VfVU5TUEVDSUZJRUQQABIdChlDQVBBQklMSVRZX1NPVVJDRV9SRVFVRVNUEAESHQoZQ0FQQUJJTElUWV9TT1VSQ0VfQ0FUQUxPRxACEh0KGUNBUEFCSUxJVFlfU09VUkNFX0RFRkFVTFQQAyqlAQoKV2lyZUZvcm1hdBIbChdXSVJFX0ZPUk1BVF9VTlNQRUNJRklFRBAAEhcKE1dJUkVfRk9STUFUX05FVVRSQUwQARIbChdXSVJFX0ZPUk1BVF9PUEVOQUlfQ0hBVBACEiAKHFdJUkVfRk9STUFUX09QRU5BSV9SRVNQT05TRVMQAxIiCh5XSVJFX0ZPUk1BVF9BTlRIUk9QSUNfTUVTU0FHRVMQBCpaCgtSZXF1ZXN0VmlldxIcChhSRVFVRVNUX1ZJRVdfVU5TUEVDSUZJRUQQABIVChFSRVFVRVNUX1ZJRVdfRlVMTBABEhYKElJFUVVFU1RfVklFV19ERUxUQRACKm4KD0NvbW1pdE9wZXJhdGlvbhIgChxDT01NSVRfT1BFUkFUSU9OX1VOU1BFQ0lGSUVEEAASGwoXQ09NTUlUX09QRVJBVElPTl9BUFBFTkQQARIcChhDT01NSVRfT1BFUkFUSU9OX1JFUExBQ0UQAiqWAQoMSGVhZGVyUmVhc29uEh0KGUhFQURFUl9SRUFTT05fVU5TUEVDSUZJRUQQABIZChVIRUFERVJfUkVBU09OX0lOSVRJQUwQARIYChRIRUFERVJfUkVBU09OX1JFU1VNRRACEhgKFEhFQURFUl9SRUFTT05fQ0hBTkdFEAMSGAoUSEVBREVSX1JFQVNPTl9TRVJJRVMQBCqFAQoOUHJvbXB0TG9jYXRpb24SHwobUFJPTVBUX0xPQ0FUSU9OX1VOU1BFQ0lGSUVEEAASGAoUUFJPTVBUX0xPQ0FUSU9OX05PTkUQARIYChRQUk9NUFRfTE9DQVRJT05fSEVBRBACEh4KGlBST01QVF9MT0NBVElPTl9JTl9ISVNUT1JZEAMqsgIKEERpdmVyZ2VuY2VSZWFzb24SIQodRElWRVJHRU5DRV9SRUFTT05fVU5TUEVDSUZJRUQQABIaChZESVZFUkdFTkNFX1JFQVNPTl9OT05FEAESIwofRElWRVJHRU5DRV9SRUFTT05fRklSU1RfUkVRVUVTVBACEiQKIERJVkVSR0VOQ0VfUkVBU09OX1NZU1RFTV9DSEFOR0VEEAMSIwofRElWRVJHRU5DRV9SRUFTT05fVE9PTFNfQ0hBTkdFRBAEEiYKIkRJVkVSR0VOQ0VfUkVBU09OX01FU1NBR0VTX0NIQU5HRUQQBRIjCh9ESVZFUkdFTkNFX1JFQVNPTl9NT0RFTF9DSEFOR0VEEAYSIgoeRElWRVJHRU5DRV9SRUFTT05fU0VSSUVTX1NUQVJUEAcqgwIKCUV2ZW50S2luZBIaChZFVkVOVF9LSU5EX1VOU1BFQ0lGSUVEEAASHQoZRVZFTlRfS0lORF9TWVNURU1fTUVTU0FHRRABEhsKF0VWRU5UX0tJTkRfVVNFUl9NRVNTQUdFEAISIAocRVZFTlRfS0lORF9BU1NJU1RBTlRfTUVTU0FHRRADEhoKFkVWRU5UX0tJTkRfVE9PTF9SRVNVTFQQBBIhCh1FVkVOVF9LSU5EX0NPTVBBQ1RJT05fU1VNTUFSWRAFEh0KGUVWRU5UX0tJTkRfUkVRVUVTVF9IRUFERVIQBhIeChpFVkVOVF9LSU5EX1JFUVVFU1RfQ09OVEVYVBAHYgZwcm90bzM", [file_google_protobuf_timestamp]);
 
 /**
  * ContentBlock is one piece of a message's content.
@@ -65,6 +65,24 @@ export type ContentBlock = Message$1<"promptadmission.v1.ContentBlock"> & {
      */
     value: ToolResultBlock;
     case: "toolResult";
+  } | {
+    /**
+     * redacted_reasoning is reasoning the provider returned only in opaque form (an Anthropic
+     * `redacted_thinking` block); only assistant messages may carry it.
+     *
+     * @generated from field: promptadmission.v1.RedactedReasoningBlock redacted_reasoning = 6;
+     */
+    value: RedactedReasoningBlock;
+    case: "redactedReasoning";
+  } | {
+    /**
+     * reasoning_item is an OpenAI Responses reasoning item (with its `encrypted_content` in
+     * stateless use); only assistant messages may carry it.
+     *
+     * @generated from field: promptadmission.v1.ReasoningItemBlock reasoning_item = 7;
+     */
+    value: ReasoningItemBlock;
+    case: "reasoningItem";
   } | { case: undefined; value?: undefined };
 };
 
@@ -87,6 +105,17 @@ export type TextBlock = Message$1<"promptadmission.v1.TextBlock"> & {
    * @generated from field: string text = 1;
    */
   text: string;
+
+  /**
+   * phase labels assistant text as an OpenAI Responses output message did: `commentary` or
+   * `final_answer` (the output message's `phase`, which the API asks to be sent back).
+   * Optional; only assistant text may carry it, and only those two values. Only
+   * WIRE_FORMAT_OPENAI_RESPONSES renders it (the input message's `phase`); the other formats
+   * have no place for it and list it in DerivedRequest.omitted.
+   *
+   * @generated from field: string phase = 2;
+   */
+  phase: string;
 };
 
 /**
@@ -156,6 +185,88 @@ export const ReasoningBlockSchema: GenMessage<ReasoningBlock> = /*@__PURE__*/
   messageDesc(file_promptadmission_v1_session, 3);
 
 /**
+ * RedactedReasoningBlock is reasoning a provider returned only as opaque data, to be passed
+ * back unchanged (an Anthropic `redacted_thinking` block).
+ *
+ * @generated from message promptadmission.v1.RedactedReasoningBlock
+ */
+export type RedactedReasoningBlock = Message$1<"promptadmission.v1.RedactedReasoningBlock"> & {
+  /**
+   * provider is the provider that issued data, for example `anthropic`. Required, non-empty.
+   * WIRE_FORMAT_ANTHROPIC_MESSAGES sends the block back as `redacted_thinking` only on a route
+   * whose provider is this one (no other provider can read it); elsewhere it is listed in
+   * DerivedRequest.omitted.
+   *
+   * @generated from field: string provider = 1;
+   */
+  provider: string;
+
+  /**
+   * data is the opaque data (`redacted_thinking.data`), returned byte for byte. Required,
+   * non-empty.
+   *
+   * @generated from field: string data = 2;
+   */
+  data: string;
+};
+
+/**
+ * Describes the message promptadmission.v1.RedactedReasoningBlock.
+ * Use `create(RedactedReasoningBlockSchema)` to create a new message.
+ */
+export const RedactedReasoningBlockSchema: GenMessage<RedactedReasoningBlock> = /*@__PURE__*/
+  messageDesc(file_promptadmission_v1_session, 4);
+
+/**
+ * ReasoningItemBlock is an OpenAI Responses reasoning item (`type: "reasoning"`), passed back as
+ * an input item before the items that followed it in the output. In stateless use (`store:
+ * false`, `include: ["reasoning.encrypted_content"]`) it must go back with its
+ * encrypted_content. Only WIRE_FORMAT_OPENAI_RESPONSES renders it; the other formats list it in
+ * DerivedRequest.omitted.
+ *
+ * @generated from message promptadmission.v1.ReasoningItemBlock
+ */
+export type ReasoningItemBlock = Message$1<"promptadmission.v1.ReasoningItemBlock"> & {
+  /**
+   * id is the item's id (`rs_…`), returned byte for byte. Required, non-empty.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * encrypted_content is the item's `encrypted_content`, returned byte for byte. Optional
+   * (empty when the response did not include it).
+   *
+   * @generated from field: string encrypted_content = 2;
+   */
+  encryptedContent: string;
+
+  /**
+   * summary is the text of each `summary_text` part of the item's `summary`, in order. It may
+   * be empty.
+   *
+   * @generated from field: repeated string summary = 3;
+   */
+  summary: string[];
+
+  /**
+   * content is the text of each `reasoning_text` part of the item's `content`, in order.
+   * Optional (empty when the item had none: the API then gets no `content`).
+   *
+   * @generated from field: repeated string content = 4;
+   */
+  content: string[];
+};
+
+/**
+ * Describes the message promptadmission.v1.ReasoningItemBlock.
+ * Use `create(ReasoningItemBlockSchema)` to create a new message.
+ */
+export const ReasoningItemBlockSchema: GenMessage<ReasoningItemBlock> = /*@__PURE__*/
+  messageDesc(file_promptadmission_v1_session, 5);
+
+/**
  * ToolCallBlock is a tool call a model produced.
  *
  * @generated from message promptadmission.v1.ToolCallBlock
@@ -190,7 +301,7 @@ export type ToolCallBlock = Message$1<"promptadmission.v1.ToolCallBlock"> & {
  * Use `create(ToolCallBlockSchema)` to create a new message.
  */
 export const ToolCallBlockSchema: GenMessage<ToolCallBlock> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 4);
+  messageDesc(file_promptadmission_v1_session, 6);
 
 /**
  * ToolResultBlock is the result of a tool call, as carried in a tool message.
@@ -225,7 +336,7 @@ export type ToolResultBlock = Message$1<"promptadmission.v1.ToolResultBlock"> & 
  * Use `create(ToolResultBlockSchema)` to create a new message.
  */
 export const ToolResultBlockSchema: GenMessage<ToolResultBlock> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 5);
+  messageDesc(file_promptadmission_v1_session, 7);
 
 /**
  * Message is one model-visible message.
@@ -254,7 +365,7 @@ export type Message = Message$1<"promptadmission.v1.Message"> & {
  * Use `create(MessageSchema)` to create a new message.
  */
 export const MessageSchema: GenMessage<Message> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 6);
+  messageDesc(file_promptadmission_v1_session, 8);
 
 /**
  * Tool is a tool made visible to the model.
@@ -292,7 +403,7 @@ export type Tool = Message$1<"promptadmission.v1.Tool"> & {
  * Use `create(ToolSchema)` to create a new message.
  */
 export const ToolSchema: GenMessage<Tool> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 7);
+  messageDesc(file_promptadmission_v1_session, 9);
 
 /**
  * ToolResult is the result of one tool call, as recorded with Record.
@@ -309,7 +420,8 @@ export type ToolResult = Message$1<"promptadmission.v1.ToolResult"> & {
   callId: string;
 
   /**
-   * content is the result's content: text and image blocks. It may be empty.
+   * content is the result's content: text and image blocks. It may be empty (a tool that
+   * returned nothing); an error result needs a non-empty text block describing the failure.
    *
    * @generated from field: repeated promptadmission.v1.ContentBlock content = 2;
    */
@@ -328,7 +440,7 @@ export type ToolResult = Message$1<"promptadmission.v1.ToolResult"> & {
  * Use `create(ToolResultSchema)` to create a new message.
  */
 export const ToolResultSchema: GenMessage<ToolResult> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 8);
+  messageDesc(file_promptadmission_v1_session, 10);
 
 /**
  * SeqRange is an inclusive run of surviving surface nodes, named by the seqs of its first and
@@ -358,7 +470,7 @@ export type SeqRange = Message$1<"promptadmission.v1.SeqRange"> & {
  * Use `create(SeqRangeSchema)` to create a new message.
  */
 export const SeqRangeSchema: GenMessage<SeqRange> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 9);
+  messageDesc(file_promptadmission_v1_session, 11);
 
 /**
  * Route is the provider and model a step's request is prepared for, with their declared
@@ -415,7 +527,7 @@ export type Route = Message$1<"promptadmission.v1.Route"> & {
  * Use `create(RouteSchema)` to create a new message.
  */
 export const RouteSchema: GenMessage<Route> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 10);
+  messageDesc(file_promptadmission_v1_session, 12);
 
 /**
  * HeldPrefix names the leading messages of the derived request that a caller already holds:
@@ -445,7 +557,7 @@ export type HeldPrefix = Message$1<"promptadmission.v1.HeldPrefix"> & {
  * Use `create(HeldPrefixSchema)` to create a new message.
  */
 export const HeldPrefixSchema: GenMessage<HeldPrefix> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 11);
+  messageDesc(file_promptadmission_v1_session, 13);
 
 /**
  * DerivedRequest is the conversation a model request carries, derived from the surface in
@@ -529,6 +641,17 @@ export type DerivedRequest = Message$1<"promptadmission.v1.DerivedRequest"> & {
    * @generated from field: promptadmission.v1.RenderError render_error = 9;
    */
   renderError?: RenderError | undefined;
+
+  /**
+   * omitted lists the blocks of the rendered messages that body_json leaves out because
+   * wire_format has no place for them on this route (for example a Responses reasoning item in
+   * WIRE_FORMAT_ANTHROPIC_MESSAGES, or reasoning without a signature there), in message order.
+   * Empty for WIRE_FORMAT_NEUTRAL, whose messages carry everything. docs/WIRE_FORMATS.md gives
+   * each format's rule.
+   *
+   * @generated from field: repeated promptadmission.v1.OmittedBlock omitted = 10;
+   */
+  omitted: OmittedBlock[];
 };
 
 /**
@@ -536,7 +659,37 @@ export type DerivedRequest = Message$1<"promptadmission.v1.DerivedRequest"> & {
  * Use `create(DerivedRequestSchema)` to create a new message.
  */
 export const DerivedRequestSchema: GenMessage<DerivedRequest> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 12);
+  messageDesc(file_promptadmission_v1_session, 14);
+
+/**
+ * OmittedBlock is a block of a derived message that a wire format's body leaves out.
+ *
+ * @generated from message promptadmission.v1.OmittedBlock
+ */
+export type OmittedBlock = Message$1<"promptadmission.v1.OmittedBlock"> & {
+  /**
+   * field names the block, for example `messages[3].content[0]` (an index into the whole
+   * derived request, as DerivedRequest.messages counts from first_message_index), or
+   * `messages[3].content[1].text.phase` for a field of it.
+   *
+   * @generated from field: string field = 1;
+   */
+  field: string;
+
+  /**
+   * why says why the format leaves it out.
+   *
+   * @generated from field: string why = 2;
+   */
+  why: string;
+};
+
+/**
+ * Describes the message promptadmission.v1.OmittedBlock.
+ * Use `create(OmittedBlockSchema)` to create a new message.
+ */
+export const OmittedBlockSchema: GenMessage<OmittedBlock> = /*@__PURE__*/
+  messageDesc(file_promptadmission_v1_session, 15);
 
 /**
  * RenderError is why a derived request could not be rendered in a wire format.
@@ -571,7 +724,7 @@ export type RenderError = Message$1<"promptadmission.v1.RenderError"> & {
  * Use `create(RenderErrorSchema)` to create a new message.
  */
 export const RenderErrorSchema: GenMessage<RenderError> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 13);
+  messageDesc(file_promptadmission_v1_session, 16);
 
 /**
  * SystemCommit is one system node committed by the projection rule.
@@ -614,7 +767,7 @@ export type SystemCommit = Message$1<"promptadmission.v1.SystemCommit"> & {
  * Use `create(SystemCommitSchema)` to create a new message.
  */
 export const SystemCommitSchema: GenMessage<SystemCommit> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 14);
+  messageDesc(file_promptadmission_v1_session, 17);
 
 /**
  * RequestHeader is the configuration part of a request that the provider cache depends on.
@@ -657,7 +810,7 @@ export type RequestHeader = Message$1<"promptadmission.v1.RequestHeader"> & {
  * Use `create(RequestHeaderSchema)` to create a new message.
  */
 export const RequestHeaderSchema: GenMessage<RequestHeader> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 15);
+  messageDesc(file_promptadmission_v1_session, 18);
 
 /**
  * HeaderLog is a logged request header event.
@@ -699,7 +852,7 @@ export type HeaderLog = Message$1<"promptadmission.v1.HeaderLog"> & {
  * Use `create(HeaderLogSchema)` to create a new message.
  */
 export const HeaderLogSchema: GenMessage<HeaderLog> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 16);
+  messageDesc(file_promptadmission_v1_session, 19);
 
 /**
  * RequestContext is the route and capability a request was prepared with.
@@ -742,7 +895,7 @@ export type RequestContext = Message$1<"promptadmission.v1.RequestContext"> & {
  * Use `create(RequestContextSchema)` to create a new message.
  */
 export const RequestContextSchema: GenMessage<RequestContext> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 17);
+  messageDesc(file_promptadmission_v1_session, 20);
 
 /**
  * ContextLog is a logged request context event. One is logged whenever provider, model,
@@ -771,7 +924,7 @@ export type ContextLog = Message$1<"promptadmission.v1.ContextLog"> & {
  * Use `create(ContextLogSchema)` to create a new message.
  */
 export const ContextLogSchema: GenMessage<ContextLog> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 18);
+  messageDesc(file_promptadmission_v1_session, 21);
 
 /**
  * EffectivePrompt is the system prompt in force: the text of the last non-empty surviving
@@ -808,7 +961,7 @@ export type EffectivePrompt = Message$1<"promptadmission.v1.EffectivePrompt"> & 
  * Use `create(EffectivePromptSchema)` to create a new message.
  */
 export const EffectivePromptSchema: GenMessage<EffectivePrompt> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 19);
+  messageDesc(file_promptadmission_v1_session, 22);
 
 /**
  * CacheForecast predicts how much of a derived request the provider's prefix cache can serve,
@@ -867,7 +1020,7 @@ export type CacheForecast = Message$1<"promptadmission.v1.CacheForecast"> & {
  * Use `create(CacheForecastSchema)` to create a new message.
  */
 export const CacheForecastSchema: GenMessage<CacheForecast> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 20);
+  messageDesc(file_promptadmission_v1_session, 23);
 
 /**
  * TokenBreakdown is the estimated token cost of what the model sees, by part.
@@ -941,7 +1094,7 @@ export type TokenBreakdown = Message$1<"promptadmission.v1.TokenBreakdown"> & {
  * Use `create(TokenBreakdownSchema)` to create a new message.
  */
 export const TokenBreakdownSchema: GenMessage<TokenBreakdown> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 21);
+  messageDesc(file_promptadmission_v1_session, 24);
 
 /**
  * SystemPromptNode is a surviving system node, as shown by Inspect.
@@ -997,7 +1150,7 @@ export type SystemPromptNode = Message$1<"promptadmission.v1.SystemPromptNode"> 
  * Use `create(SystemPromptNodeSchema)` to create a new message.
  */
 export const SystemPromptNodeSchema: GenMessage<SystemPromptNode> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 22);
+  messageDesc(file_promptadmission_v1_session, 25);
 
 /**
  * Usage is the token usage a provider reported for one model request.
@@ -1041,7 +1194,7 @@ export type Usage = Message$1<"promptadmission.v1.Usage"> & {
  * Use `create(UsageSchema)` to create a new message.
  */
 export const UsageSchema: GenMessage<Usage> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 23);
+  messageDesc(file_promptadmission_v1_session, 26);
 
 /**
  * LedgerEntry sets the cache forecast of one derived request beside the usage the provider
@@ -1109,7 +1262,7 @@ export type LedgerEntry = Message$1<"promptadmission.v1.LedgerEntry"> & {
  * Use `create(LedgerEntrySchema)` to create a new message.
  */
 export const LedgerEntrySchema: GenMessage<LedgerEntry> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 24);
+  messageDesc(file_promptadmission_v1_session, 27);
 
 /**
  * SeriesState is the state the service uses to decide whether a request starts a new series.
@@ -1152,7 +1305,7 @@ export type SeriesState = Message$1<"promptadmission.v1.SeriesState"> & {
  * Use `create(SeriesStateSchema)` to create a new message.
  */
 export const SeriesStateSchema: GenMessage<SeriesState> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 25);
+  messageDesc(file_promptadmission_v1_session, 28);
 
 /**
  * Session is one conversation owned by one tenant, with its append-only event log.
@@ -1212,7 +1365,7 @@ export type Session = Message$1<"promptadmission.v1.Session"> & {
  * Use `create(SessionSchema)` to create a new message.
  */
 export const SessionSchema: GenMessage<Session> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 26);
+  messageDesc(file_promptadmission_v1_session, 29);
 
 /**
  * SurfaceOp is how a surface event entered the surface.
@@ -1249,7 +1402,7 @@ export type SurfaceOp = Message$1<"promptadmission.v1.SurfaceOp"> & {
  * Use `create(SurfaceOpSchema)` to create a new message.
  */
 export const SurfaceOpSchema: GenMessage<SurfaceOp> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 27);
+  messageDesc(file_promptadmission_v1_session, 30);
 
 /**
  * Append puts the node at the end of the surface.
@@ -1264,7 +1417,7 @@ export type SurfaceOp_Append = Message$1<"promptadmission.v1.SurfaceOp.Append"> 
  * Use `create(SurfaceOp_AppendSchema)` to create a new message.
  */
 export const SurfaceOp_AppendSchema: GenMessage<SurfaceOp_Append> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 27, 0);
+  messageDesc(file_promptadmission_v1_session, 30, 0);
 
 /**
  * Replace shadows a contiguous run of surviving nodes and puts the node in its place.
@@ -1292,7 +1445,7 @@ export type SurfaceOp_Replace = Message$1<"promptadmission.v1.SurfaceOp.Replace"
  * Use `create(SurfaceOp_ReplaceSchema)` to create a new message.
  */
 export const SurfaceOp_ReplaceSchema: GenMessage<SurfaceOp_Replace> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 27, 1);
+  messageDesc(file_promptadmission_v1_session, 30, 1);
 
 /**
  * Event is one entry of a session's append-only log.
@@ -1397,7 +1550,7 @@ export type Event = Message$1<"promptadmission.v1.Event"> & {
  * Use `create(EventSchema)` to create a new message.
  */
 export const EventSchema: GenMessage<Event> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_session, 28);
+  messageDesc(file_promptadmission_v1_session, 31);
 
 /**
  * MessageRole is the author of a message in the model-visible history.
