@@ -86,8 +86,8 @@ test("admits and inspects on the real server, the capability coming from the cat
   assert.deepEqual(
     admitted.request?.messages.map((m) => m.content[0]?.block.value),
     [
-      { $typeName: "promptadmission.v1.TextBlock", text: "You are terse." },
-      { $typeName: "promptadmission.v1.TextBlock", text: "Hello" },
+      { $typeName: "promptadmission.v1.TextBlock", text: "You are terse.", phase: "" },
+      { $typeName: "promptadmission.v1.TextBlock", text: "Hello", phase: "" },
     ],
   );
   const view = await client().inspect({ sessionId });
