@@ -14,8 +14,8 @@ frame becomes NULL, as that release writes it) — and recomputes ``log_bytes``.
 is lost: the release before has no place for it, and its next requests lack it as they would
 have had it been recorded then.
 
-Revision ID: 0006
-Revises: 0005
+Revision ID: 0007
+Revises: 0006
 Create Date: 2026-12-01
 """
 
@@ -26,8 +26,8 @@ import sqlalchemy as sa
 from alembic import op
 from promptadmission.v1 import session_pb2 as pb
 
-revision: str = "0006"
-down_revision: str | None = "0005"
+revision: str = "0007"
+down_revision: str | None = "0006"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

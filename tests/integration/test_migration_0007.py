@@ -1,4 +1,4 @@
-"""Migration 0006 (issue 25): the new reasoning blocks need nothing to upgrade, and the downgrade
+"""Migration 0007 (issue 25): the new reasoning blocks need nothing to upgrade, and the downgrade
 leaves rows the release before reads — its code would read an unknown block kind as an empty
 tool result — by removing those blocks and phases from assistant messages, and only there."""
 
@@ -22,7 +22,7 @@ from .test_migrations import connect, rows
 
 OPAQUE = RedactedReasoning("anthropic", "EmwKAhgBEgy3va3pzix")
 ITEM = ReasoningItem("rs_1", "gAAAAAB", ("plan",))
-# seq: (kind, message as written at 0006, the message the release before reads)
+# seq: (kind, message as written at 0007, the message the release before reads)
 MESSAGES = {
     0: ("user/message", Message(Role.USER, (Text("go"),)), Message(Role.USER, (Text("go"),))),
     1: (
@@ -74,16 +74,16 @@ def _insert(url: str) -> None:
             )
 
 
-def test_0006_downgrade_removes_what_the_release_before_cannot_read(
+def test_0007_downgrade_removes_what_the_release_before_cannot_read(
     empty_database_url: str,
 ) -> None:
     url = empty_database_url
     config = alembic_config(url)
-    command.upgrade(config, "0006")
+    command.upgrade(config, "0007")
     _insert(url)
     written = rows(url, "SELECT seq, payload FROM events ORDER BY seq")
 
-    command.downgrade(config, "0005")
+    command.downgrade(config, "0006")
     payloads = dict(rows(url, "SELECT seq, payload FROM events"))
     frames = dict(rows(url, "SELECT seq, message_pb FROM surface_nodes"))
     for seq, (_, _, before) in MESSAGES.items():
