@@ -18,6 +18,7 @@ import socket
 import ssl
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -222,6 +223,26 @@ async def test_a_forged_page_token_is_a_bad_request(inspected: Inspected, view: 
     url = f"{inspected.base_url}/sessions/{inspected.session_id}/{view}?page=AAAAforged"
     status, _, page = await asyncio.to_thread(fetch, url, authorization=f"Bearer {TOKEN}")
     assert status == 400 and "page_token" in page
+
+
+async def test_sessions_are_listed_newest_first_and_found_by_the_start_of_their_id(
+    inspected: Inspected,
+) -> None:
+    base = inspected.base_url
+    status, _, page = await asyncio.to_thread(fetch, base + "/", authorization=f"Bearer {TOKEN}")
+    assert status == 200
+    listed = re.findall(r'<a href="/sessions/([^/"]+)/chat">', page)
+    assert listed[0] == inspected.session_id  # the last one driven for this tenant
+    found = base + "/?" + urllib.parse.urlencode({"q": inspected.session_id[:-3]})
+    status, _, page = await asyncio.to_thread(fetch, found, authorization=f"Bearer {TOKEN}")
+    assert re.findall(r'<a href="/sessions/([^/"]+)/chat">', page) == [inspected.session_id]
+    missing_id = base + "/?q=nobody-has-this-id"
+    status, _, page = await asyncio.to_thread(fetch, missing_id, authorization=f"Bearer {TOKEN}")
+    assert status == 200 and "No session id starts with" in page
+    status, _, page = await asyncio.to_thread(
+        fetch, base + "/?q=%3Cscript%3E", authorization=f"Bearer {TOKEN}"
+    )
+    assert status == 400 and "id_prefix" in page and "<script>" not in page
 
 
 async def test_times_are_shown_in_utc_with_the_zone(inspected: Inspected) -> None:

@@ -276,6 +276,14 @@ async def test_sessions_are_listed_in_creation_order(storage: Storage) -> None:
         last = records[0]
         after = await unit.list_sessions((last.create_time, last.session_id), 1)
         assert [r.session_id for r in after] == ["a"]
+        newest = await unit.list_sessions(None, 10, newest_first=True)
+        assert [r.session_id for r in newest] == ["c", "a", "b"]
+        key = (newest[0].create_time, newest[0].session_id)
+        older = await unit.list_sessions(key, 10, newest_first=True)
+        assert [r.session_id for r in older] == ["a", "b"]
+        assert [r.session_id for r in await unit.list_sessions(None, 10, id_prefix="a")] == ["a"]
+        # The prefix is literal: LIKE's wildcards match only themselves.
+        assert await unit.list_sessions(None, 10, id_prefix="_") == []
         assert await unit.usage.count_sessions() == 3
         assert await unit.usage.stored_bytes() == 0
 

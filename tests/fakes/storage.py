@@ -545,13 +545,34 @@ class FakeUnit:
         self._storage.state = self._state
         self._storage.commits += 1
 
-    async def list_sessions(self, after: tuple[datetime, str] | None, limit: int) -> list[Session]:
+    async def list_sessions(
+        self,
+        after: tuple[datetime, str] | None,
+        limit: int,
+        *,
+        newest_first: bool = False,
+        id_prefix: str = "",
+    ) -> list[Session]:
         records = sorted(
-            (s.record for (t, _), s in self._state.sessions.items() if t == self._tenant),
+            (
+                s.record
+                for (t, sid), s in self._state.sessions.items()
+                if t == self._tenant and sid.startswith(id_prefix)
+            ),
             key=lambda r: (r.create_time, r.session_id),
+            reverse=newest_first,
         )
         if after is not None:
-            records = [r for r in records if (r.create_time, r.session_id) > after]
+            # After the cursor in the listing's order.
+            records = [
+                r
+                for r in records
+                if (
+                    (r.create_time, r.session_id) < after
+                    if newest_first
+                    else (r.create_time, r.session_id) > after
+                )
+            ]
         return records[:limit]
 
     async def __aexit__(self, *exc: object) -> None:

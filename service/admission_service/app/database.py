@@ -76,9 +76,23 @@ class PostgresUnit:
         if status != "COMMIT":
             raise TransactionRolledBack(f"COMMIT answered {status!r}")
 
-    async def list_sessions(self, after: tuple[datetime, str] | None, limit: int) -> list[Session]:
+    async def list_sessions(
+        self,
+        after: tuple[datetime, str] | None,
+        limit: int,
+        *,
+        newest_first: bool = False,
+        id_prefix: str = "",
+    ) -> list[Session]:
         await self.store.begin()
-        return await list_sessions(self._connection, self._tenant, after, limit)
+        return await list_sessions(
+            self._connection,
+            self._tenant,
+            after,
+            limit,
+            newest_first=newest_first,
+            id_prefix=id_prefix,
+        )
 
     async def __aexit__(self, *exc: Any) -> None:
         # Rollback by default (a no-op on the wire when no statement was sent, or after COMMIT).

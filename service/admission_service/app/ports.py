@@ -195,8 +195,16 @@ class StorageUnit(Protocol):
     async def __aenter__(self) -> Self: ...
     async def __aexit__(self, *exc: Any) -> None: ...
     async def commit(self) -> None: ...
-    async def list_sessions(self, after: tuple[datetime, str] | None, limit: int) -> list[Session]:
-        """The tenant's sessions in creation order, after the keyset ``after``."""
+    async def list_sessions(
+        self,
+        after: tuple[datetime, str] | None,
+        limit: int,
+        *,
+        newest_first: bool = False,
+        id_prefix: str = "",
+    ) -> list[Session]:
+        """The tenant's sessions in creation order (``newest_first``: the reverse), after the
+        keyset ``after``; only those whose id starts with ``id_prefix``."""
         ...
 
 

@@ -25,6 +25,7 @@ from admission_service.inspector import views
 
 T = TypeVar("T")
 
+SESSIONS_PAGE = 100
 # A Chat page: the events just before its cursor (the newest on the first page), at most this
 # many and this many payload bytes (the newest always comes).
 CHAT_EVENTS = 500
@@ -105,11 +106,7 @@ class Pages:
         url = urlsplit(target)
         parts = [unquote(part) for part in url.path.split("/") if part]
         if not parts:
-            token = parse_qs(url.query).get("page", [""])[0]
-            page = self._run(self.app.list_sessions(tenant, 100, token))
-            return self._page(
-                "sessions.html", tenant, sessions=page.items, next_page=page.next_page_token
-            )
+            return self._sessions(tenant, url.query)
         if parts[0] != "sessions" or len(parts) not in (2, 3):
             raise Refused(HTTPStatus.NOT_FOUND, "no such page")
         session_id = parts[1]
@@ -124,6 +121,27 @@ class Pages:
         if view == "trajectory":
             return self._trajectory(tenant, session_id, token, common)
         return self._tokens(tenant, session_id, token, common)
+
+    def _sessions(self, tenant: str, query: str) -> str:
+        """The tenant's sessions, newest first, or those whose id starts with ``?q=``."""
+        search = parse_qs(query).get("q", [""])[0].strip()
+        page = self._run(
+            self.app.list_sessions(
+                tenant, SESSIONS_PAGE, _page_token(query), newest_first=True, id_prefix=search
+            )
+        )
+        links = []
+        if page.next_page_token:
+            older = {"page": page.next_page_token, **({"q": search} if search else {})}
+            links.append(views.Link("older sessions", f"/?{urlencode(older)}", "older"))
+        if _page_token(query):
+            links.append(
+                views.Link(
+                    "newest sessions", f"/?{urlencode({'q': search})}" if search else "/", "latest"
+                )
+            )
+        pager = views.Pager(f"{len(page.items)} sessions", tuple(links))
+        return self._page("sessions.html", tenant, sessions=page.items, pager=pager, search=search)
 
     def _chat(self, tenant: str, session_id: str, token: str, common: Context) -> str:
         """The newest events first (what an operator opens a session for), each page linking

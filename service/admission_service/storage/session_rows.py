@@ -255,14 +255,27 @@ class SessionRows(SessionScope):
 
 
 async def list_sessions(
-    connection: AsyncConnection, tenant: str, after: tuple[datetime, str] | None, limit: int
+    connection: AsyncConnection,
+    tenant: str,
+    after: tuple[datetime, str] | None,
+    limit: int,
+    *,
+    newest_first: bool = False,
+    id_prefix: str = "",
 ) -> list[Session]:
-    """A tenant's sessions in creation order, keyset-paginated after ``after``."""
+    """A tenant's sessions in creation order (``newest_first``: the reverse), keyset-paginated
+    after ``after``; only those whose id starts with ``id_prefix``."""
     statement = select(sessions).where(sessions.c.tenant_id == tenant)
+    if id_prefix:
+        statement = statement.where(sessions.c.session_id.startswith(id_prefix, autoescape=True))
+    key = tuple_(sessions.c.create_time, sessions.c.session_id)
     if after is not None:
-        statement = statement.where(
-            tuple_(sessions.c.create_time, sessions.c.session_id)
-            > tuple_(literal(after[0]), literal(after[1]))
-        )
-    statement = statement.order_by(sessions.c.create_time, sessions.c.session_id).limit(limit)
+        cursor = tuple_(literal(after[0]), literal(after[1]))
+        statement = statement.where(key < cursor if newest_first else key > cursor)
+    order = (
+        (sessions.c.create_time.desc(), sessions.c.session_id.desc())
+        if newest_first
+        else (sessions.c.create_time, sessions.c.session_id)
+    )
+    statement = statement.order_by(*order).limit(limit)
     return [_record(row) for row in await connection.execute(statement)]

@@ -90,3 +90,27 @@ async def test_a_chat_window_is_bounded_in_bytes_but_holds_at_least_the_newest_e
     assert len(tiny.events) == 1
     with pytest.raises(InvalidArgument, match="page_token"):
         await app.chat_window("t", sid, 5, "forged", 1 << 20)
+
+
+async def test_sessions_newest_first_and_by_id_prefix_page_with_their_own_tokens(
+    app: AdmissionApp,
+) -> None:
+    for session_id in ("run-1", "run-2", "job-1", "run-3"):
+        await create(app, session_id)
+    newest = await app.list_sessions("t", 2, "", newest_first=True)
+    assert [s.session_id for s in newest.items] == ["run-3", "job-1"]
+    older = await app.list_sessions("t", 2, newest.next_page_token, newest_first=True)
+    assert [s.session_id for s in older.items] == ["run-2", "run-1"]
+    runs = await app.list_sessions("t", 2, "", newest_first=True, id_prefix="run-")
+    assert [s.session_id for s in runs.items] == ["run-3", "run-2"]
+    more = await app.list_sessions(
+        "t", 2, runs.next_page_token, newest_first=True, id_prefix="run-"
+    )
+    assert [s.session_id for s in more.items] == ["run-1"]
+    # A token is bound to its order and prefix: another listing refuses it.
+    with pytest.raises(InvalidArgument, match="page_token"):
+        await app.list_sessions("t", 2, runs.next_page_token, newest_first=True)
+    with pytest.raises(InvalidArgument, match="page_token"):
+        await app.list_sessions("t", 2, newest.next_page_token)
+    with pytest.raises(InvalidArgument, match="id_prefix"):
+        await app.list_sessions("t", 2, "", id_prefix="bad prefix%")

@@ -64,24 +64,38 @@ class Sessions(Machinery):
         return await self._read_session(tenant, session_id, get)
 
     async def list_sessions(
-        self, tenant: str, page_size: int, page_token: str
+        self,
+        tenant: str,
+        page_size: int,
+        page_token: str,
+        *,
+        newest_first: bool = False,
+        id_prefix: str = "",
     ) -> Page[SessionInfo]:
+        """The tenant's sessions, oldest first (ListSessions) or ``newest_first`` (the
+        inspector), only those whose id starts with ``id_prefix``; a token holds for the order
+        and prefix it was issued for."""
         limit = validation.check_page_size(page_size, self.limits)
+        if id_prefix:
+            validation.check_session_id(id_prefix, self.limits, "id_prefix")
+        scope = f"sessions/{tenant}"
+        if newest_first or id_prefix:
+            scope += f"/{'newest' if newest_first else 'oldest'}/{id_prefix}"
         after = None
         if page_token:
-            cursor = self.page_tokens.decode(
-                f"sessions/{tenant}", page_token, "page_token", _SESSIONS_CURSOR
-            )
+            cursor = self.page_tokens.decode(scope, page_token, "page_token", _SESSIONS_CURSOR)
             after = (_create_time(cursor["t"]), cursor["i"])
 
         async with self.quotas.call(tenant), self.storage.unit(tenant, snapshot=True) as unit:
-            records = await unit.list_sessions(after, limit + 1)
+            records = await unit.list_sessions(
+                after, limit + 1, newest_first=newest_first, id_prefix=id_prefix
+            )
         items = tuple(session_info(r) for r in records[:limit])
         token = ""
         if len(records) > limit:
             last = records[limit - 1]
             cursor = {"t": last.create_time.isoformat(), "i": last.session_id}
-            token = self.page_tokens.encode(f"sessions/{tenant}", cursor)
+            token = self.page_tokens.encode(scope, cursor)
         return Page(items, token)
 
     async def delete_session(
