@@ -27,16 +27,20 @@ from typing import TextIO
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_status import rpc_status
+from promptadmission import Trajectory
 from promptadmission.v1 import admission_service_pb2 as api
 from promptadmission.v1 import admission_service_pb2_grpc as api_grpc
 from promptadmission.v1 import session_pb2 as pb
-from promptadmission.v1 import trajectory_pb2 as tpb
 
 from admission_service.api.tenancy import hash_token
 from admission_service.config import DEFAULT_LISTEN, ConfigError, Settings
 from admission_service.storage.embedded import EmbeddedPostgresError
 from admission_service.telemetry.logs import configure_logging
-from admission_service.trajectory_text import format_trajectory
+from admission_service.trajectory_text import (
+    format_entries,
+    trajectory_footer,
+    trajectory_heading,
+)
 
 PROG = "admission-service"
 WIRE_FORMATS = {
@@ -243,16 +247,13 @@ def _inspect(args: argparse.Namespace, out: TextIO) -> int:
         stub = api_grpc.AdmissionServiceStub(channel)
         try:
             if args.trajectory:
-                entries = _trajectory(stub, args, metadata)
-            else:
-                response = stub.Inspect(request, timeout=args.timeout, metadata=metadata)
+                _trajectory(stub, args, metadata, out)
+                return 0
+            response = stub.Inspect(request, timeout=args.timeout, metadata=metadata)
         except grpc.RpcError as exc:
             print(f"{PROG}: inspect failed: {_describe_rpc_error(exc)}", file=sys.stderr)
             return 1
-    if args.trajectory:
-        out.write(format_trajectory(args.session_id, entries))
-    else:
-        out.write(format_inspect(response, ledger_rows=args.ledger))
+    out.write(format_inspect(response, ledger_rows=args.ledger))
     return 0
 
 
@@ -260,9 +261,13 @@ def _trajectory(
     stub: api_grpc.AdmissionServiceStub,
     args: argparse.Namespace,
     metadata: tuple[tuple[str, str], ...] | None,
-) -> list[tpb.TrajectoryEntry]:
-    """Every page of ListTrajectory."""
-    entries: list[tpb.TrajectoryEntry] = []
+    out: TextIO,
+) -> None:
+    """Every page of ListTrajectory, written as it arrives: the pages name prompts and tool
+    sets by version and carry each distinct one once, and ``contents`` keeps each once."""
+    out.write(trajectory_heading(args.session_id))
+    contents = Trajectory()
+    requests = 0
     token = ""
     while True:
         page = stub.ListTrajectory(
@@ -270,10 +275,12 @@ def _trajectory(
             timeout=args.timeout,
             metadata=metadata,
         )
-        entries.extend(page.entries)
-        token = page.next_page_token
-        if not token:
-            return entries
+        contents.add_contents(page)
+        out.write(format_entries(contents, page.entries))
+        requests += len(page.entries)
+        if not (token := page.next_page_token):
+            out.write(trajectory_footer(requests))
+            return
 
 
 def _health(args: argparse.Namespace) -> int:

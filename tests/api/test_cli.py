@@ -102,8 +102,9 @@ async def test_inspect_trajectory_prints_each_request_with_its_prompt_and_change
 
     out = capsys.readouterr().out
     blocks = out.split("\n\n")
-    assert blocks[0] == f"trajectory of session {session_id} (3 requests)"
-    first, second, third = blocks[1:]
+    assert blocks[0] == f"trajectory of session {session_id}"
+    assert blocks[-1] == "(3 requests)\n"
+    first, second, third = blocks[1:-1]
     assert "request 0: admission" in first and "attempt 0, saw events 0..3" in first
     assert "header  seq 2 (initial): deepseek/deepseek-flash, tools: read; config: none" in first
     assert '  prompt  seq 0: "You are a careful assistant.\\nxxx' in first

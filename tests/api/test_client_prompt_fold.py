@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from google.protobuf import json_format
+from promptadmission import Trajectory
 from promptadmission.prompt_fold import (
     PromptFoldState,
     fold_system_prompt,
@@ -75,9 +76,9 @@ async def test_the_client_fold_agrees_with_inspect_and_the_trajectory(
 
     events = await list_events(stub, session_id)
     inspect = await stub.Inspect(api.InspectRequest(session_id=session_id))
-    trajectory = (
-        await stub.ListTrajectory(api.ListTrajectoryRequest(session_id=session_id))
-    ).entries
+    pages = Trajectory()
+    pages.add(await stub.ListTrajectory(api.ListTrajectoryRequest(session_id=session_id)))
+    trajectory = [pages.resolved(entry) for entry in pages.entries]
 
     state = fold_system_prompt(events)
     assert state is not None and not state.uncertain and state.effective is not None

@@ -150,10 +150,14 @@ def test_the_blocking_client_lists_the_trajectory(sync_client: SyncAdmissionClie
     session_id = new_session_id()
     sync_client.create_session(pb.CreateSessionRequest(session_id=session_id))
     sync_client.admit(admit_request(session_id))
-    page = sync_client.list_trajectory(pb.ListTrajectoryRequest(session_id=session_id))
-    (entry,) = page.entries
-    assert entry.header.prompt.system_prompt == "You are terse."
-    assert entry.effective_prompt.text == "You are terse."
+    trajectory = sync_client.all_trajectory(session_id)
+    (entry,) = trajectory.entries
+    # By reference: the entry names the prompt, the trajectory holds its text once.
+    assert entry.effective_prompt.text == "" and entry.header.prompt.system_prompt == ""
+    assert trajectory.system_prompt(entry.header.prompt) == "You are terse."
+    assert trajectory.effective_prompt(entry) == "You are terse."
+    assert list(trajectory.system_prompts.values()) == ["You are terse."]
+    assert trajectory.resolved(entry).header.prompt.system_prompt == "You are terse."
 
 
 async def test_errors_carry_the_error_info_reason_and_field_violations(

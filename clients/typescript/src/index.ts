@@ -33,6 +33,7 @@ export * from "./gen/promptadmission/v1/admission_service_pb.js";
 export * from "./gen/promptadmission/v1/session_pb.js";
 export * from "./gen/promptadmission/v1/trajectory_pb.js";
 export * from "./promptFold.js";
+export * from "./trajectory.js";
 export * from "./gen/promptadmission/v1/error_reason_pb.js";
 export {
   BadRequestSchema,

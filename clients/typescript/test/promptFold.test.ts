@@ -14,6 +14,7 @@ import type { JsonValue } from "@bufbuild/protobuf";
 
 import {
   EventSchema,
+  allTrajectory,
   createAdmissionClient,
   foldSystemPrompt,
   inspectSystemPrompt,
@@ -117,7 +118,8 @@ test("a real session folded from paged ListEvents agrees with Inspect and ListTr
     pageToken = page.nextPageToken;
   } while (pageToken !== "");
   const view = await client.inspect({ sessionId });
-  const { entries } = await client.listTrajectory({ sessionId });
+  const trajectory = await allTrajectory(client, sessionId);
+  const entries = trajectory.entries.map((entry) => trajectory.resolved(entry));
 
   const state = foldSystemPrompt(events);
   assert.equal(state?.uncertain, false);
@@ -138,4 +140,8 @@ test("a real session folded from paged ListEvents agrees with Inspect and ListTr
       ],
     );
   }
+  // By reference: the page names each prompt by version and carries each distinct text once.
+  const distinct = new Set(steps.map(([prompt]) => prompt).filter((prompt) => prompt !== ""));
+  assert.deepEqual(new Set(trajectory.systemPrompts.values()), distinct);
+  for (const entry of trajectory.entries) assert.equal(entry.effectivePrompt?.text, "");
 });

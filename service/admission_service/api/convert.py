@@ -32,7 +32,7 @@ from promptadmission.v1 import session_pb2 as pb
 from promptadmission.v1 import trajectory_pb2 as tpb
 
 from admission_service.app import commands as app
-from admission_service.app.trajectory import TrajectoryEntry
+from admission_service.app.trajectory import TrajectoryEntry, TrajectoryPage
 from admission_service.domain.accounting import CacheForecast, DivergenceReason, TokenBreakdown
 from admission_service.domain.admission import AppliedCommit
 from admission_service.domain.catalog import Capability
@@ -855,26 +855,27 @@ _CHANGE_KINDS: Mapping[ChangeKind, tpb.PromptChangeKind.ValueType] = {
 }
 
 
-def prompt_snapshot_to_proto(prompt: PromptSnapshot) -> tpb.PromptSnapshot:
+def prompt_snapshot_to_proto(prompt: PromptSnapshot, page: TrajectoryPage) -> tpb.PromptSnapshot:
+    """By reference: the text and the tools are named by version, carried once by the page."""
     return tpb.PromptSnapshot(
         provider=prompt.provider,
         model=prompt.model,
         config=dict(prompt.config),
-        system_prompt=prompt.system,
-        tools=_tools(prompt.tools),
+        system_prompt_id=page.prompt_id(prompt.system),
+        tool_set_id=page.tool_set_id(prompt.tools),
     )
 
 
-def prompt_change_to_proto(change: PromptChange) -> tpb.PromptChange:
+def prompt_change_to_proto(change: PromptChange, page: TrajectoryPage) -> tpb.PromptChange:
     proto = tpb.PromptChange(
         seq=change.seq, time=_optional_time(change.time), kind=_CHANGE_KINDS[change.kind]
     )
     if change.previous is not None:
-        proto.previous.CopyFrom(prompt_snapshot_to_proto(change.previous))
+        proto.previous.CopyFrom(prompt_snapshot_to_proto(change.previous, page))
     return proto
 
 
-def header_fact_to_proto(fact: HeaderFact) -> tpb.HeaderFact:
+def header_fact_to_proto(fact: HeaderFact, page: TrajectoryPage) -> tpb.HeaderFact:
     proto = tpb.HeaderFact(
         seq=fact.seq,
         time=_optional_time(fact.time),
@@ -883,30 +884,33 @@ def header_fact_to_proto(fact: HeaderFact) -> tpb.HeaderFact:
         if fact.reason is not None
         else pb.HEADER_REASON_UNSPECIFIED,
         starts_series=fact.starts_series,
-        prompt=prompt_snapshot_to_proto(fact.prompt),
+        prompt=prompt_snapshot_to_proto(fact.prompt, page),
     )
     if fact.change is not None:
-        proto.change.CopyFrom(prompt_change_to_proto(fact.change))
+        proto.change.CopyFrom(prompt_change_to_proto(fact.change, page))
     return proto
 
 
-def trajectory_entry_to_proto(entry: TrajectoryEntry) -> tpb.TrajectoryEntry:
+def trajectory_entry_to_proto(entry: TrajectoryEntry, page: TrajectoryPage) -> tpb.TrajectoryEntry:
     ledger, point = entry.ledger, entry.point
     proto = tpb.TrajectoryEntry(
         request_index=ledger.request_index,
         admission_id=ledger.admission_id,
         attempt=ledger.attempt,
         log_seq=entry.log_seq,
-        headers=[header_fact_to_proto(fact) for fact in point.headers],
+        headers=[header_fact_to_proto(fact, page) for fact in point.headers],
         starts_series=point.starts_series,
         forecast=forecast_to_proto(ledger.forecast),
     )
     if point.header is not None:
-        proto.header.CopyFrom(header_fact_to_proto(point.header))
+        proto.header.CopyFrom(header_fact_to_proto(point.header, page))
     if point.change is not None:
-        proto.change.CopyFrom(prompt_change_to_proto(point.change))
+        proto.change.CopyFrom(prompt_change_to_proto(point.change, page))
     if point.effective is not None:
-        proto.effective_prompt.CopyFrom(system_node_to_proto(point.effective))
+        node = system_node_to_proto(point.effective)
+        node.ClearField("text")
+        proto.effective_prompt.CopyFrom(node)
+        proto.effective_prompt_id = page.prompt_id(point.effective.text)
     if point.context is not None:
         proto.context.CopyFrom(request_context_to_proto(point.context))
     if ledger.observed is not None:
@@ -914,8 +918,10 @@ def trajectory_entry_to_proto(entry: TrajectoryEntry) -> tpb.TrajectoryEntry:
     return proto
 
 
-def list_trajectory_response(page: app.Page[TrajectoryEntry]) -> api.ListTrajectoryResponse:
+def list_trajectory_response(page: TrajectoryPage) -> api.ListTrajectoryResponse:
     return api.ListTrajectoryResponse(
-        entries=[trajectory_entry_to_proto(entry) for entry in page.items],
+        entries=[trajectory_entry_to_proto(entry, page) for entry in page.items],
         next_page_token=page.next_page_token,
+        system_prompts=[tpb.PromptVersion(id=k, text=v) for k, v in page.prompts.items()],
+        tool_sets=[tpb.ToolSetVersion(id=k, tools=_tools(v)) for k, v in page.tool_sets.items()],
     )

@@ -20,19 +20,19 @@ from promptadmission.v1 import admission_service_pb2 as api
 
 from admission_service.api import convert
 from admission_service.api.tenancy import TenantResolver
-from admission_service.app.commands import Idempotency, Page
+from admission_service.app.commands import Idempotency
 from admission_service.app.machinery import Reply
 from admission_service.app.service import AdmissionApp
 
 Context = grpc.aio.ServicerContext[Any, Any]
 Command = TypeVar("Command")
-Item = TypeVar("Item")
+Paged = TypeVar("Paged")
 SERVICE = api.DESCRIPTOR.services_by_name["AdmissionService"]
 
 # A mutating use case: (tenant, command, idempotency) -> its reply (result and response bytes).
 UseCase = Callable[[str, Command, Idempotency | None], Awaitable[Reply[Any]]]
 # A paged read of one session: (tenant, session_id, page_size, page_token) -> the page.
-PageRead = Callable[[str, str, int, str], Awaitable[Page[Item]]]
+PageRead = Callable[[str, str, int, str], Awaitable[Paged]]
 
 
 class AdmissionServicer:
@@ -126,8 +126,8 @@ class AdmissionServicer:
         self,
         context: Context,
         request: api.ListEventsRequest | api.ListTrajectoryRequest,
-        read: PageRead[Item],
-    ) -> Page[Item]:
+        read: PageRead[Paged],
+    ) -> Paged:
         """A page of one session's rows (ListEvents, ListTrajectory)."""
         tenant = await self._tenants.tenant(context)
         return await read(tenant, request.session_id, request.page_size, request.page_token)

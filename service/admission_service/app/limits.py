@@ -47,6 +47,10 @@ class Limits:
     # ListEvents pages stop at this many bytes of events (and at page_size events); an event
     # larger than the budget still comes out, alone on its page.
     max_events_page_bytes: int = MIB
+    # ListTrajectory pages stop at this many bytes (and at page_size entries), counting each
+    # distinct prompt and tool set the page carries once; an entry whose own bytes and contents
+    # exceed it still comes out, alone on its page. Below the clients' 4 MiB default.
+    max_trajectory_page_bytes: int = 2 * MIB
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,15 +14,22 @@ of its own inherits the update's change.
 ``trajectory`` folds the log once and reports, at each request's log position (the events that
 request saw), the header fact in force, the facts introduced since the previous request, the
 effective prompt and whether the request started a series.
+
+``prompt_version`` and ``tool_set_version`` name a system prompt and a tool set by their
+content (a hash), so a reader can carry each distinct one once and refer to it from every
+request that saw it (ListTrajectory by reference).
 """
 
 from __future__ import annotations
 
+import hashlib
+import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
 from admission_service.domain.events import Append, Event, EventKind
+from admission_service.domain.messages import Tool
 from admission_service.domain.prompt_fold import (
     ChangeKind,
     PromptChange,
@@ -33,6 +40,35 @@ from admission_service.domain.prompt_fold import (
     inspect_system_prompt,
 )
 from admission_service.domain.series import HeaderReason, RequestContext
+
+# A version id is this many hex digits of a SHA-256: 128 bits, so two different contents of
+# one session never share an id.
+VERSION_HEX_DIGITS = 32
+_LENGTH = struct.Struct(">Q")
+
+
+def _version(kind: bytes, parts: Iterable[str]) -> str:
+    digest = hashlib.sha256(kind)
+    for part in parts:
+        # Length-prefixed: ("ab", "c") and ("a", "bc") hash differently.
+        data = part.encode("utf-8", "surrogatepass")
+        digest.update(_LENGTH.pack(len(data)))
+        digest.update(data)
+    return digest.hexdigest()[:VERSION_HEX_DIGITS]
+
+
+def prompt_version(text: str) -> str:
+    """The version id of a system prompt's text; '' for no prompt (the empty text)."""
+    return _version(b"prompt\x00", (text,)) if text else ""
+
+
+def tool_set_version(tools: Sequence[Tool]) -> str:
+    """The version id of a tool set (its tools in order, compared byte for byte); '' for
+    none."""
+    if not tools:
+        return ""
+    fields = (field for t in tools for field in (t.name, t.description, t.parameters_json))
+    return _version(b"tools\x00" + _LENGTH.pack(len(tools)), fields)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,12 @@ from admission_service.domain.errors import SummaryNotSmaller
 from admission_service.domain.messages import Tool
 from admission_service.domain.prompt_fold import ChangeKind
 from admission_service.domain.series import HeaderReason, Route
-from admission_service.domain.trajectory import TrajectoryPoint, trajectory
+from admission_service.domain.trajectory import (
+    TrajectoryPoint,
+    prompt_version,
+    tool_set_version,
+    trajectory,
+)
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -220,3 +225,18 @@ def test_a_page_starting_anywhere_matches_the_whole_trajectory(steps: list, star
     whole = sim.points()
     start = min(start, len(whole))
     assert repr(sim.points(start)) == repr(whole[start:])
+
+
+def test_a_version_id_names_the_content() -> None:
+    read = Tool("read", "Read a file", "{}")
+    assert prompt_version("") == "" and tool_set_version(()) == ""
+    assert prompt_version("A") == prompt_version("A") != prompt_version("B")
+    assert len(prompt_version("A")) == 32
+    assert tool_set_version((read,)) == tool_set_version((Tool("read", "Read a file", "{}"),))
+    # Every field and the order count; fields are length-prefixed, so no two splits collide.
+    assert tool_set_version((read,)) != tool_set_version((Tool("read", "Read a file", "{ }"),))
+    assert tool_set_version((Tool("ab", "c", ""),)) != tool_set_version((Tool("a", "bc", ""),))
+    write = Tool("write", "", "{}")
+    assert tool_set_version((read, write)) != tool_set_version((write, read))
+    # A prompt and a tool set never share an id.
+    assert prompt_version("read") != tool_set_version((Tool("read", "", ""),))

@@ -15,6 +15,7 @@ from promptadmission.client import (
 )
 from promptadmission.errors import ERROR_DOMAIN, AdmissionError, FieldViolation, Reason
 from promptadmission.messages import assistant_message, text_message, user_message
+from promptadmission.trajectory import Trajectory
 
 __all__ = [
     "DEFAULT_TARGET",
@@ -26,6 +27,7 @@ __all__ = [
     "Reason",
     "RetryPolicy",
     "SyncAdmissionClient",
+    "Trajectory",
     "assistant_message",
     "text_message",
     "user_message",

@@ -33,6 +33,7 @@ import grpc.aio
 from google.protobuf.message import Message
 
 from promptadmission.errors import AdmissionError
+from promptadmission.trajectory import Trajectory
 from promptadmission.v1 import admission_service_pb2 as pb
 from promptadmission.v1 import admission_service_pb2_grpc as pb_grpc
 from promptadmission.v1 import session_pb2
@@ -49,6 +50,7 @@ __all__ = [
 DEFAULT_TARGET = "127.0.0.1:50051"
 DEFAULT_TIMEOUT = 10.0
 _EVENTS_PAGE_SIZE = 1000
+_TRAJECTORY_PAGE_SIZE = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,6 +276,26 @@ class _EventPages:
         self._token = page.next_page_token or None
 
 
+class _TrajectoryPages:
+    """The requests that read a whole trajectory, page by page, and what they returned."""
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        self.trajectory = Trajectory()
+        self._token: str | None = ""
+
+    def next_request(self) -> pb.ListTrajectoryRequest | None:
+        if self._token is None:
+            return None
+        return pb.ListTrajectoryRequest(
+            session_id=self.session_id, page_size=_TRAJECTORY_PAGE_SIZE, page_token=self._token
+        )
+
+    def add(self, page: pb.ListTrajectoryResponse) -> None:
+        self.trajectory.add(page)
+        self._token = page.next_page_token or None
+
+
 class AdmissionClient(_Client[grpc.aio.Channel]):
     """Asyncio client of ``promptadmission.v1.AdmissionService``.
 
@@ -325,6 +347,14 @@ class AdmissionClient(_Client[grpc.aio.Channel]):
             pages.add(await self.list_events(request, timeout=timeout))
         return pages.events
 
+    async def all_trajectory(self, session_id: str, *, timeout: float | None = None) -> Trajectory:
+        """The session's whole trajectory: every ``ListTrajectory`` page's entries, each
+        distinct prompt and tool set once (each page call gets its own deadline)."""
+        pages = _TrajectoryPages(session_id)
+        while (request := pages.next_request()) is not None:
+            pages.add(await self.list_trajectory(request, timeout=timeout))
+        return pages.trajectory
+
 
 class SyncAdmissionClient(_Client[grpc.Channel]):
     """Blocking client of ``promptadmission.v1.AdmissionService``; the same constructor and
@@ -371,3 +401,11 @@ class SyncAdmissionClient(_Client[grpc.Channel]):
         while (request := pages.next_request()) is not None:
             pages.add(self.list_events(request, timeout=timeout))
         return pages.events
+
+    def all_trajectory(self, session_id: str, *, timeout: float | None = None) -> Trajectory:
+        """The session's whole trajectory: every ``ListTrajectory`` page's entries, each
+        distinct prompt and tool set once (each page call gets its own deadline)."""
+        pages = _TrajectoryPages(session_id)
+        while (request := pages.next_request()) is not None:
+            pages.add(self.list_trajectory(request, timeout=timeout))
+        return pages.trajectory

@@ -16,7 +16,14 @@ from admission_service.app.derivation import Derivation
 from admission_service.app.machinery import PageRead, session_counter
 from admission_service.app.ports import SessionRepository
 from admission_service.app.rows import calibration_of, ledger_entry_of, session_info
-from admission_service.app.trajectory import TrajectoryEntry, request_log_seq, trajectory_entries
+from admission_service.app.trajectory import (
+    TrajectoryEntry,
+    TrajectoryPage,
+    Versions,
+    bounded,
+    request_log_seq,
+    trajectory_entries,
+)
 from admission_service.domain.accounting import PricedNode, breakdown
 from admission_service.domain.projection import SystemNode
 from admission_service.domain.series import Route
@@ -126,8 +133,11 @@ class Reads(Derivation):
 
     async def list_trajectory(
         self, tenant: str, session_id: str, page_size: int, page_token: str
-    ) -> Page[TrajectoryEntry]:
-        """One page of the session's derived requests with the prompt each saw (a read)."""
+    ) -> TrajectoryPage:
+        """One page of the session's derived requests with the prompt each saw (a read), by
+        reference: each distinct prompt and tool set once, the page within
+        ``max_trajectory_page_bytes``."""
+        versions = Versions()
 
         async def read(
             store: SessionRepository, record: Session, limit: int, after: int
@@ -143,12 +153,15 @@ class Reads(Derivation):
             complete = len(ends) == len(requests)
             events = await store.prompt_events(max(ends) if complete else record.next_seq)
             since = request_log_seq(before.forecast) if before is not None else 0
-            entries = trajectory_entries(
+            folded = trajectory_entries(
                 requests, [(row.event(), row.commit_time) for row in events], since=since or 0
             )
+            entries = bounded(folded, versions, self.limits.max_trajectory_page_bytes)
+            more = more or len(entries) < len(folded)
             return entries, entries[-1].request_index if more else None
 
-        return await self._read_page("trajectory", tenant, session_id, page_size, page_token, read)
+        page = await self._read_page("trajectory", tenant, session_id, page_size, page_token, read)
+        return TrajectoryPage.of(page, versions)
 
     async def ledger_window(
         self, tenant: str, session_id: str, page_size: int, page_token: str

@@ -1095,7 +1095,8 @@ class ListTrajectoryRequest(google.protobuf.message.Message):
     """session_id is the id of the session. Required."""
     page_size: builtins.int
     """page_size is the maximum number of entries to return. 0 means the default (50); values
-    above 1000 are lowered to 1000; a negative value is INVALID_ARGUMENT.
+    above 1000 are lowered to 1000; a negative value is INVALID_ARGUMENT. The page's byte
+    budget may end it earlier (ListTrajectoryResponse).
     """
     page_token: builtins.str
     """page_token is the next_page_token of a previous ListTrajectory call for the same session,
@@ -1115,24 +1116,48 @@ global___ListTrajectoryRequest = ListTrajectoryRequest
 
 @typing.final
 class ListTrajectoryResponse(google.protobuf.message.Message):
-    """ListTrajectoryResponse is the response of ListTrajectory."""
+    """ListTrajectoryResponse is the response of ListTrajectory. A page is by reference (see
+    trajectory.proto): its entries name prompts and tool sets by version id, and the page
+    carries each distinct one once. It stops at page_size entries or when its encoded size
+    would pass the service's page budget (2 MiB by default), each distinct prompt and tool set
+    counted once; an entry that alone passes the budget comes alone on its page. A page may
+    therefore hold fewer entries than page_size while more follow: only an empty
+    next_page_token ends the trajectory.
+    """
 
     DESCRIPTOR: google.protobuf.descriptor.Descriptor
 
     ENTRIES_FIELD_NUMBER: builtins.int
     NEXT_PAGE_TOKEN_FIELD_NUMBER: builtins.int
+    SYSTEM_PROMPTS_FIELD_NUMBER: builtins.int
+    TOOL_SETS_FIELD_NUMBER: builtins.int
     next_page_token: builtins.str
     """next_page_token is the token for the next page; empty means this is the last page."""
     @property
     def entries(self) -> google.protobuf.internal.containers.RepeatedCompositeFieldContainer[promptadmission.v1.trajectory_pb2.TrajectoryEntry]:
         """entries is one page of the session's derived requests, oldest first."""
 
+    @property
+    def system_prompts(self) -> google.protobuf.internal.containers.RepeatedCompositeFieldContainer[promptadmission.v1.trajectory_pb2.PromptVersion]:
+        """system_prompts is each distinct system prompt text the page's entries name (by
+        PromptSnapshot.system_prompt_id or TrajectoryEntry.effective_prompt_id), once, in the
+        order the entries first name them.
+        """
+
+    @property
+    def tool_sets(self) -> google.protobuf.internal.containers.RepeatedCompositeFieldContainer[promptadmission.v1.trajectory_pb2.ToolSetVersion]:
+        """tool_sets is each distinct tool set the page's entries name (by
+        PromptSnapshot.tool_set_id), once, in the order the entries first name them.
+        """
+
     def __init__(
         self,
         *,
         entries: collections.abc.Iterable[promptadmission.v1.trajectory_pb2.TrajectoryEntry] | None = ...,
         next_page_token: builtins.str = ...,
+        system_prompts: collections.abc.Iterable[promptadmission.v1.trajectory_pb2.PromptVersion] | None = ...,
+        tool_sets: collections.abc.Iterable[promptadmission.v1.trajectory_pb2.ToolSetVersion] | None = ...,
     ) -> None: ...
-    def ClearField(self, field_name: typing.Literal["entries", b"entries", "next_page_token", b"next_page_token"]) -> None: ...
+    def ClearField(self, field_name: typing.Literal["entries", b"entries", "next_page_token", b"next_page_token", "system_prompts", b"system_prompts", "tool_sets", b"tool_sets"]) -> None: ...
 
 global___ListTrajectoryResponse = ListTrajectoryResponse

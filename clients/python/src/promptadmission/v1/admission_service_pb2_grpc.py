@@ -233,7 +233,8 @@ class AdmissionServiceServicer(object):
         """ListTrajectory pages through a session's derived requests in order, each with the header
         facts in force (route, configuration, tools), the effective prompt the model saw, its
         prompt change against the previous request, whether it started a series, and its cache
-        forecast and observed usage. It is a read: it commits nothing.
+        forecast and observed usage. Entries name prompts and tool sets by version id; each page
+        carries each distinct one once and is bounded in bytes. It is a read: it commits nothing.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

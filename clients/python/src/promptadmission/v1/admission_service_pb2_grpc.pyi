@@ -131,7 +131,8 @@ class AdmissionServiceStub:
     """ListTrajectory pages through a session's derived requests in order, each with the header
     facts in force (route, configuration, tools), the effective prompt the model saw, its
     prompt change against the previous request, whether it started a series, and its cache
-    forecast and observed usage. It is a read: it commits nothing.
+    forecast and observed usage. Entries name prompts and tool sets by version id; each page
+    carries each distinct one once and is bounded in bytes. It is a read: it commits nothing.
     """
 
 class AdmissionServiceAsyncStub:
@@ -247,7 +248,8 @@ class AdmissionServiceAsyncStub:
     """ListTrajectory pages through a session's derived requests in order, each with the header
     facts in force (route, configuration, tools), the effective prompt the model saw, its
     prompt change against the previous request, whether it started a series, and its cache
-    forecast and observed usage. It is a read: it commits nothing.
+    forecast and observed usage. Entries name prompts and tool sets by version id; each page
+    carries each distinct one once and is bounded in bytes. It is a read: it commits nothing.
     """
 
 class AdmissionServiceServicer(metaclass=abc.ABCMeta):
@@ -387,7 +389,8 @@ class AdmissionServiceServicer(metaclass=abc.ABCMeta):
         """ListTrajectory pages through a session's derived requests in order, each with the header
         facts in force (route, configuration, tools), the effective prompt the model saw, its
         prompt change against the previous request, whether it started a series, and its cache
-        forecast and observed usage. It is a read: it commits nothing.
+        forecast and observed usage. Entries name prompts and tool sets by version id; each page
+        carries each distinct one once and is bounded in bytes. It is a read: it commits nothing.
         """
 
 def add_AdmissionServiceServicer_to_server(servicer: AdmissionServiceServicer, server: typing.Union[grpc.Server, grpc.aio.Server]) -> None: ...

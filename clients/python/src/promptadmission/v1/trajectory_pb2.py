@@ -26,7 +26,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from promptadmission.v1 import session_pb2 as promptadmission_dot_v1_dot_session__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#promptadmission/v1/trajectory.proto\x12\x12promptadmission.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a promptadmission/v1/session.proto\"\xe0\x01\n\x0ePromptSnapshot\x12\x10\n\x08provider\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12>\n\x06\x63onfig\x18\x03 \x03(\x0b\x32..promptadmission.v1.PromptSnapshot.ConfigEntry\x12\x15\n\rsystem_prompt\x18\x04 \x01(\t\x12\'\n\x05tools\x18\x05 \x03(\x0b\x32\x18.promptadmission.v1.Tool\x1a-\n\x0b\x43onfigEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xb3\x01\n\x0cPromptChange\x12\x0f\n\x03seq\x18\x01 \x01(\x03\x42\x02\x30\x02\x12(\n\x04time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\x04kind\x18\x03 \x01(\x0e\x32$.promptadmission.v1.PromptChangeKind\x12\x34\n\x08previous\x18\x04 \x01(\x0b\x32\".promptadmission.v1.PromptSnapshot\"\x89\x02\n\nHeaderFact\x12\x0f\n\x03seq\x18\x01 \x01(\x03\x42\x02\x30\x02\x12(\n\x04time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tsynthetic\x18\x03 \x01(\x08\x12\x30\n\x06reason\x18\x04 \x01(\x0e\x32 .promptadmission.v1.HeaderReason\x12\x15\n\rstarts_series\x18\x05 \x01(\x08\x12\x32\n\x06prompt\x18\x06 \x01(\x0b\x32\".promptadmission.v1.PromptSnapshot\x12\x30\n\x06\x63hange\x18\x07 \x01(\x0b\x32 .promptadmission.v1.PromptChange\"\xed\x03\n\x0fTrajectoryEntry\x12\x19\n\rrequest_index\x18\x01 \x01(\x03\x42\x02\x30\x02\x12\x14\n\x0c\x61\x64mission_id\x18\x02 \x01(\t\x12\x13\n\x07\x61ttempt\x18\x03 \x01(\x03\x42\x02\x30\x02\x12\x13\n\x07log_seq\x18\x04 \x01(\x03\x42\x02\x30\x02\x12.\n\x06header\x18\x05 \x01(\x0b\x32\x1e.promptadmission.v1.HeaderFact\x12/\n\x07headers\x18\x06 \x03(\x0b\x32\x1e.promptadmission.v1.HeaderFact\x12\x30\n\x06\x63hange\x18\x07 \x01(\x0b\x32 .promptadmission.v1.PromptChange\x12>\n\x10\x65\x66\x66\x65\x63tive_prompt\x18\x08 \x01(\x0b\x32$.promptadmission.v1.SystemPromptNode\x12\x15\n\rstarts_series\x18\t \x01(\x08\x12\x33\n\x07\x63ontext\x18\n \x01(\x0b\x32\".promptadmission.v1.RequestContext\x12\x33\n\x08\x66orecast\x18\x0b \x01(\x0b\x32!.promptadmission.v1.CacheForecast\x12+\n\x08observed\x18\x0c \x01(\x0b\x32\x19.promptadmission.v1.Usage*\xbc\x01\n\x10PromptChangeKind\x12\"\n\x1ePROMPT_CHANGE_KIND_UNSPECIFIED\x10\x00\x12\x1e\n\x1aPROMPT_CHANGE_KIND_INITIAL\x10\x01\x12\x1d\n\x19PROMPT_CHANGE_KIND_SYSTEM\x10\x02\x12\x1c\n\x18PROMPT_CHANGE_KIND_TOOLS\x10\x03\x12\'\n#PROMPT_CHANGE_KIND_SYSTEM_AND_TOOLS\x10\x04\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#promptadmission/v1/trajectory.proto\x12\x12promptadmission.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a promptadmission/v1/session.proto\"\x8f\x02\n\x0ePromptSnapshot\x12\x10\n\x08provider\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12>\n\x06\x63onfig\x18\x03 \x03(\x0b\x32..promptadmission.v1.PromptSnapshot.ConfigEntry\x12\x15\n\rsystem_prompt\x18\x04 \x01(\t\x12\'\n\x05tools\x18\x05 \x03(\x0b\x32\x18.promptadmission.v1.Tool\x12\x18\n\x10system_prompt_id\x18\x06 \x01(\t\x12\x13\n\x0btool_set_id\x18\x07 \x01(\t\x1a-\n\x0b\x43onfigEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\")\n\rPromptVersion\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\"E\n\x0eToolSetVersion\x12\n\n\x02id\x18\x01 \x01(\t\x12\'\n\x05tools\x18\x02 \x03(\x0b\x32\x18.promptadmission.v1.Tool\"\xb3\x01\n\x0cPromptChange\x12\x0f\n\x03seq\x18\x01 \x01(\x03\x42\x02\x30\x02\x12(\n\x04time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\x04kind\x18\x03 \x01(\x0e\x32$.promptadmission.v1.PromptChangeKind\x12\x34\n\x08previous\x18\x04 \x01(\x0b\x32\".promptadmission.v1.PromptSnapshot\"\x89\x02\n\nHeaderFact\x12\x0f\n\x03seq\x18\x01 \x01(\x03\x42\x02\x30\x02\x12(\n\x04time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tsynthetic\x18\x03 \x01(\x08\x12\x30\n\x06reason\x18\x04 \x01(\x0e\x32 .promptadmission.v1.HeaderReason\x12\x15\n\rstarts_series\x18\x05 \x01(\x08\x12\x32\n\x06prompt\x18\x06 \x01(\x0b\x32\".promptadmission.v1.PromptSnapshot\x12\x30\n\x06\x63hange\x18\x07 \x01(\x0b\x32 .promptadmission.v1.PromptChange\"\x8a\x04\n\x0fTrajectoryEntry\x12\x19\n\rrequest_index\x18\x01 \x01(\x03\x42\x02\x30\x02\x12\x14\n\x0c\x61\x64mission_id\x18\x02 \x01(\t\x12\x13\n\x07\x61ttempt\x18\x03 \x01(\x03\x42\x02\x30\x02\x12\x13\n\x07log_seq\x18\x04 \x01(\x03\x42\x02\x30\x02\x12.\n\x06header\x18\x05 \x01(\x0b\x32\x1e.promptadmission.v1.HeaderFact\x12/\n\x07headers\x18\x06 \x03(\x0b\x32\x1e.promptadmission.v1.HeaderFact\x12\x30\n\x06\x63hange\x18\x07 \x01(\x0b\x32 .promptadmission.v1.PromptChange\x12>\n\x10\x65\x66\x66\x65\x63tive_prompt\x18\x08 \x01(\x0b\x32$.promptadmission.v1.SystemPromptNode\x12\x15\n\rstarts_series\x18\t \x01(\x08\x12\x33\n\x07\x63ontext\x18\n \x01(\x0b\x32\".promptadmission.v1.RequestContext\x12\x33\n\x08\x66orecast\x18\x0b \x01(\x0b\x32!.promptadmission.v1.CacheForecast\x12+\n\x08observed\x18\x0c \x01(\x0b\x32\x19.promptadmission.v1.Usage\x12\x1b\n\x13\x65\x66\x66\x65\x63tive_prompt_id\x18\r \x01(\t*\xbc\x01\n\x10PromptChangeKind\x12\"\n\x1ePROMPT_CHANGE_KIND_UNSPECIFIED\x10\x00\x12\x1e\n\x1aPROMPT_CHANGE_KIND_INITIAL\x10\x01\x12\x1d\n\x19PROMPT_CHANGE_KIND_SYSTEM\x10\x02\x12\x1c\n\x18PROMPT_CHANGE_KIND_TOOLS\x10\x03\x12\'\n#PROMPT_CHANGE_KIND_SYSTEM_AND_TOOLS\x10\x04\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -45,16 +45,20 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TRAJECTORYENTRY'].fields_by_name['attempt']._serialized_options = b'0\002'
   _globals['_TRAJECTORYENTRY'].fields_by_name['log_seq']._loaded_options = None
   _globals['_TRAJECTORYENTRY'].fields_by_name['log_seq']._serialized_options = b'0\002'
-  _globals['_PROMPTCHANGEKIND']._serialized_start=1300
-  _globals['_PROMPTCHANGEKIND']._serialized_end=1488
+  _globals['_PROMPTCHANGEKIND']._serialized_start=1490
+  _globals['_PROMPTCHANGEKIND']._serialized_end=1678
   _globals['_PROMPTSNAPSHOT']._serialized_start=127
-  _globals['_PROMPTSNAPSHOT']._serialized_end=351
-  _globals['_PROMPTSNAPSHOT_CONFIGENTRY']._serialized_start=306
-  _globals['_PROMPTSNAPSHOT_CONFIGENTRY']._serialized_end=351
-  _globals['_PROMPTCHANGE']._serialized_start=354
-  _globals['_PROMPTCHANGE']._serialized_end=533
-  _globals['_HEADERFACT']._serialized_start=536
-  _globals['_HEADERFACT']._serialized_end=801
-  _globals['_TRAJECTORYENTRY']._serialized_start=804
-  _globals['_TRAJECTORYENTRY']._serialized_end=1297
+  _globals['_PROMPTSNAPSHOT']._serialized_end=398
+  _globals['_PROMPTSNAPSHOT_CONFIGENTRY']._serialized_start=353
+  _globals['_PROMPTSNAPSHOT_CONFIGENTRY']._serialized_end=398
+  _globals['_PROMPTVERSION']._serialized_start=400
+  _globals['_PROMPTVERSION']._serialized_end=441
+  _globals['_TOOLSETVERSION']._serialized_start=443
+  _globals['_TOOLSETVERSION']._serialized_end=512
+  _globals['_PROMPTCHANGE']._serialized_start=515
+  _globals['_PROMPTCHANGE']._serialized_end=694
+  _globals['_HEADERFACT']._serialized_start=697
+  _globals['_HEADERFACT']._serialized_end=962
+  _globals['_TRAJECTORYENTRY']._serialized_start=965
+  _globals['_TRAJECTORYENTRY']._serialized_end=1487
 # @@protoc_insertion_point(module_scope)

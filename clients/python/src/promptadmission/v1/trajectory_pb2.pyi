@@ -50,6 +50,14 @@ class PromptChangeKind(_PromptChangeKind, metaclass=_PromptChangeKindEnumTypeWra
     the preceding real and synthetic header: for prompt updates A → B → C, C's previous prompt is
     B. A real header that follows an update reports no system change of its own.
 
+    ListTrajectory answers by reference: every request saw a prompt text and a tool set that
+    are usually the same as the previous request's, so an entry names them by version id
+    (PromptSnapshot.system_prompt_id, PromptSnapshot.tool_set_id,
+    TrajectoryEntry.effective_prompt_id) and leaves the texts themselves empty; each page carries
+    each distinct text and tool set its entries name once (ListTrajectoryResponse.system_prompts
+    and tool_sets). A version id is a hash of the content: equal ids mean equal content, on any
+    page of any session, so a client may keep what it has already received.
+
     PromptChangeKind is how a prompt differs from the previous recorded state.
     """
 
@@ -92,13 +100,25 @@ class PromptSnapshot(google.protobuf.message.Message):
     CONFIG_FIELD_NUMBER: builtins.int
     SYSTEM_PROMPT_FIELD_NUMBER: builtins.int
     TOOLS_FIELD_NUMBER: builtins.int
+    SYSTEM_PROMPT_ID_FIELD_NUMBER: builtins.int
+    TOOL_SET_ID_FIELD_NUMBER: builtins.int
     provider: builtins.str
     """provider is the header's provider."""
     model: builtins.str
     """model is the header's model."""
     system_prompt: builtins.str
     """system_prompt is the effective system prompt; empty means none (or unknown, for a
-    synthetic header whose prompt could not be established).
+    synthetic header whose prompt could not be established). ListTrajectory leaves it empty
+    and names the text by system_prompt_id.
+    """
+    system_prompt_id: builtins.str
+    """system_prompt_id is the version id of the effective system prompt: the id of an entry of
+    ListTrajectoryResponse.system_prompts on the same page. Empty means no prompt (or an
+    unknown one, as for system_prompt).
+    """
+    tool_set_id: builtins.str
+    """tool_set_id is the version id of the header's tool set: the id of an entry of
+    ListTrajectoryResponse.tool_sets on the same page. Empty means no tools.
     """
     @property
     def config(self) -> google.protobuf.internal.containers.ScalarMap[builtins.str, builtins.str]:
@@ -106,7 +126,9 @@ class PromptSnapshot(google.protobuf.message.Message):
 
     @property
     def tools(self) -> google.protobuf.internal.containers.RepeatedCompositeFieldContainer[promptadmission.v1.session_pb2.Tool]:
-        """tools is the header's tool set, in the order the harness sent it."""
+        """tools is the header's tool set, in the order the harness sent it. ListTrajectory leaves it
+        empty and names the tool set by tool_set_id.
+        """
 
     def __init__(
         self,
@@ -116,10 +138,62 @@ class PromptSnapshot(google.protobuf.message.Message):
         config: collections.abc.Mapping[builtins.str, builtins.str] | None = ...,
         system_prompt: builtins.str = ...,
         tools: collections.abc.Iterable[promptadmission.v1.session_pb2.Tool] | None = ...,
+        system_prompt_id: builtins.str = ...,
+        tool_set_id: builtins.str = ...,
     ) -> None: ...
-    def ClearField(self, field_name: typing.Literal["config", b"config", "model", b"model", "provider", b"provider", "system_prompt", b"system_prompt", "tools", b"tools"]) -> None: ...
+    def ClearField(self, field_name: typing.Literal["config", b"config", "model", b"model", "provider", b"provider", "system_prompt", b"system_prompt", "system_prompt_id", b"system_prompt_id", "tool_set_id", b"tool_set_id", "tools", b"tools"]) -> None: ...
 
 global___PromptSnapshot = PromptSnapshot
+
+@typing.final
+class PromptVersion(google.protobuf.message.Message):
+    """PromptVersion is one distinct system prompt text of a ListTrajectory page."""
+
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    ID_FIELD_NUMBER: builtins.int
+    TEXT_FIELD_NUMBER: builtins.int
+    id: builtins.str
+    """id is the text's version id (32 hexadecimal digits of a SHA-256 of the text): what
+    PromptSnapshot.system_prompt_id and TrajectoryEntry.effective_prompt_id refer to.
+    """
+    text: builtins.str
+    """text is the system prompt's text; never empty."""
+    def __init__(
+        self,
+        *,
+        id: builtins.str = ...,
+        text: builtins.str = ...,
+    ) -> None: ...
+    def ClearField(self, field_name: typing.Literal["id", b"id", "text", b"text"]) -> None: ...
+
+global___PromptVersion = PromptVersion
+
+@typing.final
+class ToolSetVersion(google.protobuf.message.Message):
+    """ToolSetVersion is one distinct tool set of a ListTrajectory page."""
+
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    ID_FIELD_NUMBER: builtins.int
+    TOOLS_FIELD_NUMBER: builtins.int
+    id: builtins.str
+    """id is the tool set's version id (32 hexadecimal digits of a SHA-256 of its tools in
+    order): what PromptSnapshot.tool_set_id refers to.
+    """
+    @property
+    def tools(self) -> google.protobuf.internal.containers.RepeatedCompositeFieldContainer[promptadmission.v1.session_pb2.Tool]:
+        """tools is the tool set, in the order the harness sent it; never empty."""
+
+    def __init__(
+        self,
+        *,
+        id: builtins.str = ...,
+        tools: collections.abc.Iterable[promptadmission.v1.session_pb2.Tool] | None = ...,
+    ) -> None: ...
+    def ClearField(self, field_name: typing.Literal["id", b"id", "tools", b"tools"]) -> None: ...
+
+global___ToolSetVersion = ToolSetVersion
 
 @typing.final
 class PromptChange(google.protobuf.message.Message):
@@ -231,6 +305,7 @@ class TrajectoryEntry(google.protobuf.message.Message):
     CONTEXT_FIELD_NUMBER: builtins.int
     FORECAST_FIELD_NUMBER: builtins.int
     OBSERVED_FIELD_NUMBER: builtins.int
+    EFFECTIVE_PROMPT_ID_FIELD_NUMBER: builtins.int
     request_index: builtins.int
     """request_index is the zero-based index of the derived request within the session (as in
     LedgerEntry).
@@ -245,6 +320,11 @@ class TrajectoryEntry(google.protobuf.message.Message):
     """
     starts_series: builtins.bool
     """starts_series is true when the request started a new request series."""
+    effective_prompt_id: builtins.str
+    """effective_prompt_id is the version id of effective_prompt's text (the prompt the model
+    saw): the id of an entry of ListTrajectoryResponse.system_prompts on the same page. Empty
+    when effective_prompt is absent or its text is empty.
+    """
     @property
     def header(self) -> global___HeaderFact:
         """header is the header fact in force for the request: the newer of the latest real and the
@@ -264,8 +344,9 @@ class TrajectoryEntry(google.protobuf.message.Message):
 
     @property
     def effective_prompt(self) -> promptadmission.v1.session_pb2.SystemPromptNode:
-        """effective_prompt is the system node in force when the request was derived (its text is
-        the prompt the model saw); absent when no non-empty prompt was ever in force.
+        """effective_prompt is the system node in force when the request was derived; absent when no
+        non-empty prompt was ever in force. ListTrajectory leaves its text empty: the prompt the
+        model saw is the text effective_prompt_id names.
         """
 
     @property
@@ -295,8 +376,9 @@ class TrajectoryEntry(google.protobuf.message.Message):
         context: promptadmission.v1.session_pb2.RequestContext | None = ...,
         forecast: promptadmission.v1.session_pb2.CacheForecast | None = ...,
         observed: promptadmission.v1.session_pb2.Usage | None = ...,
+        effective_prompt_id: builtins.str = ...,
     ) -> None: ...
     def HasField(self, field_name: typing.Literal["change", b"change", "context", b"context", "effective_prompt", b"effective_prompt", "forecast", b"forecast", "header", b"header", "observed", b"observed"]) -> builtins.bool: ...
-    def ClearField(self, field_name: typing.Literal["admission_id", b"admission_id", "attempt", b"attempt", "change", b"change", "context", b"context", "effective_prompt", b"effective_prompt", "forecast", b"forecast", "header", b"header", "headers", b"headers", "log_seq", b"log_seq", "observed", b"observed", "request_index", b"request_index", "starts_series", b"starts_series"]) -> None: ...
+    def ClearField(self, field_name: typing.Literal["admission_id", b"admission_id", "attempt", b"attempt", "change", b"change", "context", b"context", "effective_prompt", b"effective_prompt", "effective_prompt_id", b"effective_prompt_id", "forecast", b"forecast", "header", b"header", "headers", b"headers", "log_seq", b"log_seq", "observed", b"observed", "request_index", b"request_index", "starts_series", b"starts_series"]) -> None: ...
 
 global___TrajectoryEntry = TrajectoryEntry

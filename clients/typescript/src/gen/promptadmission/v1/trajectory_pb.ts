@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file promptadmission/v1/trajectory.proto.
  */
 export const file_promptadmission_v1_trajectory: GenFile = /*@__PURE__*/
-  fileDesc("CiNwcm9tcHRhZG1pc3Npb24vdjEvdHJhamVjdG9yeS5wcm90bxIScHJvbXB0YWRtaXNzaW9uLnYxIuABCg5Qcm9tcHRTbmFwc2hvdBIQCghwcm92aWRlchgBIAEoCRINCgVtb2RlbBgCIAEoCRI+CgZjb25maWcYAyADKAsyLi5wcm9tcHRhZG1pc3Npb24udjEuUHJvbXB0U25hcHNob3QuQ29uZmlnRW50cnkSFQoNc3lzdGVtX3Byb21wdBgEIAEoCRInCgV0b29scxgFIAMoCzIYLnByb21wdGFkbWlzc2lvbi52MS5Ub29sGi0KC0NvbmZpZ0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiswEKDFByb21wdENoYW5nZRIPCgNzZXEYASABKANCAjACEigKBHRpbWUYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjIKBGtpbmQYAyABKA4yJC5wcm9tcHRhZG1pc3Npb24udjEuUHJvbXB0Q2hhbmdlS2luZBI0CghwcmV2aW91cxgEIAEoCzIiLnByb21wdGFkbWlzc2lvbi52MS5Qcm9tcHRTbmFwc2hvdCKJAgoKSGVhZGVyRmFjdBIPCgNzZXEYASABKANCAjACEigKBHRpbWUYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhEKCXN5bnRoZXRpYxgDIAEoCBIwCgZyZWFzb24YBCABKA4yIC5wcm9tcHRhZG1pc3Npb24udjEuSGVhZGVyUmVhc29uEhUKDXN0YXJ0c19zZXJpZXMYBSABKAgSMgoGcHJvbXB0GAYgASgLMiIucHJvbXB0YWRtaXNzaW9uLnYxLlByb21wdFNuYXBzaG90EjAKBmNoYW5nZRgHIAEoCzIgLnByb21wdGFkbWlzc2lvbi52MS5Qcm9tcHRDaGFuZ2Ui7QMKD1RyYWplY3RvcnlFbnRyeRIZCg1yZXF1ZXN0X2luZGV4GAEgASgDQgIwAhIUCgxhZG1pc3Npb25faWQYAiABKAkSEwoHYXR0ZW1wdBgDIAEoA0ICMAISEwoHbG9nX3NlcRgEIAEoA0ICMAISLgoGaGVhZGVyGAUgASgLMh4ucHJvbXB0YWRtaXNzaW9uLnYxLkhlYWRlckZhY3QSLwoHaGVhZGVycxgGIAMoCzIeLnByb21wdGFkbWlzc2lvbi52MS5IZWFkZXJGYWN0EjAKBmNoYW5nZRgHIAEoCzIgLnByb21wdGFkbWlzc2lvbi52MS5Qcm9tcHRDaGFuZ2USPgoQZWZmZWN0aXZlX3Byb21wdBgIIAEoCzIkLnByb21wdGFkbWlzc2lvbi52MS5TeXN0ZW1Qcm9tcHROb2RlEhUKDXN0YXJ0c19zZXJpZXMYCSABKAgSMwoHY29udGV4dBgKIAEoCzIiLnByb21wdGFkbWlzc2lvbi52MS5SZXF1ZXN0Q29udGV4dBIzCghmb3JlY2FzdBgLIAEoCzIhLnByb21wdGFkbWlzc2lvbi52MS5DYWNoZUZvcmVjYXN0EisKCG9ic2VydmVkGAwgASgLMhkucHJvbXB0YWRtaXNzaW9uLnYxLlVzYWdlKrwBChBQcm9tcHRDaGFuZ2VLaW5kEiIKHlBST01QVF9DSEFOR0VfS0lORF9VTlNQRUNJRklFRBAAEh4KGlBST01QVF9DSEFOR0VfS0lORF9JTklUSUFMEAESHQoZUFJPTVBUX0NIQU5HRV9LSU5EX1NZU1RFTRACEhwKGFBST01QVF9DSEFOR0VfS0lORF9UT09MUxADEicKI1BST01QVF9DSEFOR0VfS0lORF9TWVNURU1fQU5EX1RPT0xTEARiBnByb3RvMw", [file_google_protobuf_timestamp, file_promptadmission_v1_session]);
+  fileDesc("CiNwcm9tcHRhZG1pc3Npb24vdjEvdHJhamVjdG9yeS5wcm90bxIScHJvbXB0YWRtaXNzaW9uLnYxIo8CCg5Qcm9tcHRTbmFwc2hvdBIQCghwcm92aWRlchgBIAEoCRINCgVtb2RlbBgCIAEoCRI+CgZjb25maWcYAyADKAsyLi5wcm9tcHRhZG1pc3Npb24udjEuUHJvbXB0U25hcHNob3QuQ29uZmlnRW50cnkSFQoNc3lzdGVtX3Byb21wdBgEIAEoCRInCgV0b29scxgFIAMoCzIYLnByb21wdGFkbWlzc2lvbi52MS5Ub29sEhgKEHN5c3RlbV9wcm9tcHRfaWQYBiABKAkSEwoLdG9vbF9zZXRfaWQYByABKAkaLQoLQ29uZmlnRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASIpCg1Qcm9tcHRWZXJzaW9uEgoKAmlkGAEgASgJEgwKBHRleHQYAiABKAkiRQoOVG9vbFNldFZlcnNpb24SCgoCaWQYASABKAkSJwoFdG9vbHMYAiADKAsyGC5wcm9tcHRhZG1pc3Npb24udjEuVG9vbCKzAQoMUHJvbXB0Q2hhbmdlEg8KA3NlcRgBIAEoA0ICMAISKAoEdGltZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMgoEa2luZBgDIAEoDjIkLnByb21wdGFkbWlzc2lvbi52MS5Qcm9tcHRDaGFuZ2VLaW5kEjQKCHByZXZpb3VzGAQgASgLMiIucHJvbXB0YWRtaXNzaW9uLnYxLlByb21wdFNuYXBzaG90IokCCgpIZWFkZXJGYWN0Eg8KA3NlcRgBIAEoA0ICMAISKAoEdGltZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEQoJc3ludGhldGljGAMgASgIEjAKBnJlYXNvbhgEIAEoDjIgLnByb21wdGFkbWlzc2lvbi52MS5IZWFkZXJSZWFzb24SFQoNc3RhcnRzX3NlcmllcxgFIAEoCBIyCgZwcm9tcHQYBiABKAsyIi5wcm9tcHRhZG1pc3Npb24udjEuUHJvbXB0U25hcHNob3QSMAoGY2hhbmdlGAcgASgLMiAucHJvbXB0YWRtaXNzaW9uLnYxLlByb21wdENoYW5nZSKKBAoPVHJhamVjdG9yeUVudHJ5EhkKDXJlcXVlc3RfaW5kZXgYASABKANCAjACEhQKDGFkbWlzc2lvbl9pZBgCIAEoCRITCgdhdHRlbXB0GAMgASgDQgIwAhITCgdsb2dfc2VxGAQgASgDQgIwAhIuCgZoZWFkZXIYBSABKAsyHi5wcm9tcHRhZG1pc3Npb24udjEuSGVhZGVyRmFjdBIvCgdoZWFkZXJzGAYgAygLMh4ucHJvbXB0YWRtaXNzaW9uLnYxLkhlYWRlckZhY3QSMAoGY2hhbmdlGAcgASgLMiAucHJvbXB0YWRtaXNzaW9uLnYxLlByb21wdENoYW5nZRI+ChBlZmZlY3RpdmVfcHJvbXB0GAggASgLMiQucHJvbXB0YWRtaXNzaW9uLnYxLlN5c3RlbVByb21wdE5vZGUSFQoNc3RhcnRzX3NlcmllcxgJIAEoCBIzCgdjb250ZXh0GAogASgLMiIucHJvbXB0YWRtaXNzaW9uLnYxLlJlcXVlc3RDb250ZXh0EjMKCGZvcmVjYXN0GAsgASgLMiEucHJvbXB0YWRtaXNzaW9uLnYxLkNhY2hlRm9yZWNhc3QSKwoIb2JzZXJ2ZWQYDCABKAsyGS5wcm9tcHRhZG1pc3Npb24udjEuVXNhZ2USGwoTZWZmZWN0aXZlX3Byb21wdF9pZBgNIAEoCSq8AQoQUHJvbXB0Q2hhbmdlS2luZBIiCh5QUk9NUFRfQ0hBTkdFX0tJTkRfVU5TUEVDSUZJRUQQABIeChpQUk9NUFRfQ0hBTkdFX0tJTkRfSU5JVElBTBABEh0KGVBST01QVF9DSEFOR0VfS0lORF9TWVNURU0QAhIcChhQUk9NUFRfQ0hBTkdFX0tJTkRfVE9PTFMQAxInCiNQUk9NUFRfQ0hBTkdFX0tJTkRfU1lTVEVNX0FORF9UT09MUxAEYgZwcm90bzM", [file_google_protobuf_timestamp, file_promptadmission_v1_session]);
 
 /**
  * PromptSnapshot is the complete model-visible prompt state in force for a request.
@@ -45,18 +45,37 @@ export type PromptSnapshot = Message<"promptadmission.v1.PromptSnapshot"> & {
 
   /**
    * system_prompt is the effective system prompt; empty means none (or unknown, for a
-   * synthetic header whose prompt could not be established).
+   * synthetic header whose prompt could not be established). ListTrajectory leaves it empty
+   * and names the text by system_prompt_id.
    *
    * @generated from field: string system_prompt = 4;
    */
   systemPrompt: string;
 
   /**
-   * tools is the header's tool set, in the order the harness sent it.
+   * tools is the header's tool set, in the order the harness sent it. ListTrajectory leaves it
+   * empty and names the tool set by tool_set_id.
    *
    * @generated from field: repeated promptadmission.v1.Tool tools = 5;
    */
   tools: Tool[];
+
+  /**
+   * system_prompt_id is the version id of the effective system prompt: the id of an entry of
+   * ListTrajectoryResponse.system_prompts on the same page. Empty means no prompt (or an
+   * unknown one, as for system_prompt).
+   *
+   * @generated from field: string system_prompt_id = 6;
+   */
+  systemPromptId: string;
+
+  /**
+   * tool_set_id is the version id of the header's tool set: the id of an entry of
+   * ListTrajectoryResponse.tool_sets on the same page. Empty means no tools.
+   *
+   * @generated from field: string tool_set_id = 7;
+   */
+  toolSetId: string;
 };
 
 /**
@@ -65,6 +84,64 @@ export type PromptSnapshot = Message<"promptadmission.v1.PromptSnapshot"> & {
  */
 export const PromptSnapshotSchema: GenMessage<PromptSnapshot> = /*@__PURE__*/
   messageDesc(file_promptadmission_v1_trajectory, 0);
+
+/**
+ * PromptVersion is one distinct system prompt text of a ListTrajectory page.
+ *
+ * @generated from message promptadmission.v1.PromptVersion
+ */
+export type PromptVersion = Message<"promptadmission.v1.PromptVersion"> & {
+  /**
+   * id is the text's version id (32 hexadecimal digits of a SHA-256 of the text): what
+   * PromptSnapshot.system_prompt_id and TrajectoryEntry.effective_prompt_id refer to.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * text is the system prompt's text; never empty.
+   *
+   * @generated from field: string text = 2;
+   */
+  text: string;
+};
+
+/**
+ * Describes the message promptadmission.v1.PromptVersion.
+ * Use `create(PromptVersionSchema)` to create a new message.
+ */
+export const PromptVersionSchema: GenMessage<PromptVersion> = /*@__PURE__*/
+  messageDesc(file_promptadmission_v1_trajectory, 1);
+
+/**
+ * ToolSetVersion is one distinct tool set of a ListTrajectory page.
+ *
+ * @generated from message promptadmission.v1.ToolSetVersion
+ */
+export type ToolSetVersion = Message<"promptadmission.v1.ToolSetVersion"> & {
+  /**
+   * id is the tool set's version id (32 hexadecimal digits of a SHA-256 of its tools in
+   * order): what PromptSnapshot.tool_set_id refers to.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * tools is the tool set, in the order the harness sent it; never empty.
+   *
+   * @generated from field: repeated promptadmission.v1.Tool tools = 2;
+   */
+  tools: Tool[];
+};
+
+/**
+ * Describes the message promptadmission.v1.ToolSetVersion.
+ * Use `create(ToolSetVersionSchema)` to create a new message.
+ */
+export const ToolSetVersionSchema: GenMessage<ToolSetVersion> = /*@__PURE__*/
+  messageDesc(file_promptadmission_v1_trajectory, 2);
 
 /**
  * PromptChange is how a prompt differs from the previous recorded state.
@@ -107,7 +184,7 @@ export type PromptChange = Message<"promptadmission.v1.PromptChange"> & {
  * Use `create(PromptChangeSchema)` to create a new message.
  */
 export const PromptChangeSchema: GenMessage<PromptChange> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_trajectory, 1);
+  messageDesc(file_promptadmission_v1_trajectory, 3);
 
 /**
  * HeaderFact is a real or synthetic request header fact.
@@ -173,7 +250,7 @@ export type HeaderFact = Message<"promptadmission.v1.HeaderFact"> & {
  * Use `create(HeaderFactSchema)` to create a new message.
  */
 export const HeaderFactSchema: GenMessage<HeaderFact> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_trajectory, 2);
+  messageDesc(file_promptadmission_v1_trajectory, 4);
 
 /**
  * TrajectoryEntry is one derived request of a session, with the prompt it saw.
@@ -236,8 +313,9 @@ export type TrajectoryEntry = Message<"promptadmission.v1.TrajectoryEntry"> & {
   change?: PromptChange | undefined;
 
   /**
-   * effective_prompt is the system node in force when the request was derived (its text is
-   * the prompt the model saw); absent when no non-empty prompt was ever in force.
+   * effective_prompt is the system node in force when the request was derived; absent when no
+   * non-empty prompt was ever in force. ListTrajectory leaves its text empty: the prompt the
+   * model saw is the text effective_prompt_id names.
    *
    * @generated from field: promptadmission.v1.SystemPromptNode effective_prompt = 8;
    */
@@ -270,6 +348,15 @@ export type TrajectoryEntry = Message<"promptadmission.v1.TrajectoryEntry"> & {
    * @generated from field: promptadmission.v1.Usage observed = 12;
    */
   observed?: Usage | undefined;
+
+  /**
+   * effective_prompt_id is the version id of effective_prompt's text (the prompt the model
+   * saw): the id of an entry of ListTrajectoryResponse.system_prompts on the same page. Empty
+   * when effective_prompt is absent or its text is empty.
+   *
+   * @generated from field: string effective_prompt_id = 13;
+   */
+  effectivePromptId: string;
 };
 
 /**
@@ -277,7 +364,7 @@ export type TrajectoryEntry = Message<"promptadmission.v1.TrajectoryEntry"> & {
  * Use `create(TrajectoryEntrySchema)` to create a new message.
  */
 export const TrajectoryEntrySchema: GenMessage<TrajectoryEntry> = /*@__PURE__*/
-  messageDesc(file_promptadmission_v1_trajectory, 3);
+  messageDesc(file_promptadmission_v1_trajectory, 5);
 
 /**
  * PromptChangeKind is how a prompt differs from the previous recorded state.
