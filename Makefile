@@ -64,7 +64,7 @@ rule-coverage: install
 
 # The TypeScript client's strict tsc build (dist/), redone only when a source, the generated
 # code or the configuration changed: `make test-db` after `make test` does not build it again.
-TS_SOURCES := $(shell find $(TS_DIR)/src $(TS_DIR)/test -name '*.ts' 2>/dev/null) \
+TS_SOURCES := $(shell find $(TS_DIR)/src $(TS_DIR)/test $(TS_DIR)/examples -name '*.ts' 2>/dev/null) \
 	$(TS_DIR)/tsconfig.json $(TS_DIR)/package.json
 TS_BUILT   := $(TS_DIR)/dist/.built
 $(TS_BUILT): $(TS_STAMP) $(TS_SOURCES)

@@ -665,6 +665,103 @@ ANTHROPIC_CASES: list[Json] = [
 CASES = CHAT_CASES + RESPONSES_CASES + ANTHROPIC_CASES
 
 
+# ---- the agent loops' recorded responses (test_harness_loop.py, kitLoop.test.ts) -------------
+
+
+def _chat(content: str | None, calls: list[tuple[str, str]], reasoning: str | None) -> Json:
+    message: Json = {"role": "assistant", "content": content}
+    if calls:
+        message["tool_calls"] = [
+            {
+                "id": call_id,
+                "type": "function",
+                "function": {"name": "read_file", "arguments": json.dumps({"path": path})},
+            }
+            for call_id, path in calls
+        ]
+    if reasoning is not None:
+        message["reasoning_content"] = reasoning
+    usage = {
+        "prompt_tokens": 900,
+        "completion_tokens": 40,
+        "total_tokens": 940,
+        "prompt_tokens_details": {"cached_tokens": 768},
+    }
+    return {"response": chat_completion(message, usage, "tool_calls" if calls else "stop")}
+
+
+def chat_replies(reasoning: bool) -> list[Json]:
+    think = "Need the file." if reasoning else None
+    return [
+        _chat("Reading it.", [("call_1", "main.py")], think),
+        _chat("main.py prints hi.", [], think),
+        _chat(None, [("call_2", "a.py"), ("call_3", "b.py")], think),
+        _chat("Plan: merge a and b.", [], think),
+        _chat("Nothing is left.", [], think),
+    ]
+
+
+def _responses(text: str, calls: list[tuple[str, str]]) -> Json:
+    items: list[Json] = [{**REASONING_ITEM, "id": f"rs_{text[:4]}"}]
+    items.append(
+        {**MESSAGE_ITEM, "content": [{"type": "output_text", "text": text, "annotations": []}]}
+    )
+    items += [
+        {
+            **CALL_ITEM,
+            "id": f"fc_{call_id}",
+            "call_id": call_id,
+            "arguments": json.dumps({"path": path}),
+        }
+        for call_id, path in calls
+    ]
+    return {"response": response(items, responses_usage(900, 40, 768))}
+
+
+def responses_replies() -> list[Json]:
+    return [
+        _responses("Reading it.", [("call_1", "main.py")]),
+        _responses("main.py prints hi.", []),
+        _responses("Reading both.", [("call_2", "a.py"), ("call_3", "b.py")]),
+        _responses("Plan: merge a and b.", []),
+        _responses("Nothing is left.", []),
+    ]
+
+
+def _message(text: str, calls: list[tuple[str, str]]) -> Json:
+    content: list[Json] = [
+        {"type": "thinking", "thinking": f"Thinking about {text}", "signature": LOOP_SIGNATURE},
+        {"type": "text", "text": text},
+    ]
+    content += [
+        {"type": "tool_use", "id": call_id, "name": "read_file", "input": {"path": path}}
+        for call_id, path in calls
+    ]
+    return {"response": message(content, ANTHROPIC_USAGE, "tool_use" if calls else "end_turn")}
+
+
+def anthropic_replies() -> list[Json]:
+    return [
+        _message("Reading it.", [("toolu_1", "main.py")]),
+        _message("main.py prints hi.", []),
+        _message("Reading both.", [("toolu_2", "a.py"), ("toolu_3", "b.py")]),
+        _message("Plan: merge a and b.", []),
+        _message("Nothing is left.", []),
+    ]
+
+
+LOOP_SIGNATURE = "EqQBCkYIBRgCKkDsig=="
+# Each loop's replies, in order: turn 1 (a call, an answer), turn 2 (two parallel calls, one of
+# them failing, an answer), and after a compaction turn 3 (an answer).
+LOOPS: dict[str, list[Json]] = {
+    "openai-openai_chat": chat_replies(reasoning=False),
+    "deepseek-openai_chat": chat_replies(reasoning=True),
+    "openai-openai_responses": responses_replies(),
+    "anthropic-anthropic_messages": anthropic_replies(),
+}
+LOOP_DIRECTORY = DIRECTORY / "loops"
+
+
 def with_bytes(case: Json) -> Json:
     step = json_format.ParseDict(case["step_output"], api.StepOutput())
     encoded = base64.b64encode(step.SerializeToString()).decode("ascii")
@@ -672,10 +769,18 @@ def with_bytes(case: Json) -> Json:
 
 
 def rendered() -> dict[str, str]:
-    """Each fixture file's name and text, as this module writes them."""
+    """Each fixture file's path (under DIRECTORY) and text, as this module writes them."""
+    files = {f"{case['name']}.json": with_bytes(case) for case in CASES}
+    files |= {f"loops/{name}.json": {"replies": replies} for name, replies in LOOPS.items()}
     return {
-        f"{case['name']}.json": json.dumps(with_bytes(case), indent=2, ensure_ascii=False) + "\n"
-        for case in CASES
+        name: json.dumps(value, indent=2, ensure_ascii=False) + "\n"
+        for name, value in files.items()
+    }
+
+
+def on_disk() -> dict[str, str]:
+    return {
+        str(path.relative_to(DIRECTORY)): path.read_text() for path in DIRECTORY.rglob("*.json")
     }
 
 
@@ -684,10 +789,10 @@ def load() -> list[Json]:
 
 
 def main() -> None:
-    DIRECTORY.mkdir(parents=True, exist_ok=True)
-    for stale in DIRECTORY.glob("*.json"):
+    for stale in DIRECTORY.rglob("*.json"):
         stale.unlink()
     for name, content in rendered().items():
+        (DIRECTORY / name).parent.mkdir(parents=True, exist_ok=True)
         (DIRECTORY / name).write_text(content)
 
 

@@ -12,6 +12,7 @@ request_id without admitting twice.
 
 from __future__ import annotations
 
+import argparse
 import json
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from promptadmission.kit import HarnessSession, tool
 from promptadmission.v1 import admission_service_pb2 as api
 from promptadmission.v1 import session_pb2 as pb
 
+from examples import harness_loop
 from tests import harness_fixtures as fx
 from tests.clients.provider_server import ProviderServer, provider_server
 from tests.provider.oracles import check_body
@@ -39,7 +41,6 @@ TOOLS = [
 ]
 PROMPT = "You are a careful coding agent."
 PLAN_PROMPT = "You are a careful coding agent.\nPLAN MODE: propose, do not edit."
-SIGNATURE = "EqQBCkYIBRgCKkDsig=="
 
 
 @dataclass(frozen=True)
@@ -47,101 +48,10 @@ class Provider:
     name: str
     wire: str
     route: pb.Route
-    replies: Callable[[], list[Json]]  # the recorded responses, in the loop's order
     post: Callable[[ProviderServer, Json], Awaitable[Any]]  # the SDK call with the kit's body
 
     def __str__(self) -> str:
         return f"{self.name}-{self.wire}"
-
-
-# ---- the recorded responses, in each API's shape ----------------------------------------------
-
-
-def _chat(content: str | None, calls: list[tuple[str, str]], reasoning: str | None) -> Json:
-    message: Json = {"role": "assistant", "content": content}
-    if calls:
-        message["tool_calls"] = [
-            {
-                "id": call_id,
-                "type": "function",
-                "function": {"name": "read_file", "arguments": json.dumps({"path": path})},
-            }
-            for call_id, path in calls
-        ]
-    if reasoning is not None:
-        message["reasoning_content"] = reasoning
-    usage = {
-        "prompt_tokens": 900,
-        "completion_tokens": 40,
-        "total_tokens": 940,
-        "prompt_tokens_details": {"cached_tokens": 768},
-    }
-    return {"response": fx.chat_completion(message, usage, "tool_calls" if calls else "stop")}
-
-
-def chat_replies(reasoning: bool) -> Callable[[], list[Json]]:
-    def replies() -> list[Json]:
-        think = "Need the file." if reasoning else None
-        return [
-            _chat("Reading it.", [("call_1", "main.py")], think),
-            _chat("main.py prints hi.", [], think),
-            _chat(None, [("call_2", "a.py"), ("call_3", "b.py")], think),
-            _chat("Plan: merge a and b.", [], think),
-            _chat("Nothing is left.", [], think),
-        ]
-
-    return replies
-
-
-def _responses(text: str, calls: list[tuple[str, str]]) -> Json:
-    items: list[Json] = [{**fx.REASONING_ITEM, "id": f"rs_{text[:4]}"}]
-    items.append(
-        {**fx.MESSAGE_ITEM, "content": [{"type": "output_text", "text": text, "annotations": []}]}
-    )
-    items += [
-        {
-            **fx.CALL_ITEM,
-            "id": f"fc_{call_id}",
-            "call_id": call_id,
-            "arguments": json.dumps({"path": path}),
-        }
-        for call_id, path in calls
-    ]
-    return {"response": fx.response(items, fx.responses_usage(900, 40, 768))}
-
-
-def responses_replies() -> list[Json]:
-    return [
-        _responses("Reading it.", [("call_1", "main.py")]),
-        _responses("main.py prints hi.", []),
-        _responses("Reading both.", [("call_2", "a.py"), ("call_3", "b.py")]),
-        _responses("Plan: merge a and b.", []),
-        _responses("Nothing is left.", []),
-    ]
-
-
-def _message(text: str, calls: list[tuple[str, str]]) -> Json:
-    content: list[Json] = [
-        {"type": "thinking", "thinking": f"Thinking about {text}", "signature": SIGNATURE},
-        {"type": "text", "text": text},
-    ]
-    content += [
-        {"type": "tool_use", "id": call_id, "name": "read_file", "input": {"path": path}}
-        for call_id, path in calls
-    ]
-    return {
-        "response": fx.message(content, fx.ANTHROPIC_USAGE, "tool_use" if calls else "end_turn")
-    }
-
-
-def anthropic_replies() -> list[Json]:
-    return [
-        _message("Reading it.", [("toolu_1", "main.py")]),
-        _message("main.py prints hi.", []),
-        _message("Reading both.", [("toolu_2", "a.py"), ("toolu_3", "b.py")]),
-        _message("Plan: merge a and b.", []),
-        _message("Nothing is left.", []),
-    ]
 
 
 # ---- the SDK calls ----------------------------------------------------------------------------
@@ -167,14 +77,12 @@ PROVIDERS = [
         "openai",
         "openai_chat",
         pb.Route(provider="openai", model="gpt-5.1"),
-        chat_replies(reasoning=False),
         post_chat,
     ),
     Provider(
         "deepseek",
         "openai_chat",
         pb.Route(provider="deepseek", model="deepseek-flash"),
-        chat_replies(reasoning=True),
         post_chat,
     ),
     Provider(
@@ -185,14 +93,12 @@ PROVIDERS = [
             model="gpt-5.1",
             system_prompt_update=pb.SYSTEM_PROMPT_UPDATE_IN_HISTORY,
         ),
-        responses_replies,
         post_responses,
     ),
     Provider(
         "anthropic",
         "anthropic_messages",
         pb.Route(provider="anthropic", model="claude-sonnet-4-5"),
-        anthropic_replies,
         post_anthropic,
     ),
 ]
@@ -260,7 +166,7 @@ async def summarize(plan: api.PlanCompactionResponse) -> str:
 async def test_a_tool_using_loop_over_three_turns_with_a_prompt_change_and_a_compaction(
     provider: Provider, server_target: str, server: ProviderServer
 ) -> None:
-    server.answer(*provider.replies())
+    server.answer(*fx.LOOPS[str(provider)])
     async with AdmissionClient(server_target) as client:
         session = await HarnessSession.open(client, provider.route, WIRE[provider.wire])
         checked = Checked(provider, client, session)
@@ -292,7 +198,7 @@ async def test_a_tool_using_loop_over_three_turns_with_a_prompt_change_and_a_com
     for call_id in ("call_1", "call_2", "call_3") if provider.name != "anthropic" else ("toolu_1",):
         assert call_id in posted
     if provider.name == "anthropic":
-        assert SIGNATURE in json.dumps(server.requests[1][1]["messages"])
+        assert fx.LOOP_SIGNATURE in json.dumps(server.requests[1][1]["messages"])
     if provider.name == "deepseek":
         assert '"reasoning_content": "Need the file."' in posted
 
@@ -324,3 +230,22 @@ async def test_an_admit_whose_answer_was_lost_is_retried_under_the_same_request_
     users = [event for event in events if event.kind == pb.EVENT_KIND_USER_MESSAGE]
     assert len(users) == 1, "the retry admitted the step twice"
     assert (session.turn, session.step) == (1, 1)
+
+
+@pytest.mark.parametrize("option", ["openai", "openai-responses", "deepseek", "anthropic"])
+async def test_the_example_runs_on_the_recorded_replies(
+    option: str, server_target: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = argparse.Namespace(
+        provider=option,
+        base_url="",
+        api_key="recorded",
+        model="",
+        target=server_target,
+        token=None,
+        questions=["Read main.py and explain it.", "Plan the merge of a.py and b.py."],
+    )
+    with harness_loop.provider(args) as base_url:
+        await harness_loop.run(args, base_url)
+    printed = capsys.readouterr().out
+    assert "[turn 2] Plan the merge" in printed and "2 turns, recorded" in printed

@@ -61,8 +61,9 @@ def step_output(case: dict[str, Any], response: Any) -> api.StepOutput:
 
 
 def test_the_fixture_files_are_the_generators() -> None:
-    on_disk = {path.name: path.read_text() for path in harness_fixtures.DIRECTORY.glob("*.json")}
-    assert on_disk == harness_fixtures.rendered(), "run: .venv/bin/python -m tests.harness_fixtures"
+    assert harness_fixtures.on_disk() == harness_fixtures.rendered(), (
+        "run: .venv/bin/python -m tests.harness_fixtures"
+    )
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case["name"] for case in CASES])
