@@ -22,6 +22,7 @@ run it with the interpreter of that checkout's venv (the service it starts is th
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import subprocess
 import sys
@@ -47,7 +48,8 @@ ROUTE = pb.Route(provider="deepseek", model="deepseek-flash")
 UNLIMITED = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
 
 
-def _tools(total: int, count: int = 4) -> list[pb.Tool]:
+def big_tools(total: int, count: int = 4) -> list[pb.Tool]:
+    """``count`` tools of ``total`` bytes together (each schema under the 256 KiB limit)."""
     each = total // count - 64
     schema = '{"type":"object","description":"%s"}'
     return [
@@ -81,7 +83,7 @@ def _admit(
 def amplification(stub: api_grpc.AdmissionServiceStub, steps: int) -> str:
     sid = f"amp-{uuid.uuid4().hex[:8]}"
     stub.CreateSession(api.CreateSessionRequest(session_id=sid))
-    prompt, tools = "p" * (512 * 1024), _tools(MIB)
+    prompt, tools = "p" * (512 * 1024), big_tools(MIB)
     for step in range(1, steps + 1):
         _admit(stub, sid, step, prompt, tools)
     return sid
@@ -189,7 +191,7 @@ def measure(server: ServerProcess, sid: str) -> dict[str, Any]:
         figures: dict[str, Any] = {}
         for page_size in (200, 0):
             figures[f"page_size_{page_size}"] = _measured(
-                server, lambda size=page_size: _read(stub, sid, size)
+                server, functools.partial(_read, stub, sid, page_size)
             )
 
         def four() -> list[Any]:

@@ -14,6 +14,7 @@ from promptadmission.v1 import admission_service_pb2_grpc as api_grpc
 from promptadmission.v1 import session_pb2 as pb
 from promptadmission.v1 import trajectory_pb2 as tpb
 
+from bench.trajectory_pages import big_tools
 from tests.api.support import (
     IN_HISTORY_ROUTE,
     ApiClient,
@@ -245,16 +246,6 @@ async def test_a_foreign_or_broken_page_token_is_invalid_argument(
 MIB = 1 << 20
 PAGE_BUDGET = 2 * MIB  # the default max_trajectory_page_bytes
 RSS_GROWTH_BOUND = 64 * MIB
-
-
-def big_tools(total: int, count: int = 4) -> list[pb.Tool]:
-    """``count`` tools of ``total`` bytes together (each schema under the 256 KiB limit)."""
-    each = total // count - 64
-    schema = '{"type":"object","description":"%s"}'
-    return [
-        pb.Tool(name=f"tool{i}", description="big", parameters_json=schema % ("s" * each))
-        for i in range(count)
-    ]
 
 
 async def inspect_trajectory_cli(target: str, session_id: str) -> str:
