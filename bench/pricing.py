@@ -3,7 +3,7 @@
 A one-call step (S1) prices the nodes it writes: the previous output's 200-character assistant
 message and the next step's 200-character user message (bench/scenarios.py). This times that
 with each route family's tokenizer and with the heuristic, and the price of a 20-tool set
-(done once per tool set and process: app/service.py remembers it), in microseconds.
+(done once per tool set and process: domain/accounting.py remembers it), in microseconds.
 """
 
 from __future__ import annotations

@@ -501,6 +501,6 @@ async def test_the_concurrent_calls_quota(start_api: StartApi) -> None:
 
 
 async def test_the_quotas_are_off_by_default(api: ApiClient) -> None:
-    assert api.server.app.quotas.quotas == Quotas()
+    assert api.server.deps.quotas.quotas == Quotas()
     sid = await create_session(api.stub)
     await api.stub.Admit(admit_request(sid, "P", user("u").content[0].text.text, turn=1))

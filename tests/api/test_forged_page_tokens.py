@@ -86,7 +86,7 @@ def attacker_tokens(
         minted.append(mint_v1(user, password, database, scope, cursor))
         minted.append(guessed_key_token(genuine, scope, cursor))
         if index > 0:  # the first cursor is of the right shape
-            minted.append(client.server.app.page_tokens.encode(scope, cursor))
+            minted.append(client.server.deps.page_tokens.encode(scope, cursor))
     return minted
 
 
@@ -159,7 +159,7 @@ async def test_the_inspector_answers_400_to_a_minted_page(
         await create_session(api.stub)
         await create_session(api.stub)
         sessions = await api.stub.ListSessions(messages.ListSessionsRequest(page_size=100))
-        genuine = sessions.next_page_token or api.server.app.page_tokens.encode(
+        genuine = sessions.next_page_token or api.server.deps.page_tokens.encode(
             f"sessions/{TENANT}",
             {"t": "2026-12-01T00:00:00+00:00", "i": sessions.sessions[-1].session_id},
         )

@@ -9,7 +9,7 @@ from typing import Any
 from admission_service.api import convert
 from admission_service.api.servicer import SERVICE, AdmissionServicer, add_to_server
 from admission_service.app import commands as app
-from admission_service.app.machinery import Reply
+from admission_service.app.unit_of_work import Reply
 from admission_service.domain.messages import Message, Role, Text
 from admission_service.storage import codec
 from promptadmission.v1 import admission_service_pb2 as api

@@ -24,7 +24,7 @@ async def test_a_hot_session_does_not_take_every_connection(start_api: StartApi)
     first = asyncio.ensure_future(stub.Admit(admit_request(hot, "A", "first")))
     await asyncio.wait_for(hooks.reached_phase.wait(), 10)
     second = asyncio.ensure_future(stub.Admit(admit_request(hot, "A", "second", step=1)))
-    await asyncio.wait_for(client.server.app.gate.until_writers("default", hot, 2), 10)
+    await asyncio.wait_for(client.server.deps.gate.until_writers("default", hot, 2), 10)
     # Without the gate this waits for a connection until the pool times out (10 s).
     await stub.Admit(admit_request(other, "A", "meanwhile"), timeout=5)
     hooks.release.set()

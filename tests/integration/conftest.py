@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 from admission_service.api import convert
-from admission_service.app.service import AdmissionApp
+from admission_service.app.deps import Deps
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.app_support import CATALOG
 
 
 @pytest.fixture(scope="module")
-def app(engine: AsyncEngine) -> AdmissionApp:
+def deps(engine: AsyncEngine) -> Deps:
     """The application on the run's database, with the API's response encoders."""
-    return AdmissionApp(engine, CATALOG, encoders=convert.ENCODERS)
+    return Deps.compose(engine, CATALOG, encoders=convert.ENCODERS)

@@ -187,8 +187,8 @@ async def test_cancellation_storm(
         # gate entry.
         pool = client.server.engine.pool
         await eventually(lambda: pool.checkedout() == 0, "connections returned")  # type: ignore[attr-defined]
-        await asyncio.wait_for(client.server.app.gate.until_idle(), 30)
-        assert len(client.server.app.gate) == 0
+        await asyncio.wait_for(client.server.deps.gate.until_idle(), 30)
+        assert len(client.server.deps.gate) == 0
         unknown = [e for e in book.effects() if not e.acked and e.texts]
         committed = await committed_request_ids(fresh_database, [e.request_id for e in unknown])
         audited = await audit_book(stub, fresh_database, book)

@@ -71,7 +71,7 @@ from admission_service.domain.wire import WireFormat
 from admission_service.storage import codec
 
 if TYPE_CHECKING:
-    from admission_service.app.machinery import Reply
+    from admission_service.app.unit_of_work import Reply
 
 V = TypeVar("V")
 K = TypeVar("K", bound=Enum)
@@ -789,7 +789,7 @@ WRITES: Mapping[str, WriteResponse] = {
     "Record": WriteResponse(api.RecordResponse, encode_record, record_response),
     "Compact": WriteResponse(api.CompactResponse, encode_compact, compact_response),
 }
-# The use cases' encoders (``AdmissionApp(encoders=...)``), by method.
+# The use cases' encoders (``Deps.compose(encoders=...)``), by method.
 ENCODERS: Mapping[str, Callable[[Any], bytes]] = {
     method: write.encode for method, write in WRITES.items()
 }

@@ -36,9 +36,9 @@ from admission_service.api.servicer import AdmissionServicer, add_to_server
 from admission_service.api.telemetry import TelemetryInterceptor
 from admission_service.api.tenancy import BearerTokens, DefaultTenant, TenantResolver
 from admission_service.api.token_reload import TokenReloader
+from admission_service.app.deps import Deps
 from admission_service.app.hooks import NO_HOOKS, PhaseHooks
 from admission_service.app.page_tokens import PageTokens
-from admission_service.app.service import AdmissionApp
 from admission_service.app.sweeper import IdempotencySweeper
 from admission_service.catalog.loader import load_catalog
 from admission_service.config import ConfigError, Settings, split_listen
@@ -69,7 +69,7 @@ class RunningServer:
     server: grpc.aio.Server
     port: int
     host: str
-    app: AdmissionApp
+    deps: Deps
     engine: AsyncEngine
     health: health_pb2_grpc.HealthServicer
     owns_engine: bool
@@ -172,12 +172,12 @@ async def configured_page_tokens(settings: Settings, engine: AsyncEngine) -> Pag
     return PageTokens(stored)
 
 
-async def build_app(
+async def compose(
     settings: Settings, engine: AsyncEngine, catalog: Catalog, hooks: PhaseHooks = NO_HOOKS
-) -> AdmissionApp:
-    """The use cases over ``engine``, as ``settings`` configure them (the API's workers and the
-    inspector's process build the same)."""
-    return AdmissionApp(
+) -> Deps:
+    """What the use cases run on over ``engine``, as ``settings`` configure them (the API's
+    workers and the inspector's process compose the same)."""
+    return Deps.compose(
         engine,
         catalog,
         settings.limits,
@@ -259,7 +259,7 @@ async def start_server(
     tenants = tenants or tenant_resolver(settings)
     reloader = token_reloader(settings, tenants)
     try:
-        app = await build_app(settings, engine, catalog, hooks)
+        deps = await compose(settings, engine, catalog, hooks)
         telemetry = TelemetryInterceptor(metrics, tracer, log_payloads=settings.log_payloads)
         authenticate = AuthenticateFirst(
             api.DESCRIPTOR.services_by_name["AdmissionService"], tenants
@@ -268,7 +268,7 @@ async def start_server(
             interceptors=[telemetry, ErrorInterceptor(), authenticate],
             options=server_options(settings),
         )
-        add_to_server(AdmissionServicer(app, tenants), server)
+        add_to_server(AdmissionServicer(deps, tenants), server)
         health = health_aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health, server)
         if settings.reflection:
@@ -333,7 +333,7 @@ async def start_server(
         server,
         port,
         host,
-        app,
+        deps,
         engine,
         health,
         owns_engine,

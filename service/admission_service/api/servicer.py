@@ -20,45 +20,49 @@ from promptadmission.v1 import admission_service_pb2 as api
 
 from admission_service.api import convert
 from admission_service.api.tenancy import TenantResolver
+from admission_service.app import handlers
 from admission_service.app.commands import Idempotency
-from admission_service.app.machinery import Reply
-from admission_service.app.service import AdmissionApp
+from admission_service.app.deps import Deps
+from admission_service.app.unit_of_work import Reply
 
 Context = grpc.aio.ServicerContext[Any, Any]
 Command = TypeVar("Command")
 Paged = TypeVar("Paged")
 SERVICE = api.DESCRIPTOR.services_by_name["AdmissionService"]
 
-# A mutating use case: (tenant, command, idempotency) -> its reply (result and response bytes).
-UseCase = Callable[[str, Command, Idempotency | None], Awaitable[Reply[Any]]]
-# A paged read of one session: (tenant, session_id, page_size, page_token) -> the page.
-PageRead = Callable[[str, str, int, str], Awaitable[Paged]]
+# A mutating use case's handler: (deps, tenant, command, idempotency) -> its reply (result and
+# response bytes).
+UseCase = Callable[[Deps, str, Command, Idempotency | None], Awaitable[Reply[Any]]]
+# A paged read of one session: (deps, tenant, session_id, page_size, page_token) -> the page.
+PageRead = Callable[[Deps, str, str, int, str], Awaitable[Paged]]
 
 
 class AdmissionServicer:
-    def __init__(self, app: AdmissionApp, tenants: TenantResolver) -> None:
-        self._app = app
+    def __init__(self, deps: Deps, tenants: TenantResolver) -> None:
+        self._deps = deps
         self._tenants = tenants
 
     async def CreateSession(
         self, request: api.CreateSessionRequest, context: Context
     ) -> convert.EncodedResponse:
         return await self._write(
-            context, request, "CreateSession", _session_id, self._app.create_session
+            context, request, "CreateSession", _session_id, handlers.create_session
         )
 
     async def GetSession(
         self, request: api.GetSessionRequest, context: Context
     ) -> api.GetSessionResponse:
         tenant = await self._tenants.tenant(context)
-        info = await self._app.get_session(tenant, request.session_id)
+        info = await handlers.get_session(self._deps, tenant, request.session_id)
         return convert.get_session_response(info)
 
     async def ListSessions(
         self, request: api.ListSessionsRequest, context: Context
     ) -> api.ListSessionsResponse:
         tenant = await self._tenants.tenant(context)
-        page = await self._app.list_sessions(tenant, request.page_size, request.page_token)
+        page = await handlers.list_sessions(
+            self._deps, tenant, request.page_size, request.page_token
+        )
         return convert.list_sessions_response(page)
 
     async def DeleteSession(
@@ -66,43 +70,48 @@ class AdmissionServicer:
     ) -> convert.EncodedResponse:
         revision = convert.delete_expected_revision(request)
 
-        async def delete(tenant: str, session_id: str, key: Idempotency | None) -> Reply[None]:
-            return await self._app.delete_session(tenant, session_id, revision, key)
+        async def delete(
+            deps: Deps, tenant: str, session_id: str, key: Idempotency | None
+        ) -> Reply[None]:
+            return await handlers.delete_session(deps, tenant, session_id, revision, key)
 
         return await self._write(context, request, "DeleteSession", _session_id, delete)
 
     async def Admit(self, request: api.AdmitRequest, context: Context) -> convert.EncodedResponse:
-        return await self._write(context, request, "Admit", convert.admit_command, self._app.admit)
+        return await self._write(context, request, "Admit", convert.admit_command, handlers.admit)
 
     async def Reconcile(
         self, request: api.ReconcileRequest, context: Context
     ) -> convert.EncodedResponse:
         return await self._write(
-            context, request, "Reconcile", convert.reconcile_command, self._app.reconcile
+            context, request, "Reconcile", convert.reconcile_command, handlers.reconcile
         )
 
     async def Record(self, request: api.RecordRequest, context: Context) -> convert.EncodedResponse:
         return await self._write(
-            context, request, "Record", convert.record_command, self._app.record
+            context, request, "Record", convert.record_command, handlers.record
         )
 
     async def PlanCompaction(
         self, request: api.PlanCompactionRequest, context: Context
     ) -> api.PlanCompactionResponse:
         tenant = await self._tenants.tenant(context)
-        result = await self._app.plan_compaction(tenant, convert.plan_compaction_command(request))
+        result = await handlers.plan_compaction(
+            self._deps, tenant, convert.plan_compaction_command(request)
+        )
         return convert.plan_compaction_response(result)
 
     async def Compact(
         self, request: api.CompactRequest, context: Context
     ) -> convert.EncodedResponse:
         return await self._write(
-            context, request, "Compact", convert.compact_command, self._app.compact
+            context, request, "Compact", convert.compact_command, handlers.compact
         )
 
     async def Inspect(self, request: api.InspectRequest, context: Context) -> api.InspectResponse:
         tenant = await self._tenants.tenant(context)
-        result = await self._app.inspect(
+        result = await handlers.inspect(
+            self._deps,
             tenant,
             request.session_id,
             convert.wire_format_from_proto(request.wire_format),
@@ -113,13 +122,13 @@ class AdmissionServicer:
     async def ListEvents(
         self, request: api.ListEventsRequest, context: Context
     ) -> api.ListEventsResponse:
-        page = await self._session_page(context, request, self._app.list_events)
+        page = await self._session_page(context, request, handlers.list_events)
         return convert.list_events_response(page)
 
     async def ListTrajectory(
         self, request: api.ListTrajectoryRequest, context: Context
     ) -> api.ListTrajectoryResponse:
-        page = await self._session_page(context, request, self._app.list_trajectory)
+        page = await self._session_page(context, request, handlers.list_trajectory)
         return convert.list_trajectory_response(page)
 
     async def _session_page(
@@ -130,7 +139,9 @@ class AdmissionServicer:
     ) -> Paged:
         """A page of one session's rows (ListEvents, ListTrajectory)."""
         tenant = await self._tenants.tenant(context)
-        return await read(tenant, request.session_id, request.page_size, request.page_token)
+        return await read(
+            self._deps, tenant, request.session_id, request.page_size, request.page_token
+        )
 
     async def _write(
         self,
@@ -146,7 +157,7 @@ class AdmissionServicer:
         command = to_command(request)
         tenant = await self._tenants.tenant(context)
         key = convert.idempotency_of(request.request_id, request)
-        return convert.encoded_response(method, await use_case(tenant, command, key))
+        return convert.encoded_response(method, await use_case(self._deps, tenant, command, key))
 
 
 def _session_id(request: api.CreateSessionRequest | api.DeleteSessionRequest) -> str:

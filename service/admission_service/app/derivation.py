@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from admission_service.app import bounds
 from admission_service.app.commands import DerivedRequestView, EncodedMessages
-from admission_service.app.machinery import Machinery
+from admission_service.app.limits import Limits
 from admission_service.app.ports import SessionRepository
 from admission_service.domain.accounting import (
     RequestKey,
@@ -34,76 +34,68 @@ from admission_service.domain.session import (
 from admission_service.domain.wire import NOTHING, WireFormat, render_body
 
 
-class Derivation(Machinery):
-    """Builds the derived request (Admit, Reconcile, Inspect)."""
-
-    async def _derive(
-        self,
-        store: SessionRepository,
-        record: Session,
-        route: Route,
-        tools: tuple[Tool, ...],
-        wire: WireFormat,
-        shadowed: Shadowed | None,
-        selection: RequestSelection,
-        *,
-        end_position: int,
-        tail: Frames = NO_FRAMES,
-        read: Frames | None = None,
-        degrade: bool = False,
-    ) -> Derived:
-        """The derived request (every message node in surface order), the totals its cache
-        forecast needs, and the prefix the next request extends.
-
-        The previous request is an exact prefix of this one unless a node before its end was
-        shadowed since. Then only the frames appended since are new: a DELTA request whose held
-        prefix is the previous request reads just those (an index range scan from
-        ``end_position``), and the digest chains over them. Otherwise the database concatenates
-        every stored frame. Either way no stored message is decoded or re-encoded, except to
-        render a provider body (non-NEUTRAL wire formats), which reads the returned messages.
-        ``tail`` holds this transaction's appended nodes, whose rows are not written yet: they
-        end the surface, after everything the database returns. ``read`` is the frames already
-        read for exactly this query (``FramesQuery.plan``), if any. With ``degrade`` (Inspect)
-        a body the wire format cannot express is reported in the view instead of raised.
-        """
-        query = FramesQuery.plan(record, shadowed, selection, wire)
-        if read is None:
-            read = await store.frames(query.from_position, query.split_position)
-        derived = derive(record.prefix, query, shadowed, read, tail, end_position)
-        first_index = derived.first_index
-        # The body stays in its two parts (what was read, this transaction's tail) until the
-        # edge's one join; the digest hashed them where they lie. A long surface's frames are
-        # never copied here.
-        body = EncodedMessages(read.frames, tail.frames)
-        rendered = NOTHING
-        render_error = None
-        try:
-            rendered = render_body(
-                body,
-                wire,
-                in_history=route.in_history,
-                provider=route.provider,
-                tools=tools,
-                offset=first_index,
-            )
-        except WireFormatError as error:
-            if not degrade:
-                raise
-            render_error = error
-        bounds.check_derived_request_size(body.size + len(rendered.body_json), self.limits)
-        view = DerivedRequestView(
-            wire,
+async def derive_request(
+    limits: Limits,
+    sessions: SessionRepository,
+    session: Session,
+    route: Route,
+    tools: tuple[Tool, ...],
+    wire: WireFormat,
+    shadowed: Shadowed | None,
+    selection: RequestSelection,
+    *,
+    end_position: int,
+    tail: Frames = NO_FRAMES,
+    read: Frames | None = None,
+    degrade: bool = False,
+) -> Derived:
+    """The derived request (every message node in surface order): the domain's rules decide
+    which stored frames it reads and what it is (``domain.session``: ``FramesQuery.plan``,
+    ``derive``); here the frames are read, the body rendered and its size bounded. No stored
+    message is decoded or re-encoded, except to render a provider body (non-NEUTRAL wire
+    formats). ``tail`` holds this transaction's appended nodes, whose rows are not written
+    yet: they end the surface, after everything the database returns. ``read`` is the frames
+    already read for exactly this query, if any. With ``degrade`` (Inspect) a body the wire
+    format cannot express is reported in the view instead of raised.
+    """
+    query = FramesQuery.plan(session, shadowed, selection, wire)
+    if read is None:
+        read = await sessions.frames(query.from_position, query.split_position)
+    derived = derive(session.prefix, query, shadowed, read, tail, end_position)
+    first_index = derived.first_index
+    # The body stays in its two parts (what was read, this transaction's tail) until the
+    # edge's one join; the digest hashed them where they lie. A long surface's frames are
+    # never copied here.
+    body = EncodedMessages(read.frames, tail.frames)
+    rendered = NOTHING
+    render_error = None
+    try:
+        rendered = render_body(
             body,
-            rendered.body_json,
-            tools,
-            view=RequestView.DELTA if first_index else RequestView.FULL,
-            first_message_index=first_index,
-            total_messages=derived.totals.messages,
-            digest=derived.digest,
-            render_error=render_error,
-            omitted=rendered.omitted,
+            wire,
+            in_history=route.in_history,
+            provider=route.provider,
+            tools=tools,
+            offset=first_index,
         )
-        return Derived(view, derived.totals, derived.prefix)
+    except WireFormatError as error:
+        if not degrade:
+            raise
+        render_error = error
+    bounds.check_derived_request_size(body.size + len(rendered.body_json), limits)
+    view = DerivedRequestView(
+        wire,
+        body,
+        rendered.body_json,
+        tools,
+        view=RequestView.DELTA if first_index else RequestView.FULL,
+        first_message_index=first_index,
+        total_messages=derived.totals.messages,
+        digest=derived.digest,
+        render_error=render_error,
+        omitted=rendered.omitted,
+    )
+    return Derived(view, derived.totals, derived.prefix)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,28 +1,34 @@
-"""The unit of work of one mutation: ``async with uow: ...; await uow.commit(...)``.
+"""The unit of work of one mutation, the handlers' one shape:
+
+    async with UnitOfWork(deps, call) as uow:
+        if (replayed := await uow.replayed()) is not None:
+            return replayed
+        session = uow.load(expected_revision)
+        ...  # the domain's transition, its writes through uow.sessions
+        return await uow.commit(result)
 
 Entering takes, in order: a place in the tenant's concurrent-calls quota, the per-session
 write gate (one writer per session per process, queued before the pool), a transaction
 (``Storage.unit``), and the session row under lock (``SELECT … FOR UPDATE``: one writer per
 session across replicas) — or, for ``CreateSession``, the new row. ``replayed`` answers a
 repeated ``request_id`` with the stored response; ``load`` checks the session exists at the
-expected revision. ``commit`` stores the response for ``request_id``, sends the deferred writes
-and commits. Leaving the block without ``commit`` rolls back: an exception, a cancellation at
-any phase, and ``validate_only`` (which simply never commits) all write nothing.
+expected revision. ``commit`` checks the growth bounds, stores the response for ``request_id``,
+sends the deferred writes and commits. Leaving the block without ``commit`` rolls back: an
+exception, a cancellation at any phase; ``validate_only`` calls ``commit`` too, which checks
+what a commit would and then leaves without committing, so nothing is written.
 """
 
 from __future__ import annotations
 
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Any, Generic, Self, TypeVar
 
-from admission_service.app import bounds, replay
+from admission_service.app import bounds, replay, validation
 from admission_service.app.commands import Idempotency
-from admission_service.app.gate import SessionGate
-from admission_service.app.hooks import Phase, PhaseHooks
-from admission_service.app.limits import Limits
-from admission_service.app.ports import SessionRepository, Storage, StorageUnit
-from admission_service.app.quotas import TenantQuotas
+from admission_service.app.deps import Deps
+from admission_service.app.hooks import Phase
+from admission_service.app.ports import SessionRepository, StorageUnit
 from admission_service.domain.errors import (
     RequestIdReused,
     RevisionMismatch,
@@ -31,16 +37,19 @@ from admission_service.domain.errors import (
 )
 from admission_service.domain.session import Session
 
+R = TypeVar("R")
+
 
 @dataclass(frozen=True, slots=True)
-class Resources:
-    """What a unit of work runs on (one set per ``AdmissionApp``)."""
+class Reply(Generic[R]):
+    """What a mutation answers: its typed ``result`` and, when the unit of work made them, the
+    response bytes (``encoded``: stored for the call's request_id, sent as they are). A repeated
+    request_id replays the stored bytes and has no result; without a request_id, or with
+    ``validate_only``, nothing is stored, so nothing is encoded and the edge encodes the
+    result."""
 
-    storage: Storage
-    gate: SessionGate
-    quotas: TenantQuotas
-    limits: Limits
-    hooks: PhaseHooks
+    result: R | None
+    encoded: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,45 +69,43 @@ class Call:
 
 
 class UnitOfWork:
-    """One mutating call's transaction on one session (see the module docstring). The use case
-    reads and writes through ``store`` and keeps ``record`` as the session row it leaves."""
+    """One mutating call's transaction on one session (see the module docstring). The handler
+    reads and writes the session's rows through ``sessions``."""
 
-    store: SessionRepository
-    record: Session
+    sessions: SessionRepository
 
-    def __init__(self, resources: Resources, call: Call) -> None:
-        self._resources = resources
-        self.method, self.tenant, self.session_id = call.method, call.tenant, call.session_id
-        self.idempotency = call.idempotency
+    def __init__(self, deps: Deps, call: Call) -> None:
+        self._deps = deps
+        self._call = call
         self.validate_only = call.validate_only
-        self._create = call.create
-        self._admission_id = call.admission_id
-        self._tool_call_ids = call.tool_call_ids
+        self._encode = deps.encoders[call.method]
         self._stack = AsyncExitStack()
+        self._loaded: Session | None = None
         self._committed = False
 
     async def __aenter__(self) -> Self:
+        call, deps = self._call, self._deps
+        if call.idempotency is not None:
+            validation.check_request_id(call.idempotency.request_id, deps.limits)
         async with AsyncExitStack() as stack:
-            await stack.enter_async_context(
-                self._resources.quotas.call(self.tenant)
-            )  # the gate's queue
-            await stack.enter_async_context(self._resources.gate.hold(self.tenant, self.session_id))
+            await stack.enter_async_context(deps.quotas.call(call.tenant))  # the gate's queue
+            await stack.enter_async_context(deps.gate.hold(call.tenant, call.session_id))
             unit: StorageUnit = await stack.enter_async_context(
-                self._resources.storage.unit(self.tenant, self.session_id)
+                deps.storage.unit(call.tenant, call.session_id)
             )
-            self._unit, self.store = unit, unit.store
-            if self._create:
-                self._loaded = await self.store.create()
+            self._unit, self.sessions = unit, unit.store
+            if call.create:
+                self._loaded = await self.sessions.create()
                 self._created = self._loaded is not None
             else:
-                # The lock, the stored response of a repeated request_id and the admission the
-                # call reads: one round trip (with the transaction's BEGIN).
-                idempotency = None if self.validate_only else self.idempotency
-                self._loaded = await self.store.read(
+                # The lock, the stored response of a repeated request_id and the admission and
+                # tool calls the call reads: one round trip (with the transaction's BEGIN).
+                idempotency = None if self.validate_only else call.idempotency
+                self._loaded = await self.sessions.read(
                     lock=True,
                     request_id=idempotency.request_id if idempotency is not None else None,
-                    admission_id=self._admission_id,
-                    tool_call_ids=self._tool_call_ids,
+                    admission_id=call.admission_id,
+                    tool_call_ids=call.tool_call_ids,
                 )
                 self._created = False
             await self.reached(Phase.LOAD)
@@ -111,59 +118,65 @@ class UnitOfWork:
             await self.reached(Phase.COMMITTED)
 
     async def reached(self, phase: Phase) -> None:
-        await self._resources.hooks.reached(self.method, phase)
+        await self._deps.hooks.reached(self._call.method, phase)
 
-    async def replayed(self, encode: object) -> bytes | None:
+    async def replayed(self) -> Reply[Any] | None:
         """The response stored for a repeated ``request_id`` (rebuilt, ``replay.py``); None
         when there is none (or with ``validate_only``, which never replays)."""
-        if self.idempotency is None or self.validate_only or self._created:
+        idempotency = self._call.idempotency
+        if idempotency is None or self.validate_only or self._created:
             return None
-        stored = await self.store.stored_response(self.idempotency.request_id)
+        stored = await self.sessions.stored_response(idempotency.request_id)
         if stored is None:
             return None
-        if stored.method != self.method or stored.request_digest != self.idempotency.request_digest:
-            raise RequestIdReused(self.idempotency.request_id)
-        return await replay.replayed(self.store, stored, encode)
+        if (
+            stored.method != self._call.method
+            or stored.request_digest != idempotency.request_digest
+        ):
+            raise RequestIdReused(idempotency.request_id)
+        return Reply(None, await replay.replayed(self.sessions, stored, self._encode))
 
     def load(self, expected_revision: int | None = None) -> Session:
-        """The session row the call works on: refused when it does not exist (or, creating,
+        """The session the call works on: refused when it does not exist (or, creating,
         already existed) or is not at ``expected_revision``."""
         if self._loaded is None:
-            if self._create:
-                raise SessionAlreadyExists(self.session_id)
-            raise SessionNotFound(self.session_id)
+            if self._call.create:
+                raise SessionAlreadyExists(self._call.session_id)
+            raise SessionNotFound(self._call.session_id)
         if expected_revision is not None and expected_revision != self._loaded.revision:
             raise RevisionMismatch(expected_revision, self._loaded.revision)
-        self.record = self._loaded
-        return self.record
+        return self._loaded
 
     async def check_new_session(self) -> None:
-        await self._resources.quotas.check_new_session(self._unit.usage)
+        await self._deps.quotas.check_new_session(self._unit.usage)
 
-    async def check_growth(self) -> None:
-        """The session's growth bounds and the tenant's stored-bytes quota, for what this
-        transaction wrote (also with ``validate_only``: the answer is the commit's)."""
-        assert self._loaded is not None
-        growth = self.store.growth
-        bounds.check_session_growth(self._loaded, growth, self._resources.limits)
-        await self._resources.quotas.check_stored_bytes(
-            self._unit.usage, self.tenant, growth.log_bytes
+    async def commit(self, result: R) -> Reply[R]:
+        """Check the session's growth bounds and the tenant's stored-bytes quota for what this
+        transaction wrote; with ``validate_only`` stop there (the answer is the commit's, and
+        nothing is committed). Otherwise store the encoded ``result`` under the call's
+        ``request_id`` and commit with the deferred writes (one round trip)."""
+        loaded = self.load()
+        growth = self.sessions.growth
+        bounds.check_session_growth(loaded, growth, self._deps.limits)
+        await self._deps.quotas.check_stored_bytes(
+            self._unit.usage, self._call.tenant, growth.log_bytes
         )
-
-    async def commit(self, result: object, payload: bytes | None, encode: object) -> None:
-        """Store ``payload`` (the encoded ``result``) under the call's ``request_id``, and
-        commit with the deferred writes."""
-        assert not self.validate_only, "validate_only never commits"
-        if self.idempotency is not None:
-            assert self._loaded is not None
-            assert payload is not None
-            through_seq = self._loaded.next_seq + self.store.growth.events - 1
-            await self.store.store_response(
-                self.idempotency.request_id,
-                self.method,
-                self.idempotency.request_digest,
-                *replay.stored_form(result, payload, encode, through_seq),
+        if self.validate_only:
+            return Reply(result)
+        idempotency = self._call.idempotency
+        # Only a response stored for a request_id is encoded here, under the session's lock;
+        # otherwise the edge encodes it once the lock and the connection are free.
+        encoded = None
+        if idempotency is not None:
+            encoded = self._encode(result)
+            through_seq = loaded.next_seq + growth.events - 1
+            await self.sessions.store_response(
+                idempotency.request_id,
+                self._call.method,
+                idempotency.request_digest,
+                *replay.stored_form(result, encoded, self._encode, through_seq),
             )
         await self.reached(Phase.COMMIT)
         await self._unit.commit()  # the deferred writes and COMMIT: one round trip
         self._committed = True
+        return Reply(result, encoded)

@@ -370,7 +370,7 @@ async def start_inspector(
     (one connection per rendering thread) and disposes of it on ``stop``.
     """
     from admission_service.api.server import (
-        build_app,
+        compose,
         configured_engine,
         load_configured_catalog,
         tenant_resolver,
@@ -393,7 +393,7 @@ async def start_inspector(
     tenants = tenants or tenant_resolver(settings)
     reloader = token_reloader(settings, tenants)
     renderers = ThreadPoolExecutor(inspector.render_threads, thread_name_prefix="inspector-page")
-    pages = Pages(await build_app(settings, engine, catalog), asyncio.get_running_loop())
+    pages = Pages(await compose(settings, engine, catalog), asyncio.get_running_loop())
     site = Site(pages, tenants, settings.default_tenant, allowed_hosts(settings), renderers)
     listener = Listener(sock, site, tls, inspector)
     listener.start()

@@ -19,7 +19,8 @@ from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
-from admission_service.app.service import AdmissionApp
+from admission_service.app import handlers
+from admission_service.app.deps import Deps
 from admission_service.domain.wire import WireFormat
 from admission_service.inspector import views
 
@@ -92,7 +93,7 @@ def error_page(environment: Environment, status: HTTPStatus, message: str) -> st
 class Pages:
     """The pages, over one process's use cases and event loop."""
 
-    app: AdmissionApp
+    deps: Deps
     loop: asyncio.AbstractEventLoop
     _: KW_ONLY
     timeout: float = 10.0
@@ -113,7 +114,7 @@ class Pages:
         view = parts[2] if len(parts) == 3 else "chat"
         if view not in VIEWS:
             raise Refused(HTTPStatus.NOT_FOUND, "no such page")
-        session = self._run(self.app.get_session(tenant, session_id))
+        session = self._run(handlers.get_session(self.deps, tenant, session_id))
         common: Context = {"session": session, "view": view}
         token = _page_token(url.query)
         if view == "chat":
@@ -126,8 +127,13 @@ class Pages:
         """The tenant's sessions, newest first, or those whose id starts with ``?q=``."""
         search = parse_qs(query).get("q", [""])[0].strip()
         page = self._run(
-            self.app.list_sessions(
-                tenant, SESSIONS_PAGE, _page_token(query), newest_first=True, id_prefix=search
+            handlers.list_sessions(
+                self.deps,
+                tenant,
+                SESSIONS_PAGE,
+                _page_token(query),
+                newest_first=True,
+                id_prefix=search,
             )
         )
         links = []
@@ -147,7 +153,7 @@ class Pages:
         """The newest events first (what an operator opens a session for), each page linking
         to the events before it; a page holds at most CHAT_PAGE_BYTES of events."""
         window = self._run(
-            self.app.chat_window(tenant, session_id, CHAT_EVENTS, token, CHAT_PAGE_BYTES)
+            handlers.chat_window(self.deps, tenant, session_id, CHAT_EVENTS, token, CHAT_PAGE_BYTES)
         )
         facts = views.prompt_facts(window.prompt_events)
         items = views.chat_items(window.events, window.positions, facts)
@@ -171,7 +177,9 @@ class Pages:
 
     def _trajectory(self, tenant: str, session_id: str, token: str, common: Context) -> str:
         """One page of the trajectory, oldest requests first; each page links to the next."""
-        page = self._run(self.app.list_trajectory(tenant, session_id, TRAJECTORY_ROWS, token))
+        page = self._run(
+            handlers.list_trajectory(self.deps, tenant, session_id, TRAJECTORY_ROWS, token)
+        )
         rows = views.trajectory_rows(page.items)
         here = _view_url(session_id, "trajectory")
         links = []
@@ -188,8 +196,10 @@ class Pages:
     def _tokens(self, tenant: str, session_id: str, token: str, common: Context) -> str:
         """The breakdown, and the ledger chart over a window of requests: the latest first,
         each page linking to the window before."""
-        inspected = self._run(self.app.inspect(tenant, session_id, WireFormat.NEUTRAL))
-        window = self._run(self.app.ledger_window(tenant, session_id, LEDGER_WINDOW, token))
+        inspected = self._run(handlers.inspect(self.deps, tenant, session_id, WireFormat.NEUTRAL))
+        window = self._run(
+            handlers.ledger_window(self.deps, tenant, session_id, LEDGER_WINDOW, token)
+        )
         ledger = window.items
         here = _view_url(session_id, "tokens")
         links = []

@@ -4,8 +4,9 @@ the chat's window of events from the newest backwards."""
 from __future__ import annotations
 
 import pytest
+from admission_service.app import handlers
 from admission_service.app.commands import EventView
-from admission_service.app.service import AdmissionApp
+from admission_service.app.deps import Deps
 from admission_service.app.use_cases.inspect import ChatWindow
 from admission_service.domain.errors import InvalidArgument
 from admission_service.inspector.views import chat_items, chat_items_of_log, prompt_facts
@@ -16,50 +17,50 @@ from tests.unit.app.test_use_cases import admit, create, make_app
 
 
 @pytest.fixture
-def app() -> AdmissionApp:
+def deps() -> Deps:
     return make_app(FakeStorage())
 
 
 async def test_the_ledger_window_starts_at_the_latest_request_and_pages_backwards(
-    app: AdmissionApp,
+    deps: Deps,
 ) -> None:
-    sid = await create(app)
+    sid = await create(deps)
     for step in range(7):
-        await admit(app, sid, f"P{step % 2}", users=(user(f"u{step}"),))
+        await admit(deps, sid, f"P{step % 2}", users=(user(f"u{step}"),))
     windows, token = [], ""
     while True:
-        page = await app.ledger_window("t", sid, 3, token)
+        page = await handlers.ledger_window(deps, "t", sid, 3, token)
         windows.append([entry.request_index for entry in page.items])
         if not (token := page.next_page_token):
             break
     assert windows == [[4, 5, 6], [1, 2, 3], [0]]
     with pytest.raises(InvalidArgument, match="page_token"):
-        await app.ledger_window("t", sid, 3, "forged")
-    empty = await create(app, "empty")
-    assert (await app.ledger_window("t", empty, 3, "")).items == ()
+        await handlers.ledger_window(deps, "t", sid, 3, "forged")
+    empty = await create(deps, "empty")
+    assert (await handlers.ledger_window(deps, "t", empty, 3, "")).items == ()
 
 
-async def all_events(app: AdmissionApp, sid: str) -> list[EventView]:
+async def all_events(deps: Deps, sid: str) -> list[EventView]:
     events: list[EventView] = []
     token = ""
     while True:
-        page = await app.list_events("t", sid, 1000, token)
+        page = await handlers.list_events(deps, "t", sid, 1000, token)
         events += page.items
         if not (token := page.next_page_token):
             return events
 
 
 async def test_the_chat_window_opens_at_the_newest_events_and_pages_backwards(
-    app: AdmissionApp,
+    deps: Deps,
 ) -> None:
-    sid = await create(app)
+    sid = await create(deps)
     for step in range(12):
-        await admit(app, sid, f"P{step // 3}", users=(user(f"question {step}"),))
-    logged = await all_events(app, sid)
+        await admit(deps, sid, f"P{step // 3}", users=(user(f"question {step}"),))
+    logged = await all_events(deps, sid)
     windows: list[ChatWindow] = []
     token = ""
     while True:
-        window = await app.chat_window("t", sid, 5, token, 1 << 20)
+        window = await handlers.chat_window(deps, "t", sid, 5, token, 1 << 20)
         windows.append(window)
         if not (token := window.next_page_token):
             break
@@ -78,39 +79,39 @@ async def test_the_chat_window_opens_at_the_newest_events_and_pages_backwards(
 
 
 async def test_a_chat_window_is_bounded_in_bytes_but_holds_at_least_the_newest_event(
-    app: AdmissionApp,
+    deps: Deps,
 ) -> None:
-    sid = await create(app)
+    sid = await create(deps)
     for step in range(4):
-        await admit(app, sid, "P", users=(user(f"{step} " + "x" * 2000),))
-    window = await app.chat_window("t", sid, 100, "", 5000)
+        await admit(deps, sid, "P", users=(user(f"{step} " + "x" * 2000),))
+    window = await handlers.chat_window(deps, "t", sid, 100, "", 5000)
     sizes = [len(view.event.message.text) for view in window.events if view.event.message]
     assert 1 <= len(window.events) < 12 and sum(sizes) <= 5000 and window.next_page_token
-    tiny = await app.chat_window("t", sid, 100, "", 1)
+    tiny = await handlers.chat_window(deps, "t", sid, 100, "", 1)
     assert len(tiny.events) == 1
     with pytest.raises(InvalidArgument, match="page_token"):
-        await app.chat_window("t", sid, 5, "forged", 1 << 20)
+        await handlers.chat_window(deps, "t", sid, 5, "forged", 1 << 20)
 
 
 async def test_sessions_newest_first_and_by_id_prefix_page_with_their_own_tokens(
-    app: AdmissionApp,
+    deps: Deps,
 ) -> None:
     for session_id in ("run-1", "run-2", "job-1", "run-3"):
-        await create(app, session_id)
-    newest = await app.list_sessions("t", 2, "", newest_first=True)
+        await create(deps, session_id)
+    newest = await handlers.list_sessions(deps, "t", 2, "", newest_first=True)
     assert [s.session_id for s in newest.items] == ["run-3", "job-1"]
-    older = await app.list_sessions("t", 2, newest.next_page_token, newest_first=True)
+    older = await handlers.list_sessions(deps, "t", 2, newest.next_page_token, newest_first=True)
     assert [s.session_id for s in older.items] == ["run-2", "run-1"]
-    runs = await app.list_sessions("t", 2, "", newest_first=True, id_prefix="run-")
+    runs = await handlers.list_sessions(deps, "t", 2, "", newest_first=True, id_prefix="run-")
     assert [s.session_id for s in runs.items] == ["run-3", "run-2"]
-    more = await app.list_sessions(
-        "t", 2, runs.next_page_token, newest_first=True, id_prefix="run-"
+    more = await handlers.list_sessions(
+        deps, "t", 2, runs.next_page_token, newest_first=True, id_prefix="run-"
     )
     assert [s.session_id for s in more.items] == ["run-1"]
     # A token is bound to its order and prefix: another listing refuses it.
     with pytest.raises(InvalidArgument, match="page_token"):
-        await app.list_sessions("t", 2, runs.next_page_token, newest_first=True)
+        await handlers.list_sessions(deps, "t", 2, runs.next_page_token, newest_first=True)
     with pytest.raises(InvalidArgument, match="page_token"):
-        await app.list_sessions("t", 2, newest.next_page_token)
+        await handlers.list_sessions(deps, "t", 2, newest.next_page_token)
     with pytest.raises(InvalidArgument, match="id_prefix"):
-        await app.list_sessions("t", 2, "", id_prefix="bad prefix%")
+        await handlers.list_sessions(deps, "t", 2, "", id_prefix="bad prefix%")

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import pytest
 from admission_service.api import convert
+from admission_service.app import handlers
 from admission_service.app.commands import AdmitCommand
+from admission_service.app.deps import Deps
 from admission_service.app.limits import Limits
 from admission_service.app.page_tokens import PageTokens
-from admission_service.app.service import AdmissionApp
 from admission_service.app.trajectory import TrajectoryPage
 from admission_service.domain.messages import Tool
 from admission_service.domain.trajectory import prompt_version, tool_set_version
@@ -24,8 +25,8 @@ TOOLS = (
 )
 
 
-def make_app(**limits: int) -> AdmissionApp:
-    return AdmissionApp(
+def make_app(**limits: int) -> Deps:
+    return Deps.compose(
         None,
         CATALOG,
         Limits(**limits),
@@ -35,32 +36,30 @@ def make_app(**limits: int) -> AdmissionApp:
     )
 
 
-async def session(
-    app: AdmissionApp, prompts: list[str], config: tuple[tuple[str, str], ...] = ()
-) -> str:
-    decode(await app.create_session("t", "s", None))
+async def session(deps: Deps, prompts: list[str], config: tuple[tuple[str, str], ...] = ()) -> str:
+    decode(await handlers.create_session(deps, "t", "s", None))
     for step, prompt in enumerate(prompts, start=1):
         command = AdmitCommand(
             "s", 1, step, prompt, TOOLS, ROUTE, (user(f"u{step}"),), config=config
         )
-        decode(await app.admit("t", command, None))
+        decode(await handlers.admit(deps, "t", command, None))
     return "s"
 
 
-async def every_page(app: AdmissionApp, page_size: int = 0) -> list[TrajectoryPage]:
+async def every_page(deps: Deps, page_size: int = 0) -> list[TrajectoryPage]:
     pages, token = [], ""
     while True:
-        page = await app.list_trajectory("t", "s", page_size, token)
+        page = await handlers.list_trajectory(deps, "t", "s", page_size, token)
         pages.append(page)
         if not (token := page.next_page_token):
             return pages
 
 
 async def test_a_page_carries_each_distinct_prompt_and_tool_set_once() -> None:
-    app = make_app()
+    deps = make_app()
     prompts = ["A " * 500, "B " * 500] * 10
-    await session(app, prompts)
-    (page,) = await every_page(app)
+    await session(deps, prompts)
+    (page,) = await every_page(deps)
     proto = convert.list_trajectory_response(page)
 
     assert len(proto.entries) == 20
@@ -87,10 +86,10 @@ async def test_a_page_carries_each_distinct_prompt_and_tool_set_once() -> None:
 async def test_pages_stop_at_the_byte_budget_and_the_estimate_covers_the_encoding(
     budget: int,
 ) -> None:
-    app = make_app(max_trajectory_page_bytes=budget)
+    deps = make_app(max_trajectory_page_bytes=budget)
     prompts = [f"prompt {i} " + "p" * 1500 for i in range(30)]
-    await session(app, prompts, config=(("temperature", "0.2"), ("top_p", "x" * 200)))
-    pages = await every_page(app, page_size=1000)
+    await session(deps, prompts, config=(("temperature", "0.2"), ("top_p", "x" * 200)))
+    pages = await every_page(deps, page_size=1000)
 
     entries = [entry for page in pages for entry in page.items]
     assert [entry.request_index for entry in entries] == list(range(30))
@@ -108,9 +107,9 @@ async def test_pages_stop_at_the_byte_budget_and_the_estimate_covers_the_encodin
 
 
 async def test_an_entry_larger_than_the_budget_comes_alone_on_its_page() -> None:
-    app = make_app(max_trajectory_page_bytes=1024)
-    await session(app, ["x" * 5000, "y" * 5000, "y" * 5000])
-    pages = await every_page(app)
+    deps = make_app(max_trajectory_page_bytes=1024)
+    await session(deps, ["x" * 5000, "y" * 5000, "y" * 5000])
+    pages = await every_page(deps)
     assert [len(page.items) for page in pages] == [1, 1, 1]
     assert [page.items[0].request_index for page in pages] == [0, 1, 2]
     # The last entry's header is the update to y, whose change names x as the previous prompt.
@@ -118,8 +117,8 @@ async def test_an_entry_larger_than_the_budget_comes_alone_on_its_page() -> None
 
 
 async def test_the_page_size_still_bounds_a_page_within_the_budget() -> None:
-    app = make_app()
-    await session(app, ["A"] * 5)
-    pages = await every_page(app, page_size=2)
+    deps = make_app()
+    await session(deps, ["A"] * 5)
+    pages = await every_page(deps, page_size=2)
     assert [len(page.items) for page in pages] == [2, 2, 1]
     assert all(list(page.prompts.values()) == ["A"] for page in pages)

@@ -1,1 +1,1 @@
-"""One module per group of RPCs; ``app/service.py`` composes them into ``AdmissionApp``."""
+"""One module per group of RPCs, each use case a plain handler; ``app/handlers.py`` lists them."""

@@ -12,28 +12,26 @@ from admission_service.app.commands import (
     PlanCompactionCommand,
     PlanResult,
 )
+from admission_service.app.deps import Deps
 from admission_service.app.hooks import Phase
-from admission_service.app.machinery import (
-    Machinery,
-    Reply,
-    session_counter,
-    write_outcome,
-)
 from admission_service.app.page_tokens import Shape
-from admission_service.app.ports import SessionRepository, SurfaceNode
-from admission_service.app.unit_of_work import Call, UnitOfWork
+from admission_service.app.ports import SurfaceNode
+from admission_service.app.pricing import session_counter, write_priced
+from admission_service.app.snapshot import snapshot
+from admission_service.app.unit_of_work import Call, Reply, UnitOfWork
 from admission_service.domain import admission as rules
 from admission_service.domain.compaction import (
     CompactionNode,
-    compact,
     compaction_node,
     plan_by_tokens,
     plan_range,
     summarization_input,
 )
+from admission_service.domain.compaction import (
+    compact as compact_rule,
+)
 from admission_service.domain.errors import NothingToCompact, StaleCompactionPlan
 from admission_service.domain.projection import SystemNode
-from admission_service.domain.session import Session
 from admission_service.domain.surface import effective_prompt
 from admission_service.storage import codec
 
@@ -53,80 +51,67 @@ def _system_nodes(nodes: list[CompactionNode]) -> tuple[SystemNode, ...]:
     )
 
 
-class Compaction(Machinery):
-    """PlanCompaction and Compact."""
+async def plan_compaction(deps: Deps, tenant: str, command: PlanCompactionCommand) -> PlanResult:
+    validation.check_plan(command, deps.limits)
+    scope = f"compaction/{tenant}/{command.session_id}"
+    async with snapshot(deps, tenant, command.session_id) as (sessions, session):
+        nodes = _compaction_nodes(await sessions.surface())
+    if command.seq_range is not None:
+        selected = plan_range(nodes, *command.seq_range)
+    else:
+        assert command.retain_tokens is not None
+        found = plan_by_tokens(nodes, command.retain_tokens)
+        if found is None:
+            raise NothingToCompact()
+        selected = found
+    token = deps.page_tokens.encode(
+        scope,
+        {
+            "start": selected.start_seq,
+            "end": selected.end_seq,
+            "generation": session.series.replace_generation,
+            "next_seq": session.next_seq,
+        },
+    )
+    header = session.series.last_header
+    to_summarize = summarization_input(nodes, selected)
+    bounds.check_summarization_input_size(
+        sum(len(codec.frame(message)) for message in to_summarize), deps.limits
+    )
+    return PlanResult(
+        token, selected, to_summarize, header.header.tools if header else (), session.revision
+    )
 
-    async def plan_compaction(self, tenant: str, command: PlanCompactionCommand) -> PlanResult:
-        validation.check_plan(command, self.limits)
-        scope = f"compaction/{tenant}/{command.session_id}"
 
-        async def plan(store: SessionRepository, record: Session) -> PlanResult:
-            nodes = _compaction_nodes(await store.surface())
-            if command.seq_range is not None:
-                selected = plan_range(nodes, *command.seq_range)
-            else:
-                assert command.retain_tokens is not None
-                found = plan_by_tokens(nodes, command.retain_tokens)
-                if found is None:
-                    raise NothingToCompact()
-                selected = found
-            token = self.page_tokens.encode(
-                scope,
-                {
-                    "start": selected.start_seq,
-                    "end": selected.end_seq,
-                    "generation": record.series.replace_generation,
-                    "next_seq": record.next_seq,
-                },
-            )
-            header = record.series.last_header
-            to_summarize = summarization_input(nodes, selected)
-            bounds.check_summarization_input_size(
-                sum(len(codec.frame(message)) for message in to_summarize), self.limits
-            )
-            return PlanResult(
-                token,
-                selected,
-                to_summarize,
-                header.header.tools if header else (),
-                record.revision,
-            )
-
-        return await self._read_session(tenant, command.session_id, plan)
-
-    async def compact(
-        self,
-        tenant: str,
-        command: CompactCommand,
-        idempotency: Idempotency | None,
-    ) -> Reply[CompactResult]:
-        validation.check_compact(command, self.limits)
-        scope = f"compaction/{tenant}/{command.session_id}"
-        token = self.page_tokens.decode(scope, command.plan_token, "plan_token", _PLAN)
-
-        async def work(tx: UnitOfWork) -> CompactResult:
-            record = tx.record
-            if (token["generation"], token["next_seq"]) != (
-                record.series.replace_generation,
-                record.next_seq,
-            ):
-                raise StaleCompactionPlan()
-            rows = await tx.store.surface()
-            nodes = _compaction_nodes(rows)
-            selected = plan_range(nodes, token["start"], token["end"])
-            state = rules.AdmissionState(record.next_seq, _system_nodes(nodes), record.series)
-            await tx.reached(Phase.VALIDATE)
-            counter = session_counter(record)
-            outcome = compact(state, selected, command.summary, counter=counter)
-            await tx.reached(Phase.PROJECT)
-            written = await write_outcome(tx.store, record, outcome.events, counter)
-            prompt = effective_prompt(await tx.store.system_nodes())
-            await tx.reached(Phase.DERIVE)
-            after = record.compacted(len(outcome.events), written, outcome.series)
-            await tx.store.save(after)
-            return CompactResult(
+async def compact(
+    deps: Deps, tenant: str, command: CompactCommand, idempotency: Idempotency | None
+) -> Reply[CompactResult]:
+    validation.check_compact(command, deps.limits)
+    scope = f"compaction/{tenant}/{command.session_id}"
+    token = deps.page_tokens.decode(scope, command.plan_token, "plan_token", _PLAN)
+    async with UnitOfWork(deps, Call("Compact", tenant, command.session_id, idempotency)) as uow:
+        if (replayed := await uow.replayed()) is not None:
+            return replayed
+        session = uow.load(command.expected_revision)
+        if (token["generation"], token["next_seq"]) != (
+            session.series.replace_generation,
+            session.next_seq,
+        ):
+            raise StaleCompactionPlan()
+        nodes = _compaction_nodes(await uow.sessions.surface())
+        selected = plan_range(nodes, token["start"], token["end"])
+        state = rules.AdmissionState(session.next_seq, _system_nodes(nodes), session.series)
+        await uow.reached(Phase.VALIDATE)
+        counter = session_counter(session)
+        outcome = compact_rule(state, selected, command.summary, counter=counter)
+        await uow.reached(Phase.PROJECT)
+        written = await write_priced(uow.sessions, session, outcome.events, counter)
+        prompt = effective_prompt(await uow.sessions.system_nodes())
+        await uow.reached(Phase.DERIVE)
+        after = session.compacted(len(outcome.events), written, outcome.series)
+        await uow.sessions.save(after)
+        return await uow.commit(
+            CompactResult(
                 after.revision, outcome.summary_seq, selected.shadowed_seqs, outcome.commits, prompt
             )
-
-        call = Call("Compact", tenant, command.session_id, idempotency)
-        return await self._mutate(call, command.expected_revision, work)
+        )

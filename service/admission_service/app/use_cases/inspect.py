@@ -12,12 +12,12 @@ from admission_service.app.commands import (
     Page,
     SystemNodeView,
 )
-from admission_service.app.derivation import Derivation
-from admission_service.app.machinery import PageRead, session_counter
-from admission_service.app.ports import SessionRepository
+from admission_service.app.deps import Deps
+from admission_service.app.derivation import derive_request
+from admission_service.app.pricing import session_counter
 from admission_service.app.rows import calibration_of, ledger_entry_of, session_info
+from admission_service.app.snapshot import PageCursor, snapshot
 from admission_service.app.trajectory import (
-    TrajectoryEntry,
     TrajectoryPage,
     Versions,
     bounded,
@@ -27,7 +27,7 @@ from admission_service.app.trajectory import (
 from admission_service.domain.accounting import PricedNode, breakdown
 from admission_service.domain.projection import SystemNode
 from admission_service.domain.series import Route
-from admission_service.domain.session import FULL_VIEW, RequestSelection, Session
+from admission_service.domain.session import FULL_VIEW, RequestSelection
 from admission_service.domain.surface import effective_prompt
 from admission_service.domain.wire import WireFormat
 
@@ -47,162 +47,139 @@ class ChatWindow:
     next_page_token: str
 
 
-class Reads(Derivation):
-    """Inspect, ListEvents and ListTrajectory: snapshot reads of one session."""
+async def inspect(
+    deps: Deps,
+    tenant: str,
+    session_id: str,
+    wire: WireFormat,
+    selection: RequestSelection = FULL_VIEW,
+) -> InspectResult:
+    """What the model sees and why. Reads the session row, the system nodes and the ledger;
+    the token breakdown comes from the session's running price, and only the derived request
+    reads the surface (just the tail for a DELTA with a current held prefix)."""
+    async with snapshot(deps, tenant, session_id) as (sessions, session):
+        details = await sessions.system_node_details()
+        series = session.series
+        header = series.last_header
+        tools = header.header.tools if header else ()
+        context = series.last_context
+        route = Route(
+            context.context.provider if context else "",
+            context.context.model if context else "",
+            context.context.context_window if context else 0,
+            in_history=context.context.in_history if context else False,
+            tool_update=False,
+        )
+        derived = await derive_request(
+            deps.limits,
+            sessions,
+            session,
+            route,
+            tools,
+            wire,
+            session.shadowed,
+            selection,
+            end_position=session.next_position,
+            degrade=True,
+        )
+        ledger = tuple(ledger_entry_of(row) for row in await sessions.ledger(LEDGER_ROWS))
+    system_nodes = tuple(
+        SystemNodeView(
+            row.seq, row.commit_time, row.turn, row.step, row.system_text.decode(), row.update
+        )
+        for row in details
+    )
+    return InspectResult(
+        session=session_info(session),
+        effective_prompt=effective_prompt(tuple(SystemNode(n.seq, n.text) for n in system_nodes)),
+        system_nodes=system_nodes,
+        request=derived.view,
+        breakdown=breakdown(
+            [PricedNode(row.seq, row.tokens, True) for row in details],
+            tools,
+            session_counter(session),
+            total=session.surface_tokens,
+            calibration=calibration_of(ledger, route.provider),
+        ),
+        series=series,
+        ledger=ledger,
+    )
 
-    async def inspect(
-        self,
-        tenant: str,
-        session_id: str,
-        wire: WireFormat,
-        selection: RequestSelection = FULL_VIEW,
-    ) -> InspectResult:
-        """What the model sees and why. Reads the session row, the system nodes and the ledger;
-        the token breakdown comes from the session's running price, and only the derived
-        request reads the surface (just the tail for a DELTA with a current held prefix)."""
 
-        async def inspect(store: SessionRepository, record: Session) -> InspectResult:
-            details = await store.system_node_details()
-            system_nodes = tuple(
-                SystemNodeView(
-                    row.seq,
-                    row.commit_time,
-                    row.turn,
-                    row.step,
-                    row.system_text.decode(),
-                    row.update,
-                )
-                for row in details
-            )
-            series = record.series
-            header = series.last_header
-            tools = header.header.tools if header else ()
-            context = series.last_context
-            route = Route(
-                context.context.provider if context else "",
-                context.context.model if context else "",
-                context.context.context_window if context else 0,
-                in_history=context.context.in_history if context else False,
-                tool_update=False,
-            )
-            derived = await self._derive(
-                store,
-                record,
-                route,
-                tools,
-                wire,
-                record.shadowed,
-                selection,
-                end_position=record.next_position,
-                degrade=True,
-            )
-            counter = session_counter(record)
-            ledger = tuple(ledger_entry_of(row) for row in await store.ledger(LEDGER_ROWS))
-            return InspectResult(
-                session=session_info(record),
-                effective_prompt=effective_prompt(
-                    tuple(SystemNode(n.seq, n.text) for n in system_nodes)
-                ),
-                system_nodes=system_nodes,
-                request=derived.view,
-                breakdown=breakdown(
-                    [PricedNode(row.seq, row.tokens, True) for row in details],
-                    tools,
-                    counter,
-                    total=record.surface_tokens,
-                    calibration=calibration_of(ledger, route.provider),
-                ),
-                series=series,
-                ledger=ledger,
-            )
+async def list_events(
+    deps: Deps, tenant: str, session_id: str, page_size: int, page_token: str
+) -> Page[EventView]:
+    cursor = PageCursor.of(deps, "events", tenant, session_id, page_size, page_token)
+    async with snapshot(deps, tenant, session_id) as (sessions, _):
+        budget = deps.limits.max_events_page_bytes
+        rows, more = await sessions.events_page(cursor.after, cursor.limit, budget)
+    items = tuple(EventView(row.event(), row.commit_time) for row in rows)
+    return cursor.page(deps, items, rows[-1].seq if more else None)
 
-        return await self._read_session(tenant, session_id, inspect)
 
-    async def list_events(
-        self, tenant: str, session_id: str, page_size: int, page_token: str
-    ) -> Page[EventView]:
-        async def read(
-            store: SessionRepository, record: Session, limit: int, after: int
-        ) -> PageRead[EventView]:
-            budget = self.limits.max_events_page_bytes
-            rows, more = await store.events_page(after, limit, budget)
-            items = tuple(EventView(row.event(), row.commit_time) for row in rows)
-            return items, rows[-1].seq if more else None
+async def list_trajectory(
+    deps: Deps, tenant: str, session_id: str, page_size: int, page_token: str
+) -> TrajectoryPage:
+    """One page of the session's derived requests with the prompt each saw (a read), by
+    reference: each distinct prompt and tool set once, the page within
+    ``max_trajectory_page_bytes``."""
+    versions = Versions()
+    cursor = PageCursor.of(deps, "trajectory", tenant, session_id, page_size, page_token)
+    after, limit = cursor.after, cursor.limit
+    async with snapshot(deps, tenant, session_id) as (sessions, session):
+        # The request before the page (if any) bounds what its first entry introduced.
+        rows = list(await sessions.requests_from(max(after, 0), limit + 2))
+        before = rows.pop(0) if after >= 0 and rows and rows[0].request_index == after else None
+        more, rows = len(rows) > limit, rows[:limit]
+        if not rows:
+            return TrajectoryPage.of(cursor.page(deps, (), None), versions)
+        requests = [(ledger_entry_of(row), request_log_seq(row.forecast)) for row in rows]
+        ends = [seq for _, seq in requests if seq is not None]
+        complete = len(ends) == len(requests)
+        events = await sessions.prompt_events(max(ends) if complete else session.next_seq)
+    since = request_log_seq(before.forecast) if before is not None else 0
+    folded = trajectory_entries(
+        requests, [(row.event(), row.commit_time) for row in events], since=since or 0
+    )
+    entries = bounded(folded, versions, deps.limits.max_trajectory_page_bytes)
+    more = more or len(entries) < len(folded)
+    page = cursor.page(deps, entries, entries[-1].request_index if more else None)
+    return TrajectoryPage.of(page, versions)
 
-        return await self._read_page("events", tenant, session_id, page_size, page_token, read)
 
-    async def list_trajectory(
-        self, tenant: str, session_id: str, page_size: int, page_token: str
-    ) -> TrajectoryPage:
-        """One page of the session's derived requests with the prompt each saw (a read), by
-        reference: each distinct prompt and tool set once, the page within
-        ``max_trajectory_page_bytes``."""
-        versions = Versions()
+async def ledger_window(
+    deps: Deps, tenant: str, session_id: str, page_size: int, page_token: str
+) -> Page[LedgerEntry]:
+    """The cache ledger newest first, a window of at most ``page_size`` requests in request
+    order: the first page ends at the latest request, and each next page is the window before
+    (the inspector's ledger chart; its page token is the window's first index)."""
+    cursor = PageCursor.of(deps, "ledger", tenant, session_id, page_size, page_token)
+    before, limit = cursor.after, cursor.limit
+    async with snapshot(deps, tenant, session_id) as (sessions, session):
+        end = session.request_count if before < 0 else min(before, session.request_count)
+        start = max(0, end - limit)
+        rows = await sessions.requests_from(start, end - start) if end > start else ()
+    entries = tuple(ledger_entry_of(row) for row in rows)
+    return cursor.page(deps, entries, start if start > 0 else None)
 
-        async def read(
-            store: SessionRepository, record: Session, limit: int, after: int
-        ) -> PageRead[TrajectoryEntry]:
-            # The request before the page (if any) bounds what its first entry introduced.
-            rows = list(await store.requests_from(max(after, 0), limit + 2))
-            before = rows.pop(0) if after >= 0 and rows and rows[0].request_index == after else None
-            more, rows = len(rows) > limit, rows[:limit]
-            if not rows:
-                return (), None
-            requests = [(ledger_entry_of(row), request_log_seq(row.forecast)) for row in rows]
-            ends = [seq for _, seq in requests if seq is not None]
-            complete = len(ends) == len(requests)
-            events = await store.prompt_events(max(ends) if complete else record.next_seq)
-            since = request_log_seq(before.forecast) if before is not None else 0
-            folded = trajectory_entries(
-                requests, [(row.event(), row.commit_time) for row in events], since=since or 0
-            )
-            entries = bounded(folded, versions, self.limits.max_trajectory_page_bytes)
-            more = more or len(entries) < len(folded)
-            return entries, entries[-1].request_index if more else None
 
-        page = await self._read_page("trajectory", tenant, session_id, page_size, page_token, read)
-        return TrajectoryPage.of(page, versions)
-
-    async def ledger_window(
-        self, tenant: str, session_id: str, page_size: int, page_token: str
-    ) -> Page[LedgerEntry]:
-        """The cache ledger newest first, a window of at most ``page_size`` requests in request
-        order: the first page ends at the latest request, and each next page is the window
-        before (the inspector's ledger chart; its page token is the window's first index)."""
-
-        async def read(
-            store: SessionRepository, record: Session, limit: int, before: int
-        ) -> PageRead[LedgerEntry]:
-            end = record.request_count if before < 0 else min(before, record.request_count)
-            start = max(0, end - limit)
-            rows = await store.requests_from(start, end - start) if end > start else ()
-            return tuple(ledger_entry_of(row) for row in rows), start if start > 0 else None
-
-        return await self._read_page("ledger", tenant, session_id, page_size, page_token, read)
-
-    async def chat_window(
-        self, tenant: str, session_id: str, page_size: int, page_token: str, budget: int
-    ) -> ChatWindow:
-        """At most ``page_size`` events and ``budget`` payload bytes (the newest always comes)
-        just before the token's cursor, or the session's newest without one."""
-        positions: Mapping[int, int] = {}
-        prompt_events: tuple[EventView, ...] = ()
-
-        async def read(
-            store: SessionRepository, record: Session, limit: int, before: int
-        ) -> PageRead[EventView]:
-            end = record.next_seq if before < 0 else min(before, record.next_seq)
-            rows, more = await store.events_before(end, limit, budget)
-            if not rows:
-                return (), None
-            nonlocal positions, prompt_events
-            first = rows[0].seq
-            positions = await store.surface_positions(first, end)
-            prompt_events = tuple(
-                EventView(row.event(), row.commit_time) for row in await store.prompt_events(end)
-            )
-            items = tuple(EventView(row.event(), row.commit_time) for row in rows)
-            return items, first if more else None
-
-        page = await self._read_page("chat", tenant, session_id, page_size, page_token, read)
-        return ChatWindow(page.items, positions, prompt_events, page.next_page_token)
+async def chat_window(
+    deps: Deps, tenant: str, session_id: str, page_size: int, page_token: str, budget: int
+) -> ChatWindow:
+    """At most ``page_size`` events and ``budget`` payload bytes (the newest always comes) just
+    before the token's cursor, or the session's newest without one."""
+    cursor = PageCursor.of(deps, "chat", tenant, session_id, page_size, page_token)
+    async with snapshot(deps, tenant, session_id) as (sessions, session):
+        before = cursor.after
+        end = session.next_seq if before < 0 else min(before, session.next_seq)
+        rows, more = await sessions.events_before(end, cursor.limit, budget)
+        if not rows:
+            return ChatWindow((), {}, (), "")
+        first = rows[0].seq
+        positions = await sessions.surface_positions(first, end)
+        prompt_events = tuple(
+            EventView(row.event(), row.commit_time) for row in await sessions.prompt_events(end)
+        )
+    items = tuple(EventView(row.event(), row.commit_time) for row in rows)
+    page = cursor.page(deps, items, first if more else None)
+    return ChatWindow(page.items, positions, prompt_events, page.next_page_token)

@@ -1,0 +1,69 @@
+"""What every use case runs on (``Deps``), composed once at the root (``api/server.py``) and
+handed to each handler: ``await admit(deps, tenant, command, idempotency)``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from admission_service.app.database import PostgresStorage
+from admission_service.app.gate import SessionGate
+from admission_service.app.hooks import NO_HOOKS, PhaseHooks
+from admission_service.app.limits import Limits, Quotas
+from admission_service.app.page_tokens import PageTokens
+from admission_service.app.ports import Storage
+from admission_service.app.quotas import TenantQuotas
+from admission_service.domain.catalog import Catalog
+
+# Each mutating RPC's response encoder, by method (``Call.method``): the API edge's, given at
+# composition. The unit of work stores its bytes for a request_id and replays them verbatim.
+ResponseEncoders = Mapping[str, Callable[[Any], bytes]]
+
+
+@dataclass(frozen=True, slots=True)
+class Deps:
+    """The storage, the per-session write gate, the tenant quotas, the limits, the phase hooks,
+    the catalog, the page tokens and the response encoders."""
+
+    storage: Storage
+    catalog: Catalog
+    page_tokens: PageTokens
+    encoders: ResponseEncoders
+    limits: Limits
+    quotas: TenantQuotas
+    # One writer per session per process: a hot session's queued writers hold no connection.
+    gate: SessionGate
+    hooks: PhaseHooks = NO_HOOKS
+
+    @classmethod
+    def compose(
+        cls,
+        engine: AsyncEngine | None,
+        catalog: Catalog,
+        limits: Limits | None = None,
+        hooks: PhaseHooks = NO_HOOKS,
+        quotas: Quotas | None = None,
+        page_tokens: PageTokens | None = None,
+        *,
+        storage: Storage | None = None,
+        encoders: ResponseEncoders,
+    ) -> Deps:
+        """On PostgreSQL through ``engine``, or on another ``storage`` (the tests' fake)."""
+        if storage is None:
+            assert engine is not None, "an engine or a storage"
+            storage = PostgresStorage(engine)
+        return cls(
+            storage,
+            catalog,
+            # The server passes the configured or stored keys (api/server.py); without them,
+            # tokens are these deps' own.
+            page_tokens or PageTokens.random(),
+            encoders,
+            limits or Limits(),
+            TenantQuotas(quotas or Quotas()),
+            SessionGate(),
+            hooks,
+        )
