@@ -11,8 +11,8 @@ BUF         := $(CURDIR)/tools/node_modules/.bin/buf
 TS_DIR   := clients/typescript
 TS_STAMP := $(TS_DIR)/node_modules/.installed
 
-.PHONY: install test lint typecheck rule-coverage run generate proto-lint ts-install ts-test clean \
-	bench bench-smoke system-deps
+.PHONY: install test unit lint typecheck rule-coverage run generate proto-lint ts-install ts-test \
+	clean bench bench-smoke system-deps
 
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -142,6 +142,15 @@ citus-test: citus-build $(TS_STAMP)
 		tests/citus tests/api/test_guarantees.py tests/api/test_bounded_growth.py \
 		tests/clients/test_cross_language.py
 	$(BIN)/python -m tests.reliability.report $(CITUS_REPORT)
+
+# pytest-xdist's workers for `make unit`: one per core.
+TEST_WORKERS ?= auto
+
+# The fast loop: the pure tests and the tests on the in-memory fake (tests/unit, the fake half of
+# the storage contract); no PostgreSQL, no server (tests/conftest.py refuses a database fixture
+# under tests/unit). Tens of seconds.
+unit: install
+	$(BIN)/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) -m "not database" tests/unit tests/contract
 
 # The whole suite: proto, lint, types, rule coverage, the TypeScript client, the benchmark's
 # smoke run, then every test (domain, storage, API, clients, the compose topology as local

@@ -39,12 +39,28 @@ from tests.citus.cluster import CitusCluster
 CITUS_VARIABLE = "PAS_TEST_CITUS"
 
 
+TESTS = Path(__file__).parent
+# The fast layer (`make unit`): pure tests and tests on the in-memory fake, never PostgreSQL.
+UNIT = TESTS / "unit"
+# Run alone after the parallel run (`make test`): their latency and resource bounds compare
+# figures taken inside the test, which a neighbouring worker's load would skew.
+SERIAL = (TESTS / "reliability",)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Marks ``database`` every test that reaches a PostgreSQL test database through the
-    fixtures (``make test-db`` runs exactly those on a second server)."""
+    fixtures (``make test-db`` runs exactly those on a second server) and refuses one under
+    ``tests/unit``; marks ``serial`` the tests that must not share the machine with others."""
     for item in items:
         if "postgres_server_url" in getattr(item, "fixturenames", ()):
+            if item.path.is_relative_to(UNIT):
+                raise pytest.UsageError(
+                    f"{item.nodeid} uses PostgreSQL: tests/unit is the fast layer (pure and "
+                    "fake-storage tests); move it to tests/integration or tests/api"
+                )
             item.add_marker(pytest.mark.database)
+        if any(item.path.is_relative_to(folder) for folder in SERIAL):
+            item.add_marker(pytest.mark.serial)
 
 
 class _UnknownErrorReasons(logging.Handler):

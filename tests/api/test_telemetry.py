@@ -11,14 +11,13 @@ import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import pytest
 from admission_service.api.server import start_server
-from admission_service.telemetry.logs import CallContextFilter, JsonFormatter, TextFormatter
+from admission_service.telemetry.logs import CallContextFilter, JsonFormatter
 from admission_service.telemetry.metrics import admission_decision, series_start_cause
-from admission_service.telemetry.tracing import tracer_provider_for
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -187,36 +186,6 @@ async def test_metrics_are_off_unless_configured(api: ApiClient) -> None:
     assert api.server.metrics_port is None
 
 
-Op: TypeAlias = pb.CommitOperation.ValueType
-
-
-def commits(*ops: tuple[Op, str]) -> list[pb.SystemCommit]:
-    return [pb.SystemCommit(operation=op, text=text) for op, text in ops]
-
-
-APPEND, REPLACE = pb.COMMIT_OPERATION_APPEND, pb.COMMIT_OPERATION_REPLACE
-
-
-@pytest.mark.parametrize(
-    ("ops", "location", "decision"),
-    [
-        ([], pb.PROMPT_LOCATION_HEAD, "no-op"),
-        ([(APPEND, "A")], pb.PROMPT_LOCATION_HEAD, "append"),
-        ([(APPEND, "")], pb.PROMPT_LOCATION_NONE, "append"),  # an empty first head
-        ([(REPLACE, ""), (REPLACE, "B")], pb.PROMPT_LOCATION_HEAD, "consolidate"),
-        ([(REPLACE, ""), (REPLACE, "")], pb.PROMPT_LOCATION_HEAD, "consolidate"),  # head kept
-        ([(REPLACE, ""), (REPLACE, "")], pb.PROMPT_LOCATION_NONE, "clear"),
-    ],
-)
-def test_the_decision_comes_from_the_commits(
-    ops: list[tuple[Op, str]], location: pb.PromptLocation.ValueType, decision: str
-) -> None:
-    response = api.AdmitResponse(
-        commits=commits(*ops), effective_prompt=pb.EffectivePrompt(location=location)
-    )
-    assert admission_decision(response) == decision
-
-
 # ---- logs -----------------------------------------------------------------------------------
 
 
@@ -343,25 +312,6 @@ async def test_payloads_are_logged_only_when_asked_for(
     assert any(SECRET in json.dumps(r) for r in payloads)
 
 
-def test_json_and_text_lines_carry_fields_and_exceptions() -> None:
-    record = logging.LogRecord("x", logging.ERROR, __file__, 1, "boom %s", ("now",), None)
-    record.fields = {"grpc_code": "INTERNAL"}
-    record.request_id = "r1"
-    try:
-        raise ValueError("inner")
-    except ValueError:
-        import sys
-
-        record.exc_info = sys.exc_info()
-    entry = json.loads(JsonFormatter().format(record))
-    assert entry["message"] == "boom now"
-    assert (entry["request_id"], entry["grpc_code"]) == ("r1", "INTERNAL")
-    assert "ValueError: inner" in entry["exception"]
-    assert entry["time"].endswith("+00:00")
-    text = TextFormatter().format(record)
-    assert text.splitlines()[0].endswith("boom now [request_id=r1 grpc_code=INTERNAL]")
-
-
 # ---- tracing --------------------------------------------------------------------------------
 
 
@@ -406,14 +356,3 @@ async def test_calls_and_statements_are_traced_when_an_exporter_is_configured(
 
 async def test_tracing_is_off_by_default(api: ApiClient) -> None:
     assert api.server.tracer_provider is None
-
-
-@pytest.mark.parametrize("exporter", ["console", "otlp"])
-def test_each_exporter_builds_a_provider_without_touching_the_network(exporter: str) -> None:
-    provider = tracer_provider_for(exporter)
-    assert provider is not None
-    if exporter == "console":
-        with provider.get_tracer("t").start_as_current_span("a-span"):
-            pass
-    provider.shutdown()  # flushes; the OTLP exporter has nothing to send, so it connects nowhere
-    assert tracer_provider_for("none") is None

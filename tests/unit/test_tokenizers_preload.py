@@ -1,25 +1,17 @@
 """Tokenizers loaded before serving (``PAS_TOKENIZER_PRELOAD``, tokenizers.preload,
-api/workers.py): which families, the setting, and workers forked from a parent that loaded them
-(sharing its pages) instead of each loading its own."""
+api/workers.py): which families and the setting. Workers forked from a parent that loaded them:
+``tests/api/test_tokenizers_preload.py``."""
 
 from __future__ import annotations
 
 import logging
-import re
-import uuid
 from pathlib import Path
 
-import grpc
 import pytest
 from admission_service import tokenizers
 from admission_service.api.workers import preload_families
 from admission_service.config import ConfigError, Settings
 from admission_service.tokenizers import LoadedCounter, catalog_families, preload
-from promptadmission.v1 import admission_service_pb2 as api
-from promptadmission.v1 import admission_service_pb2_grpc as api_grpc
-from promptadmission.v1 import session_pb2 as pb
-
-from tests.api.serve_process import serving
 
 
 @pytest.mark.parametrize(
@@ -72,42 +64,3 @@ def test_preload_loads_each_family_once_and_skips_the_heuristics(
     assert loads == ["fake"]
     assert tokenizers.counter_for("fake").count("four") == 4
     assert "tokenizer fake-bpe for fake loaded" in caplog.text
-
-
-LOADED = re.compile(r"tokenizer (\S+) for (\S+) loaded")
-
-
-@pytest.mark.slow
-def test_forked_workers_use_the_tokenizer_the_parent_loaded(
-    database_url: str, tmp_path: Path
-) -> None:
-    """``serve`` with two workers loads the catalog's tokenizer once, in the parent, and both
-    workers price with it without loading it again."""
-    names = set()
-    with serving(
-        database_url,
-        tmp_path,
-        PAS_WORKERS="2",
-        PAS_LOG_FORMAT="text",
-        PAS_MIGRATE_ON_START="false",
-        PAS_TOKENIZER_PRELOAD=None,
-    ) as served:
-        for _ in range(6):  # own connections: the kernel spreads them over both workers
-            options = [("grpc.use_local_subchannel_pool", 1)]
-            with grpc.insecure_channel(served.target, options=options) as channel:
-                stub = api_grpc.AdmissionServiceStub(channel)
-                session_id = f"preload-{uuid.uuid4().hex}"
-                stub.CreateSession(api.CreateSessionRequest(session_id=session_id))
-                route = pb.Route(provider="deepseek", model="deepseek-flash", context_window=64_000)
-                admit = api.AdmitRequest(
-                    session_id=session_id, turn=1, rendered_prompt="You are terse.", route=route
-                )
-                stub.Admit(admit, timeout=30)
-                inspected = stub.Inspect(api.InspectRequest(session_id=session_id))
-                names.add(inspected.breakdown.tokenizer)
-        served.process.terminate()
-        served.process.wait(timeout=30)
-    text = served.log.read_text()
-    assert names == {"deepseek-v4"}
-    assert LOADED.findall(text) == [("deepseek-v4", "deepseek")], text  # once: the parent
-    assert "Traceback" not in text

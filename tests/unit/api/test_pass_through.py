@@ -14,7 +14,7 @@ from admission_service.domain.messages import Message, Role, Text
 from admission_service.storage import codec
 from promptadmission.v1 import admission_service_pb2 as api
 
-from tests.api.test_convert import _attempt_result
+from tests.unit.api.test_convert import _attempt_result
 
 
 def _spliced() -> app.AttemptResult:
