@@ -189,3 +189,26 @@ def test_trajectory_rows_carry_the_prompt_only_where_it_changed_and_the_diff() -
         ("same", "keep"),
     ]
     assert rows[0].shows_prompt and rows[0].diff == ()
+
+
+def test_trajectory_rows_past_the_text_budget_are_elided_but_the_first_always_shows() -> None:
+    sim = Sim()
+    ends = []
+    for version in range(4):
+        sim.admit(f"v{version}\n" + "rule\n" * 500, users=(user(f"u{version}"),))
+        ends.append(sim.log.next_seq)
+    forecast = CacheForecast(0, 0, 1, 1, 0, DivergenceReason.FIRST_REQUEST)
+    ledger = [(LedgerEntry(i, f"a{i}", 0, forecast, None), end) for i, end in enumerate(ends)]
+    entries = trajectory_entries(ledger, [(e, TIME) for e in sim.log.events], since=0)
+    # Each row shows its changed 2 503-byte prompt and an 8-byte diff: 5 100 bytes hold two.
+    rows = trajectory_rows(entries, text_budget=5100)
+    assert [row.elided for row in rows] == [False, False, True, True]
+    assert rows[1].diff != () and rows[1].shows_prompt
+    assert rows[2].diff == () and not rows[2].shows_prompt
+    assert [row.elided for row in trajectory_rows(entries, text_budget=1)] == [
+        False,
+        True,
+        True,
+        True,
+    ]
+    assert not any(row.elided for row in trajectory_rows(entries))

@@ -33,6 +33,8 @@ CHAT_EVENTS = 500
 CHAT_PAGE_BYTES = 512 * 1024
 # Requests per Trajectory page (each shows its prompt where it changed, and the diff).
 TRAJECTORY_ROWS = 50
+# The prompt text and diff lines one Trajectory page carries; later rows show line counts.
+TRAJECTORY_TEXT_BYTES = 384 * 1024
 # Requests per window of the ledger chart (34 px each: the chart stays under 1 100 px wide).
 LEDGER_WINDOW = 30
 VIEWS = ("chat", "trajectory", "tokens")
@@ -180,7 +182,15 @@ class Pages:
         page = self._run(
             handlers.list_trajectory(self.deps, tenant, session_id, TRAJECTORY_ROWS, token)
         )
-        rows = views.trajectory_rows(page.items)
+        rows = views.trajectory_rows(page.items, text_budget=TRAJECTORY_TEXT_BYTES)
+        fitting = next((n for n, row in enumerate(rows) if row.elided), len(rows))
+        if fitting < len(rows):
+            # The page ends before the first row past the text budget: read the token that
+            # leads to it (the same page, shorter), so the next page starts with that row.
+            page = self._run(
+                handlers.list_trajectory(self.deps, tenant, session_id, fitting, token)
+            )
+            rows = rows[: len(page.items)]
         here = _view_url(session_id, "trajectory")
         links = []
         if token:

@@ -257,6 +257,9 @@ class TrajectoryRow:
     starts_series: bool
     forecast: str
     observed: str
+    # The page's text budget was spent before this row: its prompt and diff are left out (the
+    # inspector ends the page before it, so that the next page starts with it).
+    elided: bool = False
 
     @property
     def prompt_lines(self) -> int:
@@ -308,8 +311,19 @@ def _tools(prompt: PromptSnapshot) -> str:
     return ", ".join(tool.name for tool in prompt.tools) or "none"
 
 
-def trajectory_rows(entries: Sequence[TrajectoryEntry]) -> list[TrajectoryRow]:
+def _text_bytes(lines: Iterable[str]) -> int:
+    return sum(len(line.encode("utf-8", "surrogatepass")) for line in lines)
+
+
+def trajectory_rows(
+    entries: Sequence[TrajectoryEntry], *, text_budget: int | None = None
+) -> list[TrajectoryRow]:
+    """The rows of a page of the trajectory. ``text_budget`` bounds the prompt text and diff
+    lines the page carries (60 changes of a 32 KB prompt on one page would be 2 MB): once it is
+    spent, later rows are ``elided`` (no prompt, no diff). The first row always shows its
+    prompt."""
     rows: list[TrajectoryRow] = []
+    spent = 0
     for entry in entries:
         point, ledger = entry.point, entry.ledger
         change = point.change
@@ -322,6 +336,13 @@ def trajectory_rows(entries: Sequence[TrajectoryEntry]) -> list[TrajectoryRow]:
         )
         current = point.effective.text if point.effective is not None else ""
         diff = prompt_diff(previous.system, current) if previous is not None else ()
+        shows_prompt = not rows or (change is not None and (previous is None or bool(diff)))
+        cost = _text_bytes(line.text for line in diff) + (
+            _text_bytes((current,)) if shows_prompt else 0
+        )
+        elided = bool(rows) and text_budget is not None and spent + cost > text_budget
+        if not elided:
+            spent += cost
         rows.append(
             TrajectoryRow(
                 index=ledger.request_index,
@@ -334,14 +355,15 @@ def trajectory_rows(entries: Sequence[TrajectoryEntry]) -> list[TrajectoryRow]:
                 change=change.kind.value.replace("_", " ") if change is not None else "",
                 previous_prompt=previous.system if previous is not None else None,
                 previous_tools=_tools(previous) if previous is not None else None,
-                diff=diff,
-                shows_prompt=not rows or (change is not None and (previous is None or bool(diff))),
+                diff=() if elided else diff,
+                shows_prompt=shows_prompt and not elided,
                 starts_series=point.starts_series,
                 forecast=(
                     f"{forecast.reused_tokens}/{forecast.total_tokens} tokens "
                     f"({divergence_label(forecast.divergence_reason)})"
                 ),
                 observed=observed,
+                elided=elided,
             )
         )
     return rows
