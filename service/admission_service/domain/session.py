@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
 from admission_service.domain.accounting import PreviousRequest, RequestTotals
 from admission_service.domain.events import revision_after
@@ -145,13 +146,7 @@ class Session:
     def recorded(self, next_seq: int, written: Written) -> Session:
         """After a Record that logged up to ``next_seq``: it appends only, so the session keeps
         its shadowed position and its previous request."""
-        return replace(
-            self,
-            revision=revision_after(self.revision, next_seq - self.next_seq),
-            next_seq=next_seq,
-            next_position=written.next_position,
-            surface_tokens=self.surface_tokens + written.tokens,
-        )
+        return self._wrote(next_seq - self.next_seq, written)
 
     def admitted(
         self,
@@ -163,30 +158,31 @@ class Session:
     ) -> Session:
         """After an attempt (Admit or Reconcile) that logged ``logged`` events and derived a
         request: the next forecast compares with this request, so nothing is shadowed since."""
-        return replace(
-            self,
-            revision=revision_after(self.revision, logged),
-            next_seq=self.next_seq + logged,
-            next_position=written.next_position,
+        return self._wrote(
+            logged,
+            written,
             series=series,
             last_request=request,
             prefix=prefix,
             shadowed=None,
             request_count=self.request_count + 1,
-            surface_tokens=self.surface_tokens + written.tokens,
         )
 
     def compacted(self, logged: int, written: Written, series: SeriesState) -> Session:
         """After a Compact that logged ``logged`` events: its replacement is shadowed since the
         last request."""
+        return self._wrote(logged, written, series=series, shadowed=self.shadowed_with(written))
+
+    def _wrote(self, logged: int, written: Written, **changes: Any) -> Session:
+        """After a write that logged ``logged`` events (the revision moves only then) and
+        changed the surface as ``written`` says, with ``changes``."""
         return replace(
             self,
             revision=revision_after(self.revision, logged),
             next_seq=self.next_seq + logged,
             next_position=written.next_position,
-            series=series,
-            shadowed=self.shadowed_with(written),
             surface_tokens=self.surface_tokens + written.tokens,
+            **changes,
         )
 
     def repriced(self, surface_tokens: int, prefix_tokens: int) -> Session:
