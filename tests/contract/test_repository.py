@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 from admission_service.app.ports import Storage
-from admission_service.domain.accounting import node_prices
+from admission_service.domain.accounting import PreviousRequest, RequestKey, node_prices
 from admission_service.domain.events import (
     Append,
     Event,
@@ -16,6 +16,7 @@ from admission_service.domain.events import (
     system_event,
 )
 from admission_service.domain.messages import Message, Role, Text, ToolCall, ToolResult
+from admission_service.domain.session import RequestPrefix, Shadowed, Written
 from admission_service.storage import codec
 
 TENANT = "contract"
@@ -98,6 +99,39 @@ async def test_the_revision_saved_is_the_callers(storage: Storage) -> None:
     async with storage.unit(TENANT, session_id, snapshot=True) as unit:
         read = await unit.store.read(lock=False)
         assert read is not None and (read.revision, read.request_count) == (7, 5)
+
+
+async def test_the_session_saved_is_the_one_read_back(storage: Storage) -> None:
+    """``save`` persists the state the domain's transition left: its counters, the previous
+    request with its prefix, the first shadowed position and the series generations."""
+    session_id = await new_session(storage, user(0, "a"))
+    key = RequestKey("openai", "gpt", "tools", 7)
+    prefix = RequestPrefix(1, 3, 12, b"d" * 32, 1)
+    async with storage.unit(TENANT, session_id) as unit:
+        before = await unit.store.read(lock=True)
+        assert before is not None
+        after = replace(
+            before.admitted(
+                0,
+                Written(before.next_position, None, 0),
+                replace(before.series, replace_generation=2, last_request_generation=2),
+                PreviousRequest(key, 1),
+                prefix,
+            ),
+            shadowed=Shadowed(0, True),
+        )
+        await unit.store.save(after)
+        await unit.commit()
+    async with storage.unit(TENANT, session_id, snapshot=True) as unit:
+        read = await unit.store.read(lock=False)
+    assert read is not None
+    fields = ("revision", "next_seq", "next_position", "series", "last_request", "prefix")
+    assert [getattr(read, f) for f in fields] == [getattr(after, f) for f in fields]
+    assert (read.shadowed, read.request_count, read.surface_tokens) == (
+        Shadowed(0, True),
+        before.request_count + 1,
+        before.surface_tokens,
+    )
 
 
 async def test_appended_nodes_are_the_tail_until_flushed(storage: Storage) -> None:
