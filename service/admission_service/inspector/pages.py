@@ -21,6 +21,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from admission_service.app import handlers
 from admission_service.app.deps import Deps
+from admission_service.app.use_cases.inspect import SINCE_LAST_REQUEST
 from admission_service.domain.wire import WireFormat
 from admission_service.inspector import views
 
@@ -206,7 +207,9 @@ class Pages:
     def _tokens(self, tenant: str, session_id: str, token: str, common: Context) -> str:
         """The breakdown, and the ledger chart over a window of requests: the latest first,
         each page linking to the window before."""
-        inspected = self._run(handlers.inspect(self.deps, tenant, session_id, WireFormat.NEUTRAL))
+        inspected = self._run(
+            handlers.inspect(self.deps, tenant, session_id, WireFormat.NEUTRAL, SINCE_LAST_REQUEST)
+        )
         window = self._run(
             handlers.ledger_window(self.deps, tenant, session_id, LEDGER_WINDOW, token)
         )

@@ -7,8 +7,10 @@ import pytest
 from admission_service.app import handlers
 from admission_service.app.commands import EventView
 from admission_service.app.deps import Deps
-from admission_service.app.use_cases.inspect import ChatWindow
+from admission_service.app.use_cases.inspect import SINCE_LAST_REQUEST, ChatWindow
 from admission_service.domain.errors import InvalidArgument
+from admission_service.domain.session import RequestView
+from admission_service.domain.wire import WireFormat
 from admission_service.inspector.views import chat_items, chat_items_of_log, prompt_facts
 
 from tests.app_support import user
@@ -115,3 +117,16 @@ async def test_sessions_newest_first_and_by_id_prefix_page_with_their_own_tokens
         await handlers.list_sessions(deps, "t", 2, newest.next_page_token)
     with pytest.raises(InvalidArgument, match="id_prefix"):
         await handlers.list_sessions(deps, "t", 2, "", id_prefix="bad prefix%")
+
+
+async def test_inspect_since_the_last_request_reads_no_surface_but_the_same_breakdown(
+    deps: Deps,
+) -> None:
+    sid = await create(deps)
+    for step in range(3):
+        await admit(deps, sid, f"P{step}", users=(user("x" * 500),))
+    full = await handlers.inspect(deps, "t", sid, WireFormat.NEUTRAL)
+    since = await handlers.inspect(deps, "t", sid, WireFormat.NEUTRAL, SINCE_LAST_REQUEST)
+    assert full.request.view is RequestView.FULL and len(full.request.messages) > 3
+    assert since.request.view is RequestView.DELTA and len(since.request.messages) == 0
+    assert (since.breakdown, since.effective_prompt) == (full.breakdown, full.effective_prompt)

@@ -27,11 +27,20 @@ from admission_service.app.trajectory import (
 from admission_service.domain.accounting import PricedNode, breakdown
 from admission_service.domain.projection import SystemNode
 from admission_service.domain.series import Route
-from admission_service.domain.session import FULL_VIEW, RequestSelection
+from admission_service.domain.session import (
+    FULL_VIEW,
+    HeldPrefix,
+    RequestSelection,
+    RequestView,
+)
 from admission_service.domain.surface import effective_prompt
 from admission_service.domain.wire import WireFormat
 
 LEDGER_ROWS = 50
+# A DELTA after the session's own last derived request: only what was appended since. For a
+# reader that shows no request (the inspector's breakdown), so that Inspect reads none of a long
+# surface (a 150 MB session's FULL request was refused as too large after reading it all).
+SINCE_LAST_REQUEST = RequestSelection(RequestView.DELTA)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +67,9 @@ async def inspect(
     the token breakdown comes from the session's running price, and only the derived request
     reads the surface (just the tail for a DELTA with a current held prefix)."""
     async with snapshot(deps, tenant, session_id) as (sessions, session):
+        if selection is SINCE_LAST_REQUEST and session.prefix is not None:
+            held = HeldPrefix(session.prefix.messages, session.prefix.digest)
+            selection = RequestSelection(RequestView.DELTA, held)
         details = await sessions.system_node_details()
         series = session.series
         header = series.last_header
