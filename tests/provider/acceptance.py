@@ -13,6 +13,7 @@ from typing import Any
 
 Json = dict[str, Any]
 TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+THINKING = {"thinking", "redacted_thinking"}
 ANTHROPIC_MEDIA_TYPES = {"image/jpeg", "image/png", "image/gif", "image/webp"}
 
 
@@ -70,6 +71,21 @@ def openai_responses(body: Json, *, in_history: bool) -> list[str]:
         where = f"input[{index}]"
         if kind == "function_call":
             open_calls.append(item["call_id"])
+            continue
+        if kind == "reasoning":
+            # "Item of type 'reasoning' was provided without its required following item."
+            following = items[index + 1] if index + 1 < len(items) else {}
+            if following.get("type", "message") not in {
+                "reasoning",
+                "function_call",
+                "message",
+            } or (
+                following.get("type", "message") == "message"
+                and following.get("role") != "assistant"
+            ):
+                problems.append(f"{where}: a reasoning item without the item that followed it")
+            if not item["id"]:
+                problems.append(f"{where}: a reasoning item needs its id")
             continue
         if kind == "function_call_output":
             if item["call_id"] not in open_calls:
@@ -131,6 +147,10 @@ def anthropic_messages(body: Json, *, provider: str, in_history: bool) -> list[s
     for index, message in enumerate(turns):
         if message["role"] != "assistant":
             continue
+        kinds = [b["type"] for b in message["content"]]
+        thinking = [kind in THINKING for kind in kinds]
+        if thinking != sorted(thinking, reverse=True):
+            problems.append(f"turn {index}: thinking blocks must open the assistant turn {kinds}")
         uses = [b["id"] for b in message["content"] if b["type"] == "tool_use"]
         if not uses:
             continue
@@ -161,6 +181,8 @@ def _anthropic_blocks(content: Any, provider: str, where: str) -> list[str]:
             problems.append(f"{at}: empty text block")
         elif kind == "thinking" and not block.get("signature"):
             problems.append(f"{at}: a thinking block needs its signature")
+        elif kind == "redacted_thinking" and not block["data"]:
+            problems.append(f"{at}: a redacted_thinking block needs its data")
         elif kind == "image":
             problems += _anthropic_image(block["source"], provider, at)
         elif kind == "tool_result":

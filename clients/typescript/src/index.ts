@@ -34,6 +34,7 @@ export * from "./gen/promptadmission/v1/session_pb.js";
 export * from "./gen/promptadmission/v1/trajectory_pb.js";
 export * from "./promptFold.js";
 export * from "./trajectory.js";
+export * from "./reasoningContent.js";
 export * from "./gen/promptadmission/v1/error_reason_pb.js";
 export {
   BadRequestSchema,
