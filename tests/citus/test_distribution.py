@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
-from admission_service.domain import codec, messages
+from admission_service.domain import messages
 from admission_service.storage import distribution
 from admission_service.storage.database import libpq_url, run_migrations
 from admission_service.storage.tables import Base
@@ -31,6 +31,7 @@ from sqlalchemy import (
 from sqlalchemy import create_engine as create_sync_engine
 from sqlalchemy.schema import CreateTable
 
+from tests import stored_0004
 from tests.citus.cluster import CitusCluster
 from tests.conftest import TestDatabases
 
@@ -98,7 +99,9 @@ def test_a_later_migration_runs_on_the_distributed_schema_with_data(
     backfills them (a per-row UPDATE and a correlated UPDATE joining two co-located tables)."""
     run_migrations(empty_citus_database, "0001")
     assert set(citus_tables(empty_citus_database)) == SESSION_SCOPED
-    message = codec.encode_message(messages.Message(messages.Role.USER, (messages.Text("hi"),)))
+    message = stored_0004.encode_message(
+        messages.Message(messages.Role.USER, (messages.Text("hi"),))
+    )
     with psycopg.connect(libpq_url(empty_citus_database)) as connection:
         connection.execute("INSERT INTO sessions (tenant_id, session_id) VALUES ('t', 's')")
         connection.execute(

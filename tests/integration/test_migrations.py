@@ -12,7 +12,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from admission_service.domain import codec as json_codec
 from admission_service.domain.events import Event, Replace
 from admission_service.domain.messages import Message
 from admission_service.storage import codec
@@ -32,6 +31,8 @@ from alembic.script import ScriptDirectory
 from promptadmission.v1 import session_pb2 as pb
 from sqlalchemy import Connection, pool, text
 from sqlalchemy import create_engine as create_sync_engine
+
+from tests import stored_0004
 
 from .test_session_store import session_events
 
@@ -413,7 +414,7 @@ def _insert_as_of_0004(url: str, events: list[Event]) -> dict[str, list[Any]]:
     """The session's rows as the application wrote them at 0004 (JSON payloads and node
     messages beside the protobuf frames); the rows it inserted, by table."""
     surviving = {2: 0, 8: 1, 6: 4, 7: 5}  # seq: position, after event 8 replaced 3..5
-    payloads = [json_codec.dumps(json_codec.event_payload(event)) for event in events]
+    payloads = [stored_0004.event_payload(event) for event in events]
     with connect(url) as connection, connection.begin():
         connection.execute(
             text("INSERT INTO sessions (tenant_id, session_id, log_bytes) VALUES ('t', 's', :n)"),
@@ -455,7 +456,7 @@ def _insert_as_of_0004(url: str, events: list[Event]) -> dict[str, list[Any]]:
                     "position": position,
                     "system": event.is_system,
                     "text": event.system_text.encode() if event.is_system else None,
-                    "message": json_codec.encode_message(message) if message else None,
+                    "message": stored_0004.encode_message(message) if message else None,
                     "pb": codec.frame(message) if message else None,
                 },
             )

@@ -11,13 +11,13 @@ from admission_service.domain.accounting import (
     message_tokens,
 )
 from admission_service.domain.admission import admit
-from admission_service.domain.codec import encode_message
 from admission_service.domain.errors import UnansweredToolCall
 from admission_service.domain.events import Replace
 from admission_service.domain.messages import Message, Role, Tool
 from admission_service.domain.series import Route
 from admission_service.domain.surface import SessionLog
 from admission_service.domain.wire import WireFormat, render
+from admission_service.storage import codec
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -212,7 +212,7 @@ class Checker:
             assert self.previous_request is not None
             shared = 0
             for old, new in zip(self.previous_request, messages, strict=False):
-                if encode_message(old) != encode_message(new):
+                if codec.encode(old) != codec.encode(new):
                     break
                 shared += 1
             reused = predicted.reused_messages
@@ -220,9 +220,7 @@ class Checker:
             # rewritten B and back to A) is still counted as a divergence: cautious, never more.
             assert reused <= shared
             if reused < shared:
-                assert encode_message(self.previous_request[reused]) == encode_message(
-                    messages[reused]
-                )
+                assert codec.encode(self.previous_request[reused]) == codec.encode(messages[reused])
         self.previous_nodes = list(log.nodes)
         self.previous_key = key
 

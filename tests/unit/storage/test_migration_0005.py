@@ -6,12 +6,13 @@ from __future__ import annotations
 import importlib.util
 from types import ModuleType
 
-from admission_service.domain import codec as json_codec
 from admission_service.domain.messages import Message
 from admission_service.storage import codec
 from admission_service.storage.database import MIGRATIONS_DIR
 from hypothesis import given
 from promptadmission.v1 import session_pb2 as pb
+
+from tests import stored_0004
 
 from .test_codec import messages_0004
 
@@ -31,8 +32,8 @@ MIGRATION = _migration()
 
 @given(messages_0004)
 def test_0004_json_converts_to_the_stored_encoding_and_back(message: Message) -> None:
-    stored_0004 = json_codec.message_to_json(message)
-    converted = MIGRATION._to_proto(stored_0004).SerializeToString(deterministic=True)
+    json_0004 = stored_0004.message_json(message)
+    converted = MIGRATION._to_proto(json_0004).SerializeToString(deterministic=True)
     assert converted == codec.encode(message)
     back = MIGRATION._dumps(MIGRATION._from_proto(pb.Message.FromString(converted)))
-    assert back == json_codec.encode_message(message)
+    assert back == stored_0004.encode_message(message)
