@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from admission_service.domain.accounting import BLOCK_OVERHEAD, opaque_tokens
 from promptadmission.v1 import admission_service_pb2 as api
 from promptadmission.v1 import session_pb2 as pb
 
@@ -227,3 +228,26 @@ async def test_inspect_lists_what_another_format_leaves_out(stub: Stub) -> None:
         ("messages[2].content[0]", "the anthropic chat API takes no reasoning back"),
         ("messages[2].content[1]", "Chat Completions has no place for opaque reasoning"),
     ]
+
+
+async def test_opaque_reasoning_is_priced_as_the_reasoning_it_hides(stub: Stub) -> None:
+    """The same turn with and without its redacted_thinking block: the next request's forecast
+    and Inspect's breakdown differ by the block's price, its data counted as the bytes it hides
+    (the provider bills the hidden thinking as input when the block is sent back)."""
+    case = CASES["anthropic-redacted-thinking-tool-use"]
+    with provider_server() as server:
+        response = sdk_response(
+            {"wire_format": case["wire_format"], "response": case["response"]}, server
+        )
+    full = assistant_of(case["wire_format"], response)
+    without = pb.Message(role=full.role)
+    without.content.extend(b for b in full.content if not b.HasField("redacted_reasoning"))
+    priced = []
+    for assistant in (full, without):
+        session_id, second = await two_steps(stub, case, assistant)
+        inspected = await stub.Inspect(api.InspectRequest(session_id=session_id))
+        priced.append((second.forecast.total_tokens, inspected.breakdown.message_tokens))
+    data = next(b["data"] for b in case["response"]["content"] if b["type"] == "redacted_thinking")
+    price = opaque_tokens(data) + BLOCK_OVERHEAD
+    assert price > 200  # 1 280 hidden bytes, not the few tokens a tokenizer makes of nothing
+    assert (priced[0][0] - priced[1][0], priced[0][1] - priced[1][1]) == (price, price)
