@@ -399,6 +399,51 @@ async def test_the_inspector_serves_tls_when_the_api_does(
         await inspector.stop()
 
 
+async def test_two_thousand_slow_clients_leave_the_api_serving(inspected: Inspected) -> None:
+    """Issue 21's attack: 2 000 unauthenticated connections to the inspector, each sending
+    ``GET / HTTP/1.1\\r\\nHost: x\\r\\n`` and waiting. Before, each got a thread of the
+    serving process (1 766 threads) and another tenant's ListSessions took 55 s. Now another
+    tenant's calls all succeed meanwhile, and the inspector's process keeps a bounded number of
+    threads and sockets. The latency is measured, not asserted: ``python -m
+    bench.inspector_slow_clients`` (docs/BENCHMARKS.md)."""
+    from bench.inspector_slow_clients import Peaks, open_sockets, slow_clients_process, threads
+
+    port, limit = port_of(inspected), InspectorSettings().max_connections
+    pid = inspected.inspector_pid
+    channel = channel_with_metadata(
+        inspected.served.target, ("authorization", f"Bearer {OTHER_TOKEN}")
+    )
+    stub = async_stub(channel)
+    peaks = Peaks()
+    try:
+        with slow_clients_process("127.0.0.1", port, 2000) as stop:
+            for index in range(100):
+                if index % 2:
+                    listed = await stub.ListSessions(api.ListSessionsRequest(), timeout=5)
+                    assert inspected.other_session_id in [s.session_id for s in listed.sessions]
+                else:
+                    got = await stub.GetSession(
+                        api.GetSessionRequest(session_id=inspected.other_session_id), timeout=5
+                    )
+                    assert got.session.session_id == inspected.other_session_id
+                if index % 10 == 0:
+                    peaks.inspector_threads = max(peaks.inspector_threads, threads(pid))
+                    peaks.inspector_sockets = max(peaks.inspector_sockets, open_sockets(pid))
+            counts = await asyncio.to_thread(stop)
+    finally:
+        await channel.close(None)
+    assert counts["connections_opened"] == 2000
+    # Past the cap, a connection is answered 503 and closed at once.
+    assert counts["closed_by_server"] >= 2000 - limit
+    assert peaks.inspector_threads <= InspectorSettings().render_threads + 4
+    assert peaks.inspector_sockets <= limit + 16  # the listener, its pool, the rest
+    assert inspected.served.process.poll() is None
+    status, _, _ = await asyncio.to_thread(
+        fetch, inspected.base_url + "/", authorization=f"Bearer {TOKEN}"
+    )
+    assert status == 200
+
+
 # ---- in a real browser ------------------------------------------------------------------
 
 
