@@ -22,6 +22,7 @@ import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -105,20 +106,26 @@ def inspector_started(log: Path, timeout: float = 60) -> tuple[int, int]:
     return int(found.group(1)), int(found.group(2))
 
 
+def serving_with_inspector(database_url: str, tmp_path: Path) -> AbstractContextManager[Served]:
+    """``serve`` as configured by default (PAS_WORKERS unset: one worker per core) with the
+    inspector on and this module's tokens."""
+    return serving(
+        database_url,
+        tmp_path,
+        PAS_WORKERS=None,
+        PAS_AUTH_TOKENS=auth_tokens(TOKENS),
+        PAS_INSPECTOR_LISTEN=f"127.0.0.1:{free_port()}",
+        PAS_LOG_FORMAT="text",
+    )
+
+
 @pytest.fixture(scope="module")
 async def inspected(
     database_url: str, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[Inspected]:
     """``serve`` as configured by default (PAS_WORKERS unset: one worker per core) with the
     inspector on; two tenants' sessions driven through the API."""
-    with serving(
-        database_url,
-        tmp_path_factory.mktemp("inspector"),
-        PAS_WORKERS=None,
-        PAS_AUTH_TOKENS=auth_tokens(TOKENS),
-        PAS_INSPECTOR_LISTEN=f"127.0.0.1:{free_port()}",
-        PAS_LOG_FORMAT="text",
-    ) as served:
+    with serving_with_inspector(database_url, tmp_path_factory.mktemp("inspector")) as served:
         pid, port = await asyncio.to_thread(inspector_started, served.log)
         workers = WORKERS_LINE.search(served.log.read_text())
         assert workers is not None, served.log.read_text()

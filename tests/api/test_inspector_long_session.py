@@ -24,9 +24,14 @@ import pytest
 from promptadmission.v1 import admission_service_pb2 as api
 from promptadmission.v1 import session_pb2 as pb
 
-from tests.api.serve_process import free_port, serving
 from tests.api.support import admit_request, async_stub, channel_with_metadata
-from tests.api.test_inspector import TOKEN, TOKENS, auth_tokens, browser, fetch, inspector_started
+from tests.api.test_inspector import (
+    TOKEN,
+    browser,
+    fetch,
+    inspector_started,
+    serving_with_inspector,
+)
 from tests.api.test_inspector import visit as visit_and_capture
 
 __all__ = ["browser"]  # the module's Chromium fixture, shared
@@ -86,14 +91,7 @@ async def drive(stub: Any, prompts: list[str], steps: int) -> str:
 async def long_session(
     database_url: str, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[Long]:
-    with serving(
-        database_url,
-        tmp_path_factory.mktemp("inspector-long"),
-        PAS_WORKERS=None,
-        PAS_AUTH_TOKENS=auth_tokens(TOKENS),
-        PAS_INSPECTOR_LISTEN=f"127.0.0.1:{free_port()}",
-        PAS_LOG_FORMAT="text",
-    ) as served:
+    with serving_with_inspector(database_url, tmp_path_factory.mktemp("inspector-long")) as served:
         _, port = await asyncio.to_thread(inspector_started, served.log)
         channel = channel_with_metadata(served.target, ("authorization", f"Bearer {TOKEN}"))
         stub = async_stub(channel)

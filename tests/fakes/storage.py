@@ -464,13 +464,7 @@ class FakeSessionStore:
         self, after_seq: int, limit: int, budget: int
     ) -> tuple[list[EventRow], bool]:
         await self.flush()
-        rows = [event for event in self._events() if event.seq > after_seq][: limit + 1]
-        running = list(itertools.accumulate(row.size for row in rows))
-        fits = [number == 0 or running[number] <= budget for number in range(len(rows))]
-        page = [
-            row for row, ok in itertools.takewhile(lambda p: p[1], zip(rows, fits, strict=True))
-        ][:limit]
-        return page, len(rows) > len(page)
+        return _bounded([event for event in self._events() if event.seq > after_seq], limit, budget)
 
     async def requests_from(self, first_index: int, limit: int) -> list[RequestRow]:
         await self.flush()
@@ -481,13 +475,9 @@ class FakeSessionStore:
         self, before_seq: int, limit: int, budget: int
     ) -> tuple[list[EventRow], bool]:
         await self.flush()
-        rows = [event for event in self._events() if event.seq < before_seq][::-1][: limit + 1]
-        running = list(itertools.accumulate(row.size for row in rows))
-        fits = [number == 0 or running[number] <= budget for number in range(len(rows))]
-        page = [
-            row for row, ok in itertools.takewhile(lambda p: p[1], zip(rows, fits, strict=True))
-        ][:limit]
-        return page[::-1], len(rows) > len(page)
+        older = [event for event in self._events() if event.seq < before_seq][::-1]
+        page, more = _bounded(older, limit, budget)
+        return page[::-1], more
 
     async def surface_positions(self, first_seq: int, end_seq: int) -> dict[int, int]:
         await self.flush()
@@ -507,6 +497,17 @@ class FakeSessionStore:
     async def events_after(self, after_seq: int, limit: int) -> list[EventRow]:
         await self.flush()
         return [event for event in self._events() if event.seq > after_seq][:limit]
+
+
+def _bounded(rows: list[EventRow], limit: int, budget: int) -> tuple[list[EventRow], bool]:
+    """The first of ``rows`` within ``limit`` and ``budget`` bytes (at least one), and whether
+    more remain: the events pages' bound."""
+    rows = rows[: limit + 1]
+    running = list(itertools.accumulate(row.size for row in rows))
+    fits = [number == 0 or running[number] <= budget for number in range(len(rows))]
+    page = [row for row, ok in itertools.takewhile(lambda p: p[1], zip(rows, fits, strict=True))]
+    page = page[:limit]
+    return page, len(rows) > len(page)
 
 
 class FakeUsage:

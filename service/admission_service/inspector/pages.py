@@ -55,7 +55,18 @@ def _view_url(session_id: str, view: str) -> str:
 
 
 def _with_page(url: str, token: str) -> str:
-    return f"{url}?{urlencode({'page': token})}"
+    return f"{url}{'&' if '?' in url else '?'}{urlencode({'page': token})}"
+
+
+def _backwards(here: str, token: str, older: str, noun: str, newest: str) -> tuple[views.Link, ...]:
+    """The links of a view that opens at its newest page (``here``): to the page before this
+    one (``older``, its page token), and, past the first page (``token``), back to the newest."""
+    links = []
+    if older:
+        links.append(views.Link(f"earlier {noun}", _with_page(here, older), "older"))
+    if token:
+        links.append(views.Link(f"{newest} {noun}", here, "latest"))
+    return tuple(links)
 
 
 class Refused(Exception):
@@ -139,17 +150,9 @@ class Pages:
                 id_prefix=search,
             )
         )
-        links = []
-        if page.next_page_token:
-            older = {"page": page.next_page_token, **({"q": search} if search else {})}
-            links.append(views.Link("older sessions", f"/?{urlencode(older)}", "older"))
-        if _page_token(query):
-            links.append(
-                views.Link(
-                    "newest sessions", f"/?{urlencode({'q': search})}" if search else "/", "latest"
-                )
-            )
-        pager = views.Pager(f"{len(page.items)} sessions", tuple(links))
+        here = f"/?{urlencode({'q': search})}" if search else "/"
+        links = _backwards(here, _page_token(query), page.next_page_token, "sessions", "newest")
+        pager = views.Pager(f"{len(page.items)} sessions", links)
         return self._page("sessions.html", tenant, sessions=page.items, pager=pager, search=search)
 
     def _chat(self, tenant: str, session_id: str, token: str, common: Context) -> str:
@@ -161,13 +164,7 @@ class Pages:
         facts = views.prompt_facts(window.prompt_events)
         items = views.chat_items(window.events, window.positions, facts)
         here = _view_url(session_id, "chat")
-        links = []
-        if window.next_page_token:
-            links.append(
-                views.Link("earlier events", _with_page(here, window.next_page_token), "older")
-            )
-        if token:
-            links.append(views.Link("newest events", here, "latest"))
+        links = _backwards(here, token, window.next_page_token, "events", "newest")
         events = window.events
         shown = (
             f"events {events[0].event.seq} to {events[-1].event.seq}"
@@ -175,7 +172,7 @@ class Pages:
             if events
             else "no events"
         )
-        pager = views.Pager(shown, tuple(links))
+        pager = views.Pager(shown, links)
         return self._page("chat.html", tenant, items=items, pager=pager, **common)
 
     def _trajectory(self, tenant: str, session_id: str, token: str, common: Context) -> str:
@@ -215,13 +212,7 @@ class Pages:
         )
         ledger = window.items
         here = _view_url(session_id, "tokens")
-        links = []
-        if window.next_page_token:
-            links.append(
-                views.Link("earlier requests", _with_page(here, window.next_page_token), "older")
-            )
-        if token:
-            links.append(views.Link("latest requests", here, "latest"))
+        links = _backwards(here, token, window.next_page_token, "requests", "latest")
         shown = (
             f"requests {ledger[0].request_index} to {ledger[-1].request_index}"
             if ledger
@@ -235,7 +226,7 @@ class Pages:
             chart=views.ledger_chart(ledger),
             divergence_label=views.divergence_label,
             ledger=ledger,
-            pager=views.Pager(shown, tuple(links)),
+            pager=views.Pager(shown, links),
             **common,
         )
 

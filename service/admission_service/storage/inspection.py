@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import itertools
 
-from sqlalchemy import and_, case, func, or_, select
+from sqlalchemy import ColumnElement, and_, case, func, or_, select
 
 from admission_service.storage.rows import LedgerRow, StoredEvent, SystemNodeDetail, columns
 from admission_service.storage.scope import SessionScope
@@ -73,34 +73,8 @@ class InspectionReads(SessionScope):
     ) -> tuple[list[StoredEvent], bool]:
         """Events after ``after_seq`` in order: at most ``limit``, and at most ``budget``
         payload bytes, except that the first always comes (so an event larger than the budget
-        comes alone on its page); and whether more follow. Sizes are read from the rows'
-        headers (``octet_length`` does not detoast), so events past the budget are not loaded."""
-        await self.flush()
-        window = (
-            select(
-                *columns(events, StoredEvent),
-                func.sum(func.octet_length(events.c.payload))
-                .over(order_by=events.c.seq)
-                .label("running"),
-                func.row_number().over(order_by=events.c.seq).label("number"),
-            )
-            .where(self._mine(events), events.c.seq > after_seq)
-            .order_by(events.c.seq)
-            .limit(limit + 1)
-            .subquery()
-        )
-        fits = or_(window.c.number == 1, window.c.running <= budget)
-        # A row past the budget comes without its payload (the last column): it is only counted.
-        statement = select(
-            *(window.c[column.name] for column in columns(events, StoredEvent)[:-1]),
-            case((fits, window.c.payload)).label("payload"),
-            fits.label("fits"),
-        ).order_by(window.c.seq)
-        rows = (await self.connection.execute(statement)).all()
-        page = [
-            StoredEvent(*row[:-1]) for row in itertools.takewhile(lambda r: r.fits, rows[:limit])
-        ]
-        return page, len(rows) > len(page)
+        comes alone on its page); and whether more follow."""
+        return await self._bounded_events(events.c.seq > after_seq, limit, budget, backwards=False)
 
     async def events_before(
         self, before_seq: int, limit: int, budget: int
@@ -109,17 +83,28 @@ class InspectionReads(SessionScope):
         most ``limit`` and at most ``budget`` payload bytes (the newest always comes), returned
         in log order; and whether older ones remain (the inspector's chat opens at the newest
         events)."""
+        page, more = await self._bounded_events(
+            events.c.seq < before_seq, limit, budget, backwards=True
+        )
+        return page[::-1], more
+
+    async def _bounded_events(
+        self, where: ColumnElement[bool], limit: int, budget: int, *, backwards: bool
+    ) -> tuple[list[StoredEvent], bool]:
+        """The events ``where`` holds in seq order (``backwards``: descending), at most
+        ``limit`` and ``budget`` payload bytes but at least one; and whether more remain. Sizes
+        are read from the rows' headers (``octet_length`` does not detoast), so events past the
+        budget are not loaded."""
         await self.flush()
+        order = events.c.seq.desc() if backwards else events.c.seq
         window = (
             select(
                 *columns(events, StoredEvent),
-                func.sum(func.octet_length(events.c.payload))
-                .over(order_by=events.c.seq.desc())
-                .label("running"),
-                func.row_number().over(order_by=events.c.seq.desc()).label("number"),
+                func.sum(func.octet_length(events.c.payload)).over(order_by=order).label("running"),
+                func.row_number().over(order_by=order).label("number"),
             )
-            .where(self._mine(events), events.c.seq < before_seq)
-            .order_by(events.c.seq.desc())
+            .where(self._mine(events), where)
+            .order_by(order)
             .limit(limit + 1)
             .subquery()
         )
@@ -129,12 +114,12 @@ class InspectionReads(SessionScope):
             *(window.c[column.name] for column in columns(events, StoredEvent)[:-1]),
             case((fits, window.c.payload)).label("payload"),
             fits.label("fits"),
-        ).order_by(window.c.seq.desc())
+        ).order_by(window.c.number)
         rows = (await self.connection.execute(statement)).all()
         page = [
             StoredEvent(*row[:-1]) for row in itertools.takewhile(lambda r: r.fits, rows[:limit])
         ]
-        return page[::-1], len(rows) > len(page)
+        return page, len(rows) > len(page)
 
     async def surface_positions(self, first_seq: int, end_seq: int) -> dict[int, int]:
         """The surface position of each surviving node whose seq is in [first_seq, end_seq)."""
