@@ -32,8 +32,8 @@ PNG = (
 SIGNATURE = "EqQBCkYIBRgCKkDsigXq9c7Hq/ZsV1cQ+AvGsm9Qt2y2Yb5c1r1lhw=="
 
 
-def text(value: str) -> Json:
-    return {"text": {"text": value}}
+def text(value: str, phase: str = "") -> Json:
+    return {"text": {"text": value, "phase": phase} if phase else {"text": value}}
 
 
 def reasoning(value: str, signature: str = "") -> Json:
@@ -41,6 +41,14 @@ def reasoning(value: str, signature: str = "") -> Json:
     if signature:
         block["signature"] = signature
     return {"reasoning": block}
+
+
+def reasoning_item(item_id: str, encrypted: str, summary: list[str]) -> Json:
+    return {"reasoningItem": {"id": item_id, "encryptedContent": encrypted, "summary": summary}}
+
+
+def redacted(data: str, provider: str = "anthropic") -> Json:
+    return {"redactedReasoning": {"provider": provider, "data": data}}
 
 
 def call(call_id: str, name: str, arguments: str) -> Json:
@@ -347,16 +355,19 @@ def responses_usage(inputs: int, outputs: int, cached: int) -> Json:
     }
 
 
+ENCRYPTED = "gAAAAABpLm9rZW4tZW5jcnlwdGVkLXJlYXNvbmluZw=="
 REASONING_ITEM = {
     "id": "rs_1",
     "type": "reasoning",
     "summary": [{"type": "summary_text", "text": "Need the file first."}],
+    "encrypted_content": ENCRYPTED,
 }
 MESSAGE_ITEM = {
     "id": "msg_1",
     "type": "message",
     "role": "assistant",
     "status": "completed",
+    "phase": "commentary",
     "content": [{"type": "output_text", "text": "Reading it.", "annotations": []}],
 }
 CALL_ITEM = {
@@ -371,15 +382,15 @@ COMPLETED = response([REASONING_ITEM, MESSAGE_ITEM, CALL_ITEM], responses_usage(
 RESPONSES_CASES: list[Json] = [
     {
         "name": "openai-responses-reasoning-message-call",
-        "description": "a reasoning item, a message and a function call; cached input tokens",
+        "description": "an encrypted reasoning item, a commentary message, a call; cached input",
         "wire_format": "openai_responses",
         "provider": "openai",
         "response": COMPLETED,
         "tool_results": [{"call_id": "call_r1", "text": "print('hi')"}],
         "step_output": output(
             [
-                reasoning("Need the file first."),
-                text("Reading it."),
+                reasoning_item("rs_1", ENCRYPTED, ["Need the file first."]),
+                text("Reading it.", "commentary"),
                 call("call_r1", "read_file", READ_ARGS),
             ],
             usage(3000, 80, 2816),
@@ -401,7 +412,7 @@ RESPONSES_CASES: list[Json] = [
                 "type": "response.output_item.added",
                 "sequence_number": 1,
                 "output_index": 0,
-                "item": {**REASONING_ITEM, "summary": []},
+                "item": {**REASONING_ITEM, "summary": [], "encrypted_content": None},
             },
             {
                 "type": "response.output_item.done",
@@ -496,8 +507,8 @@ RESPONSES_CASES: list[Json] = [
         "tool_results": [{"call_id": "call_r1", "text": "print('hi')"}],
         "step_output": output(
             [
-                reasoning("Need the file first."),
-                text("Reading it."),
+                reasoning_item("rs_1", ENCRYPTED, ["Need the file first."]),
+                text("Reading it.", "commentary"),
                 call("call_r1", "read_file", READ_ARGS),
             ],
             usage(3000, 80, 2816),
@@ -528,6 +539,7 @@ ANTHROPIC_USAGE = {
     "cache_read_input_tokens": 4000,
     "cache_creation_input_tokens": 300,
 }
+REDACTED = "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpP"
 TOOL_INPUT = {"path": "src/main.py", "range": [1, 20.5], "opts": {"follow": True, "encoding": None}}
 TOOL_INPUT_JSON = '{"path":"src/main.py","range":[1,20.5],"opts":{"follow":true,"encoding":null}}'
 ANTHROPIC_CASES: list[Json] = [
@@ -539,6 +551,7 @@ ANTHROPIC_CASES: list[Json] = [
         "response": message(
             [
                 {"type": "thinking", "thinking": "I should read the file.", "signature": SIGNATURE},
+                {"type": "redacted_thinking", "data": REDACTED},
                 {"type": "text", "text": "Reading src/main.py.", "citations": None},
                 {"type": "tool_use", "id": "toolu_01A", "name": "read_file", "input": TOOL_INPUT},
             ],
@@ -550,6 +563,7 @@ ANTHROPIC_CASES: list[Json] = [
         "step_output": output(
             [
                 reasoning("I should read the file.", SIGNATURE),
+                redacted(REDACTED),
                 text("Reading src/main.py."),
                 call("toolu_01A", "read_file", TOOL_INPUT_JSON),
             ],
@@ -591,17 +605,23 @@ ANTHROPIC_CASES: list[Json] = [
             {
                 "type": "content_block_start",
                 "index": 1,
-                "content_block": {"type": "text", "text": ""},
-            },
-            {
-                "type": "content_block_delta",
-                "index": 1,
-                "delta": {"type": "text_delta", "text": "Reading src/main.py."},
+                "content_block": {"type": "redacted_thinking", "data": REDACTED},
             },
             {"type": "content_block_stop", "index": 1},
             {
                 "type": "content_block_start",
                 "index": 2,
+                "content_block": {"type": "text", "text": ""},
+            },
+            {
+                "type": "content_block_delta",
+                "index": 2,
+                "delta": {"type": "text_delta", "text": "Reading src/main.py."},
+            },
+            {"type": "content_block_stop", "index": 2},
+            {
+                "type": "content_block_start",
+                "index": 3,
                 "content_block": {
                     "type": "tool_use",
                     "id": "toolu_01A",
@@ -611,7 +631,7 @@ ANTHROPIC_CASES: list[Json] = [
             },
             {
                 "type": "content_block_delta",
-                "index": 2,
+                "index": 3,
                 "delta": {
                     "type": "input_json_delta",
                     "partial_json": '{"path": "src/main.py", "range": [1, ',
@@ -619,13 +639,13 @@ ANTHROPIC_CASES: list[Json] = [
             },
             {
                 "type": "content_block_delta",
-                "index": 2,
+                "index": 3,
                 "delta": {
                     "type": "input_json_delta",
                     "partial_json": '20.5], "opts": {"follow": true, "encoding": null}}',
                 },
             },
-            {"type": "content_block_stop", "index": 2},
+            {"type": "content_block_stop", "index": 3},
             {
                 "type": "message_delta",
                 "delta": {"stop_reason": "tool_use", "stop_sequence": None},
@@ -640,6 +660,7 @@ ANTHROPIC_CASES: list[Json] = [
         "step_output": output(
             [
                 reasoning("I should read the file.", SIGNATURE),
+                redacted(REDACTED),
                 text("Reading src/main.py."),
                 call("toolu_01A", "read_file", TOOL_INPUT_JSON),
             ],

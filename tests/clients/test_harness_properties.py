@@ -135,6 +135,7 @@ def responses(draw: st.DrawFn) -> Json:
                     "id": f"rs_{index}",
                     "type": "reasoning",
                     "summary": [{"type": "summary_text", "text": text} for text in summaries],
+                    "encrypted_content": draw(st.none() | WORD),
                 }
             )
         elif kind == "message":
@@ -150,6 +151,7 @@ def responses(draw: st.DrawFn) -> Json:
                     "type": "message",
                     "role": "assistant",
                     "status": "completed",
+                    "phase": draw(st.none() | st.sampled_from(["commentary", "final_answer"])),
                     "content": parts,
                 }
             )
@@ -188,13 +190,17 @@ def responses(draw: st.DrawFn) -> Json:
 @given(responses())
 def test_a_response_keeps_every_item_in_order(raw: Json) -> None:
     output = model_output(Response.model_validate(raw))
-    expected: list[tuple[str, ...]] = []
+    expected: list[tuple[Any, ...]] = []
     for item in raw["output"]:
         if item["type"] == "reasoning":
-            expected.append(("reasoning", "\n\n".join(s["text"] for s in item["summary"]), ""))
+            summary = tuple(part["text"] for part in item["summary"])
+            expected.append(
+                ("reasoning_item", item["id"], item["encrypted_content"] or "", summary)
+            )
         elif item["type"] == "message":
+            phase = (item["phase"],) if item["phase"] else ()
             expected += [
-                ("text", part.get("text", part.get("refusal"))) for part in item["content"]
+                ("text", part.get("text", part.get("refusal")), *phase) for part in item["content"]
             ]
         else:
             expected.append(("tool_call", item["call_id"], item["name"], item["arguments"]))
@@ -203,12 +209,36 @@ def test_a_response_keeps_every_item_in_order(raw: Json) -> None:
     assert output.usage.input_tokens == raw["usage"]["input_tokens"]
     assert output.usage.cache_read_tokens == raw["usage"]["input_tokens_details"]["cached_tokens"]
     body = json.loads(_next_request(output.assistant, WireFormat.OPENAI_RESPONSES, "openai"))
-    calls = [item for item in body["input"] if item.get("type") == "function_call"]
+    calls = [item for item in body["input"] if item.get("type") in {"function_call", "reasoning"}]
     assert calls == [
         {key: item[key] for key in ("type", "call_id", "name", "arguments")}
-        for item in raw["output"]
         if item["type"] == "function_call"
+        else _reasoning_input(item)
+        for index, item in enumerate(raw["output"])
+        if item["type"] == "function_call"
+        or (item["type"] == "reasoning" and _followed(raw["output"], index))
     ]
+
+
+def _followed(items: list[Json], index: int) -> bool:
+    """Whether an item the service sends follows ``items[index]`` (a reasoning item goes back
+    only before the item that followed it; empty text sends nothing)."""
+    return any(
+        item["type"] == "function_call"
+        or (
+            item["type"] == "message"
+            and any(p.get("text", p.get("refusal")) for p in item["content"])
+        )
+        for item in items[index + 1 :]
+    )
+
+
+def _reasoning_input(item: Json) -> Json:
+    """A reasoning output item as the input item the service sends back."""
+    sent = {"type": "reasoning", "id": item["id"], "summary": item["summary"]}
+    if item["encrypted_content"]:
+        sent["encrypted_content"] = item["encrypted_content"]
+    return sent
 
 
 # ---- Anthropic Messages -----------------------------------------------------------------------
@@ -221,6 +251,8 @@ def messages(draw: st.DrawFn) -> Json:
         content.append(
             {"type": "thinking", "thinking": draw(TEXT), "signature": draw(WORD)}  # signed
         )
+    if draw(st.booleans()):
+        content.append({"type": "redacted_thinking", "data": draw(WORD)})
     for index in range(draw(st.integers(0, 4))):
         if draw(st.booleans()):
             content.append({"type": "text", "text": draw(TEXT.filter(bool))})
@@ -310,14 +342,19 @@ def doubles(value: Any) -> Any:
     return value
 
 
-def _kinds(message: Any) -> list[tuple[str, ...]]:
-    kinds: list[tuple[str, ...]] = []
+def _kinds(message: Any) -> list[tuple[Any, ...]]:
+    kinds: list[tuple[Any, ...]] = []
     for block in message.content:
         kind = block.WhichOneof("block")
-        if kind == "text":
+        if kind == "text" and block.text.phase:
+            kinds.append(("text", block.text.text, block.text.phase))
+        elif kind == "text":
             kinds.append(("text", block.text.text))
         elif kind == "reasoning":
             kinds.append(("reasoning", block.reasoning.text, block.reasoning.signature))
+        elif kind == "reasoning_item":
+            item = block.reasoning_item
+            kinds.append(("reasoning_item", item.id, item.encrypted_content, tuple(item.summary)))
         else:
             call = block.tool_call
             kinds.append(("tool_call", call.call_id, call.name, call.arguments_json))

@@ -24,7 +24,13 @@ const jsonObject = fc.dictionary(text, fc.jsonValue({ maxDepth: 3 }), { maxKeys:
 function kinds(message: PasMessage): unknown[][] {
   return message.content.map(({ block }) => {
     if (block.case === "text") {
-      return ["text", block.value.text];
+      return block.value.phase ? ["text", block.value.text, block.value.phase] : ["text", block.value.text];
+    }
+    if (block.case === "redactedReasoning") {
+      return ["redacted", block.value.provider, block.value.data];
+    }
+    if (block.case === "reasoningItem") {
+      return ["reasoning_item", block.value.id, block.value.encryptedContent, block.value.summary];
     }
     if (block.case === "reasoning") {
       return ["reasoning", block.value.text, block.value.signature];
@@ -114,16 +120,23 @@ test("a chat completion keeps reasoning, text and calls in order, and its cache 
 });
 
 const responseItem = fc.oneof(
-  fc.array(text, { maxLength: 2 }).map((summaries) => ({
-    type: "reasoning",
-    summary: summaries.map((summary) => ({ type: "summary_text", text: summary })),
-  })),
+  fc.record({ summaries: fc.array(text, { maxLength: 2 }), encrypted: fc.option(word, { nil: null }) }).map(
+    ({ summaries, encrypted }) => ({
+      type: "reasoning",
+      summary: summaries.map((summary) => ({ type: "summary_text", text: summary })),
+      encrypted_content: encrypted,
+    }),
+  ),
   fc
-    .array(fc.record({ text, refusal: fc.boolean() }), { minLength: 1, maxLength: 3 })
-    .map((parts) => ({
+    .record({
+      parts: fc.array(fc.record({ text, refusal: fc.boolean() }), { minLength: 1, maxLength: 3 }),
+      phase: fc.option(fc.constantFrom("commentary", "final_answer"), { nil: null }),
+    })
+    .map(({ parts, phase }) => ({
       type: "message",
       role: "assistant",
       status: "completed",
+      phase,
       content: parts.map((part) =>
         part.refusal
           ? { type: "refusal", refusal: part.text }
@@ -162,10 +175,11 @@ test("a response keeps every item in order, and its cached input tokens", () => 
       const expected: unknown[][] = [];
       for (const item of response.output) {
         if (item.type === "reasoning") {
-          expected.push(["reasoning", item.summary.map((s) => s.text).join("\n\n"), ""]);
+          expected.push(["reasoning_item", item.id, item.encrypted_content ?? "", item.summary.map((s) => s.text)]);
         } else if (item.type === "message") {
           for (const part of item.content) {
-            expected.push(["text", part.type === "output_text" ? part.text : part.refusal]);
+            const partText = part.type === "output_text" ? part.text : part.refusal;
+            expected.push(item.phase ? ["text", partText, item.phase] : ["text", partText]);
           }
         } else if (item.type === "function_call") {
           expected.push(["tool_call", item.call_id, item.name, item.arguments]);
@@ -182,6 +196,7 @@ test("a response keeps every item in order, and its cached input tokens", () => 
 const anthropicBlock = fc.oneof(
   fc.record({ type: fc.constant("text"), text: text.filter((t) => t !== ""), citations: fc.constant(null) }),
   fc.record({ type: fc.constant("thinking"), thinking: text, signature: word }),
+  fc.record({ type: fc.constant("redacted_thinking"), data: word }),
   fc.record({ type: fc.constant("tool_use"), id: word, name: word, input: jsonObject }),
 );
 
@@ -214,6 +229,9 @@ test("a message keeps signed thinking, text and tool input, and its cache reads 
           }
           if (block.type === "thinking") {
             return ["reasoning", block.thinking, block.signature];
+          }
+          if (block.type === "redacted_thinking") {
+            return ["redacted", "anthropic", block.data];
           }
           assert.ok(block.type === "tool_use");
           return ["tool_call", block.id, block.name, JSON.stringify(block.input)];

@@ -1,6 +1,7 @@
 /**
  * Anthropic Messages to a `ModelOutput`, as the Python kit's `anthropic_messages`: `thinking` is
- * a reasoning block with its `signature`, `text` a text block, `tool_use` a tool call whose
+ * a reasoning block with its `signature`, `redacted_thinking` a redacted reasoning block with its
+ * opaque `data` and the route's `provider` (no other provider can read it), `text` a text block, `tool_use` a tool call whose
  * arguments are `JSON.stringify(input)` (the Python kit writes the same text); other blocks are
  * refused by name. A streamed message is the SDK's `stream.finalMessage()`.
  *
@@ -10,16 +11,27 @@
 import type { Message, Usage as AnthropicUsage } from "@anthropic-ai/sdk/resources/messages";
 
 import type { Usage } from "../gen/promptadmission/v1/session_pb.js";
-import { modelOutputOf, reasoningBlock, textBlock, toolCallBlock, unsupported, usageOf } from "./outputs.js";
+import {
+  modelOutputOf,
+  reasoningBlock,
+  redactedReasoningBlock,
+  textBlock,
+  toolCallBlock,
+  unsupported,
+  usageOf,
+} from "./outputs.js";
 import type { Block, ModelOutput } from "./outputs.js";
 
-export function fromMessage(message: Message): ModelOutput {
+export function fromMessage(message: Message, provider = "anthropic"): ModelOutput {
   const blocks: Block[] = message.content.map((block, index) => {
     if (block.type === "text") {
       return textBlock(block.text);
     }
     if (block.type === "thinking") {
       return reasoningBlock(block.thinking, block.signature);
+    }
+    if (block.type === "redacted_thinking") {
+      return redactedReasoningBlock(provider, block.data);
     }
     if (block.type === "tool_use") {
       return toolCallBlock(block.id, block.name, JSON.stringify(block.input));

@@ -1,27 +1,29 @@
 /**
  * OpenAI Responses to a `ModelOutput`, as the Python kit's `openai_responses`: the `output`
- * items in order — a message's `output_text` and `refusal` parts are text blocks, a
- * `function_call` a tool call (its `call_id`), a `reasoning` item's summary and reasoning texts
- * one reasoning block; other items are refused by name. A streamed response is the SDK's
+ * items in order — a message's `output_text` and `refusal` parts are text blocks carrying the
+ * message's `phase`, a `function_call` a tool call (its `call_id`), a `reasoning` item a
+ * reasoning item block (`id`, `encrypted_content`, summary and reasoning texts, byte for byte);
+ * other items are refused by name. A streamed response is the SDK's
  * `stream.finalResponse()`.
  */
 import type { Response, ResponseReasoningItem, ResponseUsage } from "openai/resources/responses/responses";
 
 import type { Usage } from "../gen/promptadmission/v1/session_pb.js";
-import { modelOutputOf, reasoningBlock, textBlock, toolCallBlock, unsupported, usageOf } from "./outputs.js";
+import { modelOutputOf, reasoningItemBlock, textBlock, toolCallBlock, unsupported, usageOf } from "./outputs.js";
 import type { Block, ModelOutput } from "./outputs.js";
 
 export function fromResponse(response: Response): ModelOutput {
   const blocks: Block[] = [];
   response.output.forEach((item, index) => {
     if (item.type === "message") {
+      const phase = item.phase ?? "";
       for (const part of item.content) {
-        blocks.push(textBlock(part.type === "output_text" ? part.text : part.refusal));
+        blocks.push(textBlock(part.type === "output_text" ? part.text : part.refusal, phase));
       }
     } else if (item.type === "function_call") {
       blocks.push(toolCallBlock(item.call_id, item.name, item.arguments));
     } else if (item.type === "reasoning") {
-      blocks.push(reasoningBlock(reasoningText(item)));
+      blocks.push(reasoningItem(item));
     } else {
       throw unsupported(`output[${index}]`, item.type);
     }
@@ -29,10 +31,13 @@ export function fromResponse(response: Response): ModelOutput {
   return modelOutputOf(blocks, responsesUsage(response.usage));
 }
 
-function reasoningText(item: ResponseReasoningItem): string {
-  const texts = item.summary.map((summary) => summary.text);
-  texts.push(...(item.content ?? []).map((part) => part.text));
-  return texts.join("\n\n");
+function reasoningItem(item: ResponseReasoningItem): Block {
+  return reasoningItemBlock(
+    item.id,
+    item.encrypted_content ?? "",
+    item.summary.map((summary) => summary.text),
+    (item.content ?? []).map((part) => part.text),
+  );
 }
 
 export function responsesUsage(usage: ResponseUsage | undefined): Usage | undefined {

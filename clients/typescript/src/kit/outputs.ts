@@ -8,6 +8,8 @@ import {
   MessageRole,
   MessageSchema,
   ReasoningBlockSchema,
+  ReasoningItemBlockSchema,
+  RedactedReasoningBlockSchema,
   TextBlockSchema,
   ToolCallBlockSchema,
   UsageSchema,
@@ -38,8 +40,19 @@ export function modelOutputOf(blocks: Block[], usage: Usage | undefined): ModelO
   return { assistant, usage, toolCalls, text };
 }
 
-export function textBlock(text: string): Block {
-  return { case: "text", value: create(TextBlockSchema, { text }) };
+export function textBlock(text: string, phase = ""): Block {
+  return { case: "text", value: create(TextBlockSchema, { text, phase }) };
+}
+
+export function redactedReasoningBlock(provider: string, data: string): Block {
+  return { case: "redactedReasoning", value: create(RedactedReasoningBlockSchema, { provider, data }) };
+}
+
+export function reasoningItemBlock(id: string, encryptedContent: string, summary: string[], content: string[]): Block {
+  return {
+    case: "reasoningItem",
+    value: create(ReasoningItemBlockSchema, { id, encryptedContent, summary, content }),
+  };
 }
 
 export function reasoningBlock(text: string, signature = ""): Block {

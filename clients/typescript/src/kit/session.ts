@@ -165,7 +165,7 @@ export class HarnessSession<B = Body> {
 
   /** Keeps the provider's response as this step's output; returns it converted. */
   observe(response: unknown): ModelOutput {
-    this.output = modelOutput(response);
+    this.output = modelOutput(response, this.route.provider);
     this.answered = this.output.toolCalls.length === 0;
     return this.output;
   }

@@ -1,7 +1,9 @@
 """Anthropic Messages to a ``ModelOutput``.
 
 The ``content`` blocks in order: ``thinking`` is a reasoning block with its ``signature`` (the
-API verifies it when the block comes back, so it is kept byte for byte), ``text`` a text block,
+API verifies it when the block comes back, so it is kept byte for byte), ``redacted_thinking`` a
+redacted reasoning block with its opaque ``data`` and the provider that issued it (the route's;
+no other provider can read it), ``text`` a text block,
 ``tool_use`` a tool call whose arguments are its ``input`` as JSON text (written as
 ``JSON.stringify`` would, ``json_text``, so both clients record the same bytes). Blocks the
 service has no kind for (server tools' results) are refused by name. A streamed message is the
@@ -26,13 +28,15 @@ if TYPE_CHECKING:
 __all__ = ["from_message", "usage_of"]
 
 
-def from_message(message: Message) -> ModelOutput:
+def from_message(message: Message, *, provider: str = "anthropic") -> ModelOutput:
     blocks: list[pb.ContentBlock] = []
     for index, block in enumerate(message.content):
         if block.type == "text":
             blocks.append(outputs.text(block.text))
         elif block.type == "thinking":
             blocks.append(outputs.reasoning(block.thinking, block.signature))
+        elif block.type == "redacted_thinking":
+            blocks.append(outputs.redacted_reasoning(provider, block.data))
         elif block.type == "tool_use":
             blocks.append(outputs.tool_call(block.id, block.name, dumps(block.input)))
         else:

@@ -48,12 +48,28 @@ def assistant(blocks: Sequence[pb.ContentBlock]) -> pb.Message:
     return pb.Message(role=pb.MESSAGE_ROLE_ASSISTANT, content=blocks)
 
 
-def text(value: str) -> pb.ContentBlock:
-    return pb.ContentBlock(text=pb.TextBlock(text=value))
+def text(value: str, phase: str = "") -> pb.ContentBlock:
+    return pb.ContentBlock(text=pb.TextBlock(text=value, phase=phase))
 
 
 def reasoning(value: str, signature: str = "") -> pb.ContentBlock:
     return pb.ContentBlock(reasoning=pb.ReasoningBlock(text=value, signature=signature))
+
+
+def redacted_reasoning(provider: str, data: str) -> pb.ContentBlock:
+    return pb.ContentBlock(
+        redacted_reasoning=pb.RedactedReasoningBlock(provider=provider, data=data)
+    )
+
+
+def reasoning_item(
+    item_id: str, encrypted_content: str, summary: Sequence[str], content: Sequence[str]
+) -> pb.ContentBlock:
+    return pb.ContentBlock(
+        reasoning_item=pb.ReasoningItemBlock(
+            id=item_id, encrypted_content=encrypted_content, summary=summary, content=content
+        )
+    )
 
 
 def tool_call(call_id: str, name: str, arguments_json: str) -> pb.ContentBlock:
@@ -76,9 +92,11 @@ def unsupported(where: str, kind: str) -> ValueError:
     return ValueError(f"{where}: the service has no block for {kind!r} content")
 
 
-def model_output(response: Any) -> ModelOutput:
+def model_output(response: Any, *, provider: str = "anthropic") -> ModelOutput:
     """The ``ModelOutput`` of an OpenAI ``ChatCompletion`` (DeepSeek's included), an OpenAI
-    ``Response`` or an Anthropic ``Message``, streamed ones too (the SDK's final object)."""
+    ``Response`` or an Anthropic ``Message``, streamed ones too (the SDK's final object).
+    ``provider`` is the route's provider of a Messages API response (Anthropic's own, or
+    DeepSeek's Anthropic-compatible API): its opaque reasoning goes back only to it."""
     from promptadmission.kit import anthropic_messages, openai_chat, openai_responses
 
     if getattr(response, "object", None) == "chat.completion":
@@ -86,5 +104,5 @@ def model_output(response: Any) -> ModelOutput:
     if getattr(response, "object", None) == "response":
         return openai_responses.from_response(response)
     if getattr(response, "type", None) == "message":
-        return anthropic_messages.from_message(response)
+        return anthropic_messages.from_message(response, provider=provider)
     raise TypeError(f"not a provider response the kit knows: {type(response).__name__}")

@@ -242,7 +242,7 @@ class HarnessSession:
 
     def observe(self, response: Any) -> ModelOutput:
         """Keeps the provider's response as this step's output; returns it converted."""
-        return self._steps.observed(model_output(response))
+        return self._steps.observed(model_output(response, provider=self._steps.route.provider))
 
     def tool_result(
         self, call: pb.ToolCallBlock | str, value: Any, *, is_error: bool = False
