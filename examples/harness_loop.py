@@ -30,7 +30,7 @@ from promptadmission.kit import HarnessSession, tool
 from promptadmission.v1 import session_pb2 as pb
 
 from tests import harness_fixtures
-from tests.clients.provider_server import provider_server
+from tests.provider.recording import provider_server
 
 PROMPT = "You are a careful coding agent. Use read_file to look at files before answering."
 TOOLS = [

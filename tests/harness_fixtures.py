@@ -378,6 +378,16 @@ CALL_ITEM = {
     "arguments": READ_ARGS,
     "status": "completed",
 }
+# What the response gives, streamed or not.
+RESPONSES_STEP = output(
+    [
+        reasoning_item("rs_1", ENCRYPTED, ["Need the file first."]),
+        text("Reading it.", "commentary"),
+        call("call_r1", "read_file", READ_ARGS),
+    ],
+    usage(3000, 80, 2816),
+    [result("call_r1", text("print('hi')"))],
+)
 COMPLETED = response([REASONING_ITEM, MESSAGE_ITEM, CALL_ITEM], responses_usage(3000, 80, 2816))
 RESPONSES_CASES: list[Json] = [
     {
@@ -387,15 +397,7 @@ RESPONSES_CASES: list[Json] = [
         "provider": "openai",
         "response": COMPLETED,
         "tool_results": [{"call_id": "call_r1", "text": "print('hi')"}],
-        "step_output": output(
-            [
-                reasoning_item("rs_1", ENCRYPTED, ["Need the file first."]),
-                text("Reading it.", "commentary"),
-                call("call_r1", "read_file", READ_ARGS),
-            ],
-            usage(3000, 80, 2816),
-            [result("call_r1", text("print('hi')"))],
-        ),
+        "step_output": RESPONSES_STEP,
     },
     {
         "name": "openai-responses-stream",
@@ -505,15 +507,7 @@ RESPONSES_CASES: list[Json] = [
             named=True,
         ),
         "tool_results": [{"call_id": "call_r1", "text": "print('hi')"}],
-        "step_output": output(
-            [
-                reasoning_item("rs_1", ENCRYPTED, ["Need the file first."]),
-                text("Reading it.", "commentary"),
-                call("call_r1", "read_file", READ_ARGS),
-            ],
-            usage(3000, 80, 2816),
-            [result("call_r1", text("print('hi')"))],
-        ),
+        "step_output": RESPONSES_STEP,
     },
 ]
 
@@ -542,6 +536,16 @@ ANTHROPIC_USAGE = {
 REDACTED = "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpP"
 TOOL_INPUT = {"path": "src/main.py", "range": [1, 20.5], "opts": {"follow": True, "encoding": None}}
 TOOL_INPUT_JSON = '{"path":"src/main.py","range":[1,20.5],"opts":{"follow":true,"encoding":null}}'
+# What the message gives, streamed or not (before its tool results).
+ANTHROPIC_CONTENT = (
+    [
+        reasoning("I should read the file.", SIGNATURE),
+        redacted(REDACTED),
+        text("Reading src/main.py."),
+        call("toolu_01A", "read_file", TOOL_INPUT_JSON),
+    ],
+    usage(50, 120, 4000, 300),
+)
 ANTHROPIC_CASES: list[Json] = [
     {
         "name": "anthropic-thinking-tool-use",
@@ -561,13 +565,7 @@ ANTHROPIC_CASES: list[Json] = [
             {"call_id": "toolu_01A", "image": {"uri": PNG, "media_type": "image/png"}},
         ],
         "step_output": output(
-            [
-                reasoning("I should read the file.", SIGNATURE),
-                redacted(REDACTED),
-                text("Reading src/main.py."),
-                call("toolu_01A", "read_file", TOOL_INPUT_JSON),
-            ],
-            usage(50, 120, 4000, 300),
+            *ANTHROPIC_CONTENT,
             [result("toolu_01A", image(PNG, "image/png"))],
         ),
     },
@@ -658,13 +656,7 @@ ANTHROPIC_CASES: list[Json] = [
             {"call_id": "toolu_01A", "text": "permission denied", "is_error": True},
         ],
         "step_output": output(
-            [
-                reasoning("I should read the file.", SIGNATURE),
-                redacted(REDACTED),
-                text("Reading src/main.py."),
-                call("toolu_01A", "read_file", TOOL_INPUT_JSON),
-            ],
-            usage(50, 120, 4000, 300),
+            *ANTHROPIC_CONTENT,
             [result("toolu_01A", text("permission denied"), is_error=True)],
         ),
     },

@@ -16,7 +16,7 @@ from anthropic.types import Message
 from openai.types.chat import ChatCompletion
 from openai.types.responses import Response
 
-from tests.clients.provider_server import ProviderServer
+from tests.provider.recording import ProviderServer
 
 Json = dict[str, Any]
 

@@ -28,8 +28,8 @@ from promptadmission.v1 import session_pb2 as pb
 
 from examples import harness_loop
 from tests import harness_fixtures as fx
-from tests.clients.provider_server import ProviderServer, provider_server
 from tests.provider.oracles import check_body
+from tests.provider.recording import ProviderServer, provider_server
 
 Json = dict[str, Any]
 TOOLS = [

@@ -16,7 +16,7 @@ from promptadmission.v1 import admission_service_pb2 as api
 
 from tests import harness_fixtures
 from tests.clients.harness_sdk import sdk_response
-from tests.clients.provider_server import ProviderServer, provider_server
+from tests.provider.recording import ProviderServer, provider_server
 
 CASES = harness_fixtures.load()
 

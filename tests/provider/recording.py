@@ -1,18 +1,25 @@
-"""A local HTTP server that records the JSON bodies posted to it, for the SDK transport tests.
+"""A local stand-in for a provider's HTTP API: it records every JSON body posted to it and
+answers each with the next queued reply — a JSON body or a sequence of server-sent events — or,
+with none queued, a default one.
 
-It answers each endpoint with a minimal valid response, so the official ``openai`` and
-``anthropic`` clients (pointed at it with ``base_url``) complete their calls normally.
+The official SDKs are pointed at it with ``base_url`` (``max_retries=0``), so what they send and
+how they read the answer (their SSE decoders and stream accumulators included) is theirs.
+``recording_server`` answers each endpoint with a minimal valid response, for the transport
+tests; ``provider_server`` answers what a test queues (the harness kit's recorded responses).
 """
 
 from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+Json = dict[str, Any]
 
 RESPONSES: dict[str, dict[str, Any]] = {
     "/v1/chat/completions": {
@@ -51,26 +58,53 @@ RESPONSES: dict[str, dict[str, Any]] = {
 }
 
 
+def sse_bytes(events: list[Json]) -> bytes:
+    """The events as an ``text/event-stream`` body (``event:`` when named, then ``data:``)."""
+    lines: list[str] = []
+    for event in events:
+        if "event" in event:
+            lines.append(f"event: {event['event']}")
+        data = event["data"]
+        lines.append(f"data: {data if isinstance(data, str) else json.dumps(data)}")
+        lines.append("")
+    return ("\n".join(lines) + "\n").encode()
+
+
 @dataclass
-class Recorder:
-    base_url: str
-    bodies: list[tuple[str, Any]] = field(default_factory=list)
+class ProviderServer:
+    base_url: str = ""
+    replies: deque[Json] = field(default_factory=deque)
+    requests: list[tuple[str, Json]] = field(default_factory=list)
+
+    def answer(self, *replies: Json) -> None:
+        """Queues replies: ``{"response": body}`` or ``{"stream": events}`` (a fixture's)."""
+        self.replies.extend(replies)
 
 
 @contextmanager
-def recording_server() -> Iterator[Recorder]:
-    recorder = Recorder("")
+def provider_server(
+    default: Callable[[str], Json] | None = None,
+) -> Iterator[ProviderServer]:
+    """The running stand-in; ``default(path)`` is the reply when none is queued."""
+    recorder = ProviderServer()
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             length = int(self.headers.get("content-length", "0"))
-            recorder.bodies.append((self.path, json.loads(self.rfile.read(length))))
-            answer = json.dumps(RESPONSES[self.path]).encode()
+            recorder.requests.append((self.path, json.loads(self.rfile.read(length))))
+            if recorder.replies or default is None:
+                reply = recorder.replies.popleft()
+            else:
+                reply = default(self.path)
+            if "stream" in reply:
+                payload, kind = sse_bytes(reply["stream"]), "text/event-stream"
+            else:
+                payload, kind = json.dumps(reply["response"]).encode(), "application/json"
             self.send_response(200)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(answer)))
+            self.send_header("content-type", kind)
+            self.send_header("content-length", str(len(payload)))
             self.end_headers()
-            self.wfile.write(answer)
+            self.wfile.write(payload)
 
         def log_message(self, format: str, *args: Any) -> None:
             pass
@@ -85,3 +119,16 @@ def recording_server() -> Iterator[Recorder]:
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+@dataclass
+class Recorder:
+    base_url: str
+    bodies: list[tuple[str, Any]] = field(default_factory=list)
+
+
+@contextmanager
+def recording_server() -> Iterator[Recorder]:
+    """A stand-in answering every endpoint with its minimal valid response (``RESPONSES``)."""
+    with provider_server(default=lambda path: {"response": RESPONSES[path]}) as server:
+        yield Recorder(server.base_url, server.requests)

@@ -1,6 +1,6 @@
 /**
  * A local stand-in for a provider's HTTP API (the TypeScript twin of
- * tests/clients/provider_server.py): it records every JSON body posted to it and answers each
+ * tests/provider/recording.py): it records every JSON body posted to it and answers each
  * with the next queued reply, a JSON body or a recorded sequence of server-sent events. The
  * official SDKs are pointed at it with `baseURL`, so their SSE decoders and stream accumulators
  * do the reading.
