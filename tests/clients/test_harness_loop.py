@@ -226,6 +226,10 @@ async def test_an_admit_whose_answer_was_lost_is_retried_under_the_same_request_
             await session.admit(PROMPT, ["Hello"])
         body = await session.admit(PROMPT, ["Hello"])  # the same step again
         assert [m["role"] for m in body["messages"]] == ["system", "user"]
+        # A provider failure: the step again on a fallback route (Reconcile), the same body.
+        fallback = pb.Route(provider="deepseek", model="deepseek-pro")
+        assert await session.retry(fallback) == body
+        assert isinstance(session.last, api.ReconcileResponse) and session.last.attempt == 1
         events = await client.all_events(session.session_id)
     users = [event for event in events if event.kind == pb.EVENT_KIND_USER_MESSAGE]
     assert len(users) == 1, "the retry admitted the step twice"

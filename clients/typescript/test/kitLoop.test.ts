@@ -197,6 +197,9 @@ test("an Admit whose answer was lost is retried under the same requestId", async
   await assert.rejects(session.admit({ prompt: PROMPT, users: ["Hello"] }));
   const body = await session.admit({ prompt: PROMPT, users: ["Hello"] });
   assert.deepEqual(body.messages.map((message) => message.role), ["system", "user"]);
+  // A provider failure: the step again on a fallback route (Reconcile), the same body.
+  assert.deepEqual(await session.retry({ provider: "deepseek", model: "deepseek-pro" }), body);
+  assert.equal((session.last as { attempt?: bigint }).attempt, 1n);
   assert.equal(seen.length, 2);
   assert.equal(seen[0], seen[1]);
   const { events } = await client.listEvents({ sessionId: session.sessionId, pageSize: 100 });
