@@ -25,8 +25,8 @@ from promptadmission.v1 import session_pb2 as pb
 
 from tests.api.support import create_session, user
 from tests.clients.harness_sdk import anthropic_client, openai_client, sdk_response
-from tests.clients.provider_server import ProviderServer, provider_server
 from tests.provider.oracles import check_body
+from tests.provider.recording import ProviderServer, provider_server
 
 if TYPE_CHECKING:
     from promptadmission.v1 import admission_service_pb2_grpc as api_grpc

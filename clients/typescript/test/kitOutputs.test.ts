@@ -15,7 +15,7 @@ import { create, fromJson, toBinary } from "@bufbuild/protobuf";
 import type { JsonValue } from "@bufbuild/protobuf";
 import OpenAI from "openai";
 
-import { StepOutputSchema } from "../src/index.js";
+import { StepOutputSchema, finalChatCompletionWithReasoning } from "../src/index.js";
 import { ToolImage, modelOutput, toolResult } from "../src/kit/index.js";
 import { startProviderServer } from "./providerServer.js";
 import type { Json, ProviderServer, SseEvent } from "./providerServer.js";
@@ -85,7 +85,8 @@ export async function sdkResponse(fixture: HarnessCase, provider: ProviderServer
   if (fixture.wire_format === "openai_chat") {
     return fixture.response !== undefined
       ? openai.chat.completions.create({ model: "m", messages })
-      : openai.chat.completions.stream({ model: "m", messages }).finalChatCompletion();
+      : // openai-node's finalChatCompletion() keeps only the last reasoning_content delta
+        finalChatCompletionWithReasoning(openai.chat.completions.stream({ model: "m", messages }));
   }
   if (fixture.wire_format === "openai_responses") {
     return fixture.response !== undefined
@@ -97,16 +98,8 @@ export async function sdkResponse(fixture: HarnessCase, provider: ProviderServer
     : anthropic.messages.stream({ model: "m", max_tokens: 64, messages }).finalMessage();
 }
 
-// openai-node's finalChatCompletion() keeps only the last reasoning_content delta (null), where
-// the Python SDK concatenates them: the kit needs issue 25's accumulator for DeepSeek streams.
-const KNOWN_GAPS: Record<string, string> = {
-  "deepseek-chat-stream-reasoning": "openai-node drops streamed reasoning_content (issue 25)",
-};
-
 for (const fixture of CASES) {
-  const todo = KNOWN_GAPS[fixture.name];
-  const name = `${fixture.name}: the SDK's response gives the fixture's StepOutput bytes`;
-  test(name, todo === undefined ? {} : { todo }, async () => {
+  test(`${fixture.name}: the SDK's response gives the fixture's StepOutput bytes`, async () => {
     const output = modelOutput(await sdkResponse(fixture, server));
     const step = create(StepOutputSchema, {
       admissionId: "adm-fixture",

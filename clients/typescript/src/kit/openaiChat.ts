@@ -2,7 +2,9 @@
  * OpenAI Chat Completions (and DeepSeek's chat API) to a `ModelOutput`, as the Python kit's
  * `openai_chat`: from `choices[0].message`, DeepSeek's `reasoning_content` first, then the text
  * (`content`, or the `refusal`), then the function tool calls with their ids and argument JSON
- * byte for byte. A streamed completion is the SDK's `stream.finalChatCompletion()`.
+ * byte for byte. A streamed completion is the SDK's `stream.finalChatCompletion()`, read through
+ * `finalChatCompletionWithReasoning(stream)` for DeepSeek (openai-node keeps only the last
+ * `reasoning_content` delta).
  *
  * Usage: `inputTokens` is `prompt_tokens`; `cacheReadTokens` OpenAI's
  * `prompt_tokens_details.cached_tokens` or DeepSeek's `prompt_cache_hit_tokens`;
