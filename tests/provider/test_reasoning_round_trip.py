@@ -18,12 +18,13 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import grpc
 import pytest
 from admission_service.domain.accounting import BLOCK_OVERHEAD, opaque_tokens
 from promptadmission.v1 import admission_service_pb2 as api
 from promptadmission.v1 import session_pb2 as pb
 
-from tests.api.support import create_session, user
+from tests.api.support import create_session, rich_error, user
 from tests.clients.harness_sdk import anthropic_client, openai_client, sdk_response
 from tests.provider.oracles import check_body
 from tests.provider.recording import ProviderServer, provider_server
@@ -251,3 +252,31 @@ async def test_opaque_reasoning_is_priced_as_the_reasoning_it_hides(stub: Stub) 
     price = opaque_tokens(data) + BLOCK_OVERHEAD
     assert price > 200  # 1 280 hidden bytes, not the few tokens a tokenizer makes of nothing
     assert (priced[0][0] - priced[1][0], priced[0][1] - priced[1][1]) == (price, price)
+
+
+@pytest.mark.parametrize(
+    ("block", "field"),
+    [
+        (
+            pb.ContentBlock(redacted_reasoning=pb.RedactedReasoningBlock(provider="anthropic")),
+            "previous_output.assistant.content[0].redacted_reasoning.data",
+        ),
+        (
+            pb.ContentBlock(reasoning_item=pb.ReasoningItemBlock(encrypted_content="gAAA")),
+            "previous_output.assistant.content[0].reasoning_item.id",
+        ),
+        (_text("x", "draft"), "previous_output.assistant.content[0].text.phase"),
+    ],
+)
+async def test_an_incomplete_reasoning_block_is_refused_by_name(
+    stub: Stub, block: pb.ContentBlock, field: str
+) -> None:
+    """A reasoning block the provider would refuse back is INVALID_ARGUMENT naming its field."""
+    case = CASES["anthropic-redacted-thinking-tool-use"]
+    assistant = pb.Message(role=pb.MESSAGE_ROLE_ASSISTANT, content=[block])
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await two_steps(stub, case, assistant)
+    error = rich_error(caught.value)
+    assert error.code is grpc.StatusCode.INVALID_ARGUMENT
+    assert field in error.message
+    assert any(info.metadata.get("field") == field for info in error.error_infos)
