@@ -2,7 +2,7 @@
 
 A minimal ``grpc.aio`` server on the service's stack and process model (one Python process, one
 event loop, the same gRPC, SQLAlchemy async + psycopg 3 engine built by
-``storage.database.create_engine`` with the same pool settings). Its one unary handler does the
+``storage.engine.create_engine`` with the same pool settings). Its one unary handler does the
 durable work every mutating RPC must do: lock one session row, update it, insert one event row,
 commit. Everything the service does beyond that is overhead of the service itself; what the
 stack costs beyond the machine's limit is measured by the physical floor
@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
-from admission_service.storage.database import create_engine
+from admission_service.storage.engine import create_engine
 from promptadmission.v1 import admission_service_pb2 as api
 from sqlalchemy import text
 

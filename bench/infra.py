@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from admission_service.storage.database import normalise_database_url
 from admission_service.storage.embedded import start_embedded_postgres
+from admission_service.storage.engine import normalise_database_url
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from sqlalchemy import create_engine, pool, text
 from sqlalchemy.engine import make_url

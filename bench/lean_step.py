@@ -230,7 +230,7 @@ async def serve(
     listen: str, database_url: str, pool_size: int, migrate: bool, one_call: bool = False
 ) -> None:
     if migrate:
-        from admission_service.storage.database import run_migrations
+        from admission_service.storage.engine import run_migrations
 
         await asyncio.to_thread(run_migrations, database_url)
     if one_call:

@@ -1,5 +1,5 @@
 """Alembic environment: the URL comes from ``-x url=...``, the config built in code by
-``admission_service.storage.database.alembic_config``, or ``DATABASE_URL``, in that order."""
+``admission_service.storage.engine.alembic_config``, or ``DATABASE_URL``, in that order."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 from logging.config import fileConfig
 
 from admission_service.storage import distribution
-from admission_service.storage.database import normalise_database_url
+from admission_service.storage.engine import normalise_database_url
 from admission_service.storage.tables import Base
 from alembic import context
 from sqlalchemy import create_engine, pool, text

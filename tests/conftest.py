@@ -23,12 +23,12 @@ from pathlib import Path
 import pytest
 from admission_service.api import errors as error_mapping
 from admission_service.api.errors import UNKNOWN_REASON
-from admission_service.storage.database import (
+from admission_service.storage.embedded import start_embedded_postgres
+from admission_service.storage.engine import (
     create_engine,
     normalise_database_url,
     run_migrations,
 )
-from admission_service.storage.embedded import start_embedded_postgres
 from sqlalchemy import create_engine as create_sync_engine
 from sqlalchemy import pool, text
 from sqlalchemy.engine import make_url
@@ -206,7 +206,7 @@ def empty_database_url(test_databases: TestDatabases) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
-    """The service's kind of engine (``storage.database.create_engine``) on ``database_url``."""
+    """The service's kind of engine (``storage.engine.create_engine``) on ``database_url``."""
     engine = create_engine(database_url, pool_size=5, max_overflow=5)
     yield engine
     await engine.dispose()

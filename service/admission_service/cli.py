@@ -164,7 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Imported here: `health` and `token` start faster without SQLAlchemy.
         import sqlalchemy.exc
 
-        from admission_service.storage.database import DatabaseEncodingError
+        from admission_service.storage.engine import DatabaseEncodingError
 
         if isinstance(exc, DatabaseEncodingError):
             print(f"{PROG}: configuration error: {exc}", file=sys.stderr)
@@ -192,7 +192,7 @@ def _serve(settings: Settings) -> int:
 
 
 def _migrate(settings: Settings) -> int:
-    from admission_service.storage.database import run_migrations
+    from admission_service.storage.engine import run_migrations
 
     url = settings.resolve_database_url()
     run_migrations(url)

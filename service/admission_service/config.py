@@ -114,7 +114,7 @@ from admission_service.telemetry.tracing import TRACING_EXPORTERS
 from admission_service.token_hashes import is_token_hash
 
 DEFAULT_LISTEN = "127.0.0.1:50051"
-# The same as storage.database.DEFAULT_DATA_DIR (a test checks): the storage modules pull in
+# The same as storage.engine.DEFAULT_DATA_DIR (a test checks): the storage modules pull in
 # SQLAlchemy and Alembic, which commands like ``admission-service health`` do without.
 DEFAULT_DATA_DIR = Path(".data/postgres")
 DEFAULT_MAX_RECEIVE_MESSAGE_BYTES = 16 * MIB
@@ -296,7 +296,7 @@ class Settings:
     def resolve_database_url(self) -> str:
         """``database_url``, or the URL of an embedded server started now (blocking: it may
         initialise a cluster). The embedded server stops when the process exits."""
-        from admission_service.storage.database import resolve_database_url
+        from admission_service.storage.engine import resolve_database_url
 
         if self.database_url:
             return self.database_url
@@ -455,7 +455,7 @@ class _Reader:
         return raw
 
     def database_url(self, name: str) -> str | None:
-        from admission_service.storage.database import normalise_database_url
+        from admission_service.storage.engine import normalise_database_url
 
         raw = self.text(name)
         if not raw:

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 from admission_service.cli import main
-from admission_service.storage.database import libpq_url
+from admission_service.storage.engine import libpq_url
 from promptadmission.v1 import admission_service_pb2 as api
 from sqlalchemy.engine import make_url
 

@@ -16,7 +16,7 @@ import pytest
 from admission_service.api.tenancy import hash_token
 from admission_service.app.hooks import Phase
 from admission_service.app.limits import Limits, Quotas
-from admission_service.storage.database import create_engine
+from admission_service.storage.engine import create_engine
 from promptadmission.v1 import admission_service_pb2 as rpc
 from promptadmission.v1 import session_pb2 as pb
 from sqlalchemy import text

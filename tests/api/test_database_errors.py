@@ -28,7 +28,7 @@ import grpc
 import psycopg
 import pytest
 from admission_service.app.hooks import Phase
-from admission_service.storage.database import normalise_database_url
+from admission_service.storage.engine import normalise_database_url
 from promptadmission.v1 import admission_service_pb2 as api
 
 from .support import StartApi, admit_request, create_session, rich_error

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import grpc
 import psycopg
 import pytest
-from admission_service.storage.database import libpq_url
+from admission_service.storage.engine import libpq_url
 from promptadmission.v1 import admission_service_pb2 as api
 from sqlalchemy.engine import make_url
 

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from admission_service.storage.database import libpq_url, normalise_database_url
 from admission_service.storage.embedded import start_embedded_postgres
+from admission_service.storage.engine import libpq_url, normalise_database_url
 from sqlalchemy.engine import make_url
 
 from bench import scenarios

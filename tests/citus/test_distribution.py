@@ -16,7 +16,7 @@ import psycopg
 import pytest
 from admission_service.domain import messages
 from admission_service.storage import distribution
-from admission_service.storage.database import libpq_url, run_migrations
+from admission_service.storage.engine import libpq_url, run_migrations
 from admission_service.storage.tables import Base
 from sqlalchemy import (
     Column,

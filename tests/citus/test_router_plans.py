@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from admission_service.storage.database import libpq_url
+from admission_service.storage.engine import libpq_url
 from admission_service.storage.tables import Base
 from promptadmission.v1 import admission_service_pb2 as api
 from sqlalchemy import event

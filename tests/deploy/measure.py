@@ -23,8 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from admission_service.storage.database import normalise_database_url
 from admission_service.storage.embedded import start_embedded_postgres
+from admission_service.storage.engine import normalise_database_url
 from promptadmission import AdmissionClient, RetryPolicy
 from promptadmission.v1 import admission_service_pb2 as api
 from promptadmission.v1 import session_pb2 as pb

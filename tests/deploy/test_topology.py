@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import pytest
-from admission_service.storage.database import libpq_url
+from admission_service.storage.engine import libpq_url
 from promptadmission import RetryPolicy, SyncAdmissionClient
 from sqlalchemy.engine import make_url
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from admission_service.storage.database import libpq_url
+from admission_service.storage.engine import libpq_url
 from sqlalchemy.engine import make_url
 
 from tests.conftest import TestDatabases

@@ -19,15 +19,15 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from admission_service.storage.database import (
-    libpq_url,
-    normalise_database_url,
-    resolve_database_url,
-)
 from admission_service.storage.embedded import (
     EmbeddedPostgres,
     EmbeddedPostgresError,
     start_embedded_postgres,
+)
+from admission_service.storage.engine import (
+    libpq_url,
+    normalise_database_url,
+    resolve_database_url,
 )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import select
 
 import psycopg
-from admission_service.storage.database import closed_by_server, create_engine, libpq_url
+from admission_service.storage.engine import closed_by_server, create_engine, libpq_url
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 

@@ -17,7 +17,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from admission_service.storage.database import alembic_config, libpq_url
+from admission_service.storage.engine import alembic_config, libpq_url
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine as create_sync_engine
 from sqlalchemy import pool, text

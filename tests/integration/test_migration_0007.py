@@ -14,7 +14,7 @@ from admission_service.domain.messages import (
     ToolCall,
 )
 from admission_service.storage import codec
-from admission_service.storage.database import alembic_config
+from admission_service.storage.engine import alembic_config
 from alembic import command
 from sqlalchemy import text
 

@@ -15,13 +15,13 @@ from typing import Any
 from admission_service.domain.events import Event, Replace
 from admission_service.domain.messages import Message
 from admission_service.storage import codec
-from admission_service.storage.database import (
+from admission_service.storage.distribution import REFERENCE_TABLES
+from admission_service.storage.engine import (
     MIGRATIONS_DIR,
     alembic_config,
     create_engine,
     run_migrations,
 )
-from admission_service.storage.distribution import REFERENCE_TABLES
 from admission_service.storage.repository import SessionStore
 from admission_service.storage.tables import Base
 from alembic import command

@@ -28,7 +28,7 @@ from typing import Any
 import psycopg
 from admission_service.domain.events import Event, EventKind
 from admission_service.domain.messages import Text, ToolResult
-from admission_service.storage.database import libpq_url
+from admission_service.storage.engine import libpq_url
 from promptadmission.v1 import admission_service_pb2 as api
 from promptadmission.v1 import admission_service_pb2_grpc as api_grpc
 from sqlalchemy.engine import make_url

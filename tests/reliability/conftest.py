@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import pytest
-from admission_service.storage.database import normalise_database_url
+from admission_service.storage.engine import normalise_database_url
 
 from tests.conftest import TestDatabases
 

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import psycopg
 import pytest
 from admission_service.domain.events import EventKind
-from admission_service.storage.database import libpq_url
+from admission_service.storage.engine import libpq_url
 from promptadmission.v1 import admission_service_pb2 as api
 
 from tests.api.support import IN_HISTORY_ROUTE, ApiClient, start_client, user

@@ -227,7 +227,7 @@ def test_tls_files_go_together(tmp_path: Path) -> None:
 
 
 def test_the_data_directory_default_is_the_storage_one() -> None:
-    from admission_service.storage.database import DEFAULT_DATA_DIR
+    from admission_service.storage.engine import DEFAULT_DATA_DIR
 
     assert Settings().data_dir == DEFAULT_DATA_DIR
 

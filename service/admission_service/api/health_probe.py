@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import psycopg
 from grpc_health.v1 import health_pb2
 
-from admission_service.storage.database import libpq_url
+from admission_service.storage.engine import libpq_url
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING

@@ -44,7 +44,7 @@ from admission_service.catalog.loader import load_catalog
 from admission_service.config import ConfigError, Settings, split_listen
 from admission_service.domain.catalog import Catalog
 from admission_service.domain.errors import InvalidModelInfo
-from admission_service.storage.database import create_engine, run_migrations
+from admission_service.storage.engine import create_engine, run_migrations
 from admission_service.storage.token_keys import stored_page_token_keys
 from admission_service.telemetry.metrics import Metrics
 from admission_service.telemetry.tracing import (

@@ -96,7 +96,7 @@ def preload_tokenizers(settings: Settings) -> None:
 def _shared(settings: Settings) -> Settings:
     """What every worker inherits: the database resolved once (the embedded server started
     here, in the parent) and migrated once (``inherited``)."""
-    from admission_service.storage.database import run_migrations
+    from admission_service.storage.engine import run_migrations
 
     url = settings.resolve_database_url()
     if settings.migrate_on_start:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import psycopg
 from psycopg import sql
 
-from admission_service.storage.database import libpq_url
+from admission_service.storage.engine import libpq_url
 
 # Alembic's own table: the service may read the schema's version, never write it.
 VERSION_TABLE = "alembic_version"

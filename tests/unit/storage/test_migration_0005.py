@@ -8,7 +8,7 @@ from types import ModuleType
 
 from admission_service.domain.messages import Message
 from admission_service.storage import codec
-from admission_service.storage.database import MIGRATIONS_DIR
+from admission_service.storage.engine import MIGRATIONS_DIR
 from hypothesis import given
 from promptadmission.v1 import session_pb2 as pb
 
