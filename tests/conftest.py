@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+import pytest_timeout  # type: ignore[import-untyped]
 from admission_service.api import errors as error_mapping
 from admission_service.api.errors import UNKNOWN_REASON
 from admission_service.storage.embedded import start_embedded_postgres
@@ -45,6 +46,21 @@ UNIT = TESTS / "unit"
 # Run alone after the parallel run (`make test`): their latency and resource bounds compare
 # figures taken inside the test, which a neighbouring worker's load would skew.
 SERIAL = (TESTS / "reliability",)
+
+
+# How long the teardown after a failed test may take (servers stopped, databases dropped).
+AFTER_FAILURE_SECONDS = 300.0
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_exception_interact(node: pytest.Item | pytest.Collector) -> None:
+    """pytest-timeout stops a test's timer when it fails (for a debugger): the teardown after a
+    failure was unguarded, and `make citus-test` hung there for 12+ minutes (issue 21). Without
+    a debugger the timer is armed again: a teardown that hangs dumps every thread's stack and
+    ends the run."""
+    if isinstance(node, pytest.Item) and not node.config.getoption("usepdb"):
+        settings = pytest_timeout.Settings(AFTER_FAILURE_SECONDS, "thread", False, False)
+        node.config.hook.pytest_timeout_set_timer(item=node, settings=settings)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -153,19 +153,17 @@ async def test_the_inspector_answers_400_to_a_minted_page(
     api: ApiClient, database_url: str
 ) -> None:
     """The inspector (a process of its own in ``serve``; here in this one) reads the same stored
-    key: the API's genuine token reads its page, every minted one is 400."""
+    key: a token signed with it for the inspector's session list (newest first) reads its
+    page, every minted one is 400."""
     inspector = await start_inspector(api_settings(database_url, inspector_listen="127.0.0.1:0"))
     try:
         await create_session(api.stub)
-        await create_session(api.stub)
-        sessions = await api.stub.ListSessions(messages.ListSessionsRequest(page_size=100))
-        genuine = sessions.next_page_token or api.server.deps.page_tokens.encode(
-            f"sessions/{TENANT}",
-            {"t": "2026-12-01T00:00:00+00:00", "i": sessions.sessions[-1].session_id},
-        )
+        tokens = await api.server.deps.page_tokens.ready()
+        scope = f"sessions/{TENANT}/newest/"
+        genuine = tokens.encode(scope, {"t": "2999-01-01T00:00:00+00:00", "i": "z"})
         base = f"http://127.0.0.1:{inspector.port}/?page="
         await _get(base + genuine)
-        for minted in attacker_tokens(api, genuine, f"sessions/{TENANT}", SESSIONS_CURSORS):
+        for minted in attacker_tokens(api, genuine, scope, SESSIONS_CURSORS):
             with pytest.raises(urllib.error.HTTPError) as caught:
                 await _get(base + minted)
             assert caught.value.code == 400, minted

@@ -138,7 +138,7 @@ async def test_a_signed_plan_token_of_another_shape_is_invalid_argument(api: Api
     """Minted with the server's own key for the right scope, but missing fields or with a
     string where a number belongs (an older version's token): INVALID_ARGUMENT, not KeyError."""
     sid = await create_session(api.stub)
-    tokens = api.server.deps.page_tokens
+    tokens = await api.server.deps.page_tokens.ready()
     scope = f"compaction/default/{sid}"
     cursors: list[dict[str, int | str]] = [
         {},

@@ -76,6 +76,23 @@ def test_tokens_name_their_key_and_any_configured_key_verifies() -> None:
     assert PageTokens([OLD_KEY, b"x" * 32, NEW_KEY]).decode(SCOPE, token, "page_token", SHAPE)
 
 
+async def test_stored_keys_are_read_by_the_first_paged_call() -> None:
+    """A server starts while its database is down; its keys are read when first needed."""
+    reads: list[int] = []
+
+    async def load() -> list[bytes]:
+        reads.append(1)
+        return [NEW_KEY, OLD_KEY]
+
+    tokens = PageTokens(loader=load)
+    assert not reads
+    await tokens.ready()
+    await tokens.ready()
+    assert reads == [1]
+    token = tokens.encode(SCOPE, CURSOR)
+    assert PageTokens([NEW_KEY]).decode(SCOPE, token, "page_token", SHAPE) == CURSOR
+
+
 def test_tokens_minted_the_way_an_attacker_would_are_refused() -> None:
     """Before issue 21 the key was derived from the database URL's user and database name
     (no password with trust authentication): such a token, byte for byte what the old server

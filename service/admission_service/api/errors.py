@@ -144,6 +144,22 @@ def _is_database_timeout(exc: BaseException) -> bool:
     return isinstance(cause, psycopg.Error) and cause.sqlstate in TIMEOUT_SQLSTATES
 
 
+# SQLSTATE classes of a value the database can never store as sent: data exceptions (22:
+# a string too long for its type, an invalid byte sequence) and program limits (54: an index
+# row over 2 704 bytes, a statement too complex). psycopg files class 54 under its
+# OperationalError, with the lost connections: retrying those can never succeed. The edge's
+# bounds keep client values from getting here (app/limits.py); one that does is still the
+# caller's input, and not retryable.
+_UNSTORABLE_CLASSES = ("22", "54")
+
+
+def _unstorable_sqlstate(exc: BaseException) -> str | None:
+    """The SQLSTATE when PostgreSQL refused a value it can never store, else None."""
+    cause = exc.orig if isinstance(exc, sqlalchemy.exc.DBAPIError) else exc
+    sqlstate = (cause.sqlstate or "") if isinstance(cause, psycopg.Error) else ""
+    return sqlstate if sqlstate[:2] in _UNSTORABLE_CLASSES else None
+
+
 def _is_database_unavailable(exc: BaseException) -> bool:
     if isinstance(exc, _DATABASE_ERRORS):
         return True
@@ -181,6 +197,15 @@ def map_exception(exc: Exception) -> MappedError:
             Reason.DATABASE_TIMEOUT,
             "the database work did not finish within the call's deadline; nothing was written",
         )
+    if (sqlstate := _unstorable_sqlstate(exc)) is not None:
+        return MappedError(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            Reason.INVALID_FIELD,
+            f"the request holds a value the database cannot store (SQLSTATE {sqlstate}); "
+            "nothing was written, and a retry cannot succeed",
+            {"sqlstate": sqlstate},
+            field="",
+        )
     if _is_database_unavailable(exc):
         return MappedError(
             grpc.StatusCode.UNAVAILABLE,
@@ -204,6 +229,14 @@ def _log_failure(method: str, exc: Exception, mapped: MappedError) -> None:
             method,
             mapped.metadata["error_id"],
             exc_info=exc,
+        )
+    elif "sqlstate" in mapped.metadata:
+        # A client value no edge bound caught (app/limits.py should have one): no exception
+        # text, which may quote the value.
+        _log.warning(
+            "%s: the database refused a value (SQLSTATE %s); bound it at the edge",
+            method,
+            mapped.metadata["sqlstate"],
         )
     elif mapped.reason == Reason.DATABASE_UNAVAILABLE:
         # No traceback: SQLAlchemy's text carries the statement and its parameters (prompts).

@@ -160,16 +160,11 @@ def configured_engine(
 
 
 async def configured_page_tokens(settings: Settings, engine: AsyncEngine) -> PageTokens:
-    """``PAS_PAGE_TOKEN_KEYS``, else the keys stored in the database (migration 0006)."""
+    """``PAS_PAGE_TOKEN_KEYS``, else the keys stored in the database (migration 0006), read by
+    the first paged call (a server starts while its database is down)."""
     if settings.page_token_keys:
         return PageTokens([key.encode() for key in settings.page_token_keys])
-    stored = await stored_page_token_keys(engine)
-    if not stored:
-        raise ConfigError(
-            "the database holds no page-token key (table page_token_keys): run "
-            "`admission-service migrate`, or set PAS_PAGE_TOKEN_KEYS"
-        )
-    return PageTokens(stored)
+    return PageTokens(loader=lambda: stored_page_token_keys(engine))
 
 
 async def compose(

@@ -16,9 +16,16 @@ MIB = 1024 * 1024
 
 @dataclass(frozen=True, slots=True)
 class Limits:
+    # Every client string that reaches an index or a key has a bound, in characters, checked
+    # at the edge (PostgreSQL refuses a b-tree entry over 2 704 bytes: a longer one failed
+    # inside the database, issue 21). Tenant, session and the longest id, four bytes each,
+    # stay far below that row limit.
     max_session_id_length: int = 128
     max_request_id_length: int = 128
     max_admission_id_length: int = 128
+    # A tool call's id (ToolCallBlock.call_id, ToolResult.call_id): the key of tool_calls.
+    # Providers' ids are a few dozen characters (call_…, toolu_…).
+    max_tool_call_id_length: int = 256
     max_prompt_bytes: int = MIB
     max_users: int = 64
     max_message_bytes: int = MIB

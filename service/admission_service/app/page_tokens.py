@@ -42,7 +42,7 @@ import hmac
 import re
 import secrets
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from admission_service.domain.errors import InvalidArgument
@@ -60,6 +60,8 @@ _KEY_ID_LABEL = b"promptadmission page-token key id\x00"
 KEY_ID_BYTES = 4
 
 Cursor = Mapping[str, int | str]
+# Reads the stored keys, the newest first.
+KeyLoader = Callable[[], Awaitable[Sequence[bytes]]]
 # The fields a call's cursor holds and their types (int or str).
 Shape = Mapping[str, type[int] | type[str]]
 
@@ -81,11 +83,30 @@ def key_id(secret: bytes) -> bytes:
 class PageTokens:
     """Issues and checks the tokens of one service; ``keys[0]`` signs, every key verifies."""
 
-    def __init__(self, keys: Sequence[bytes]) -> None:
-        if not keys:
+    def __init__(self, keys: Sequence[bytes] = (), *, loader: KeyLoader | None = None) -> None:
+        """``keys``, or the keys ``loader`` reads on the first ``ready()`` (the stored keys: a
+        server starts while its database is down, and a paged call then is UNAVAILABLE)."""
+        if not keys and loader is None:
             raise ValueError("at least one page-token key is required")
+        self._loader = loader
+        if keys:
+            self._use(keys)
+
+    def _use(self, keys: Sequence[bytes]) -> None:
+        if not keys:
+            raise RuntimeError(
+                "the database holds no page-token key (table page_token_keys): run "
+                "`admission-service migrate`, or set PAS_PAGE_TOKEN_KEYS"
+            )
         self._signing = keys[0]
         self._by_id = {key_id(key): key for key in reversed(keys)}
+        self._loader = None
+
+    async def ready(self) -> PageTokens:
+        """Load the keys if they are not yet (every paged call awaits this first)."""
+        if self._loader is not None:
+            self._use(await self._loader())
+        return self
 
     @classmethod
     def random(cls) -> PageTokens:
@@ -93,6 +114,7 @@ class PageTokens:
         return cls([secrets.token_bytes(32)])
 
     def encode(self, scope: str, cursor: Cursor) -> str:
+        assert self._loader is None, "await ready() first"
         body = bytes([VERSION]) + key_id(self._signing) + _pack(cursor)
         tag = _tag(self._signing, scope, body)
         return base64.urlsafe_b64encode(body + tag).decode("ascii").rstrip("=")
@@ -100,6 +122,7 @@ class PageTokens:
     def decode(self, scope: str, token: str, field: str, shape: Shape) -> dict[str, Any]:
         """The cursor ``token`` carries, of ``shape``; INVALID_ARGUMENT naming ``field`` unless
         this service issued it for ``scope`` with a cursor of that shape."""
+        assert self._loader is None, "await ready() first"
         refused = not_issued(field)
         if len(token) > MAX_TOKEN_CHARS or not _TOKEN_ALPHABET.fullmatch(token):
             raise refused

@@ -66,6 +66,13 @@ def check_request_id(request_id: str, limits: Limits) -> None:
     _check_no_nul(request_id, "request_id")
 
 
+def check_tool_call_id(call_id: str, field: str, limits: Limits) -> None:
+    if not call_id:
+        raise InvalidArgument(field, "is required")
+    _check_length(call_id, field, limits.max_tool_call_id_length)
+    _check_no_nul(call_id, field)
+
+
 def check_expected_revision(expected: int | None) -> None:
     if expected is not None and expected < 0:
         raise InvalidArgument("expected_revision", "must not be negative")
@@ -221,11 +228,10 @@ def check_message(
         if isinstance(block, msg.ReasoningItem) and not block.item_id:
             raise InvalidArgument(f"{where}.reasoning_item.id", "is required")
         if isinstance(block, msg.ToolCall):
-            if not block.call_id:
-                raise InvalidArgument(f"{where}.tool_call.call_id", "is required")
-            _check_no_nul(block.call_id, f"{where}.tool_call.call_id")
+            check_tool_call_id(block.call_id, f"{where}.tool_call.call_id", limits)
             if not block.name:
                 raise InvalidArgument(f"{where}.tool_call.name", "is required")
+            _check_length(block.name, f"{where}.tool_call.name", limits.max_tool_name_length)
             _check_json_object(
                 block.arguments_json or "{}",
                 f"{where}.tool_call.arguments_json",
@@ -317,9 +323,7 @@ def check_record(command: RecordCommand, limits: Limits) -> None:
     answered: set[str] = set()
     for index, result in enumerate(command.tool_results):
         field = f"tool_results[{index}]"
-        if not result.call_id:
-            raise InvalidArgument(f"{field}.call_id", "is required")
-        _check_no_nul(result.call_id, f"{field}.call_id")
+        check_tool_call_id(result.call_id, f"{field}.call_id", limits)
         if result.call_id in answered:
             raise InvalidArgument(
                 f"{field}.call_id", "answers {call_id!r} twice", call_id=result.call_id

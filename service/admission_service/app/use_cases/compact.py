@@ -64,6 +64,7 @@ async def plan_compaction(deps: Deps, tenant: str, command: PlanCompactionComman
         if found is None:
             raise NothingToCompact()
         selected = found
+    await deps.page_tokens.ready()
     token = deps.page_tokens.encode(
         scope,
         {
@@ -88,6 +89,7 @@ async def compact(
 ) -> Reply[CompactResult]:
     validation.check_compact(command, deps.limits)
     scope = f"compaction/{tenant}/{command.session_id}"
+    await deps.page_tokens.ready()
     token = deps.page_tokens.decode(scope, command.plan_token, "plan_token", _PLAN)
     async with UnitOfWork(deps, Call("Compact", tenant, command.session_id, idempotency)) as uow:
         if (replayed := await uow.replayed()) is not None:

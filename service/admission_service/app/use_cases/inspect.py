@@ -121,6 +121,7 @@ async def inspect(
 async def list_events(
     deps: Deps, tenant: str, session_id: str, page_size: int, page_token: str
 ) -> Page[EventView]:
+    await deps.page_tokens.ready()  # the stored keys, read once
     cursor = PageCursor.of(deps, "events", tenant, session_id, page_size, page_token)
     async with snapshot(deps, tenant, session_id) as (sessions, _):
         budget = deps.limits.max_events_page_bytes
@@ -136,6 +137,7 @@ async def list_trajectory(
     reference: each distinct prompt and tool set once, the page within
     ``max_trajectory_page_bytes``."""
     versions = Versions()
+    await deps.page_tokens.ready()  # the stored keys, read once
     cursor = PageCursor.of(deps, "trajectory", tenant, session_id, page_size, page_token)
     after, limit = cursor.after, cursor.limit
     async with snapshot(deps, tenant, session_id) as (sessions, session):
@@ -165,6 +167,7 @@ async def ledger_window(
     """The cache ledger newest first, a window of at most ``page_size`` requests in request
     order: the first page ends at the latest request, and each next page is the window before
     (the inspector's ledger chart; its page token is the window's first index)."""
+    await deps.page_tokens.ready()  # the stored keys, read once
     cursor = PageCursor.of(deps, "ledger", tenant, session_id, page_size, page_token)
     before, limit = cursor.after, cursor.limit
     async with snapshot(deps, tenant, session_id) as (sessions, session):
@@ -180,6 +183,7 @@ async def chat_window(
 ) -> ChatWindow:
     """At most ``page_size`` events and ``budget`` payload bytes (the newest always comes) just
     before the token's cursor, or the session's newest without one."""
+    await deps.page_tokens.ready()  # the stored keys, read once
     cursor = PageCursor.of(deps, "chat", tenant, session_id, page_size, page_token)
     async with snapshot(deps, tenant, session_id) as (sessions, session):
         before = cursor.after

@@ -74,6 +74,7 @@ async def list_sessions(
     if newest_first or id_prefix:
         scope += f"/{'newest' if newest_first else 'oldest'}/{id_prefix}"
     after = None
+    await deps.page_tokens.ready()
     if page_token:
         cursor = deps.page_tokens.decode(scope, page_token, "page_token", _SESSIONS_CURSOR)
         after = (_create_time(cursor["t"]), cursor["i"])

@@ -678,10 +678,12 @@ class ToolCallBlock(google.protobuf.message.Message):
     ARGUMENTS_JSON_FIELD_NUMBER: builtins.int
     call_id: builtins.str
     """call_id identifies the call within the session; a tool result answers it by this id.
-    Required, non-empty.
+    Required, non-empty, no NUL; at most 256 characters by default (max_tool_call_id_length).
     """
     name: builtins.str
-    """name is the name of the called tool. Required, non-empty."""
+    """name is the name of the called tool. Required, non-empty; at most 128 characters by
+    default (max_tool_name_length).
+    """
     arguments_json: builtins.str
     """arguments_json is the call's arguments as the JSON text the model produced, stored byte
     for byte (the service does not parse it).
@@ -793,7 +795,8 @@ class ToolResult(google.protobuf.message.Message):
     IS_ERROR_FIELD_NUMBER: builtins.int
     call_id: builtins.str
     """call_id is the call_id of a tool call on the session's surface that this result answers.
-    Required; an unknown call id is rejected with reason UNKNOWN_TOOL_CALL.
+    Required; at most 256 characters by default; an unknown call id is rejected with reason
+    UNKNOWN_TOOL_CALL.
     """
     is_error: builtins.bool
     """is_error is true when the tool failed and content describes the failure."""

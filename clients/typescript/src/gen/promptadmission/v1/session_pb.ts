@@ -274,14 +274,15 @@ export const ReasoningItemBlockSchema: GenMessage<ReasoningItemBlock> = /*@__PUR
 export type ToolCallBlock = Message$1<"promptadmission.v1.ToolCallBlock"> & {
   /**
    * call_id identifies the call within the session; a tool result answers it by this id.
-   * Required, non-empty.
+   * Required, non-empty, no NUL; at most 256 characters by default (max_tool_call_id_length).
    *
    * @generated from field: string call_id = 1;
    */
   callId: string;
 
   /**
-   * name is the name of the called tool. Required, non-empty.
+   * name is the name of the called tool. Required, non-empty; at most 128 characters by
+   * default (max_tool_name_length).
    *
    * @generated from field: string name = 2;
    */
@@ -413,7 +414,8 @@ export const ToolSchema: GenMessage<Tool> = /*@__PURE__*/
 export type ToolResult = Message$1<"promptadmission.v1.ToolResult"> & {
   /**
    * call_id is the call_id of a tool call on the session's surface that this result answers.
-   * Required; an unknown call id is rejected with reason UNKNOWN_TOOL_CALL.
+   * Required; at most 256 characters by default; an unknown call id is rejected with reason
+   * UNKNOWN_TOOL_CALL.
    *
    * @generated from field: string call_id = 1;
    */
