@@ -7,7 +7,10 @@ from dataclasses import dataclass
 from admission_service.domain.messages import (
     Image,
     Message,
+    Block,
     Reasoning,
+    ReasoningItem,
+    RedactedReasoning,
     Role,
     Text,
     Tool,
@@ -33,7 +36,7 @@ TOOLS = (
 PROVIDERS = ("deepseek", "anthropic", "openai")
 
 
-def assistant(*blocks: Text | Reasoning | ToolCall) -> Message:
+def assistant(*blocks: Block) -> Message:
     return Message(Role.ASSISTANT, blocks)
 
 
@@ -114,6 +117,29 @@ SESSIONS = (
             assistant(Reasoning("Only thinking, no answer yet.")),
             user_text("Well?"),
             assistant(Text("It prints 4.")),
+        ),
+        in_history=False,
+    ),
+    Session(
+        "reasoning-that-travels-back-and-an-empty-result",
+        (
+            system_message("Think first."),
+            user_text("Read main.py"),
+            assistant(
+                Reasoning("Need the file.", "EqQBCkYIBRgCKkDsig=="),
+                RedactedReasoning("anthropic", "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIw"),
+                ReasoningItem("rs_1", "gAAAAABoZ2VuY3J5cHRlZA==", ("Read it first.",)),
+                Text("Reading.", "commentary"),
+                call("c1"),
+            ),
+            result("c1", Text("print(4)")),
+            assistant(
+                ReasoningItem("rs_2", "gAAAAABzZWNvbmQ="), Text("It prints 4.", "final_answer")
+            ),
+            user_text("Touch it."),
+            assistant(ToolCall("c2", "list_dir", "{}")),
+            result("c2"),
+            assistant(Text("Done.")),
         ),
         in_history=False,
     ),
