@@ -143,8 +143,13 @@ citus-test: citus-build $(TS_STAMP)
 		tests/clients/test_cross_language.py
 	$(BIN)/python -m tests.reliability.report $(CITUS_REPORT)
 
-# pytest-xdist's workers for `make unit`: one per core.
+# The tests run on every core (pytest-xdist): one pytest worker per core, each with its own
+# randomly named databases (and, without DATABASE_URL, its own embedded server); a module's tests
+# stay on one worker, so its module-scoped fixtures are built once. The tests marked `serial`
+# (tests/reliability: latency and resource bounds measured inside the test) run afterwards,
+# alone. TEST_WORKERS=1 runs everything in one process.
 TEST_WORKERS ?= auto
+PARALLEL     := -n $(TEST_WORKERS) --dist loadfile
 
 # The fast loop: the pure tests and the tests on the in-memory fake (tests/unit, the fake half of
 # the storage contract); no PostgreSQL, no server (tests/conftest.py refuses a database fixture
@@ -154,10 +159,11 @@ unit: install
 
 # The whole suite: proto, lint, types, rule coverage, the TypeScript client, the benchmark's
 # smoke run, then every test (domain, storage, API, clients, the compose topology as local
-# processes; the cross-language tests need the TypeScript build). tests/unit/domain ran once
-# already, under rule-coverage.
+# processes; the cross-language tests need the TypeScript build), in parallel, then the serial
+# ones. tests/unit/domain ran once already, under rule-coverage.
 test: proto-lint lint typecheck rule-coverage ts-test bench-smoke system-deps
-	PAS_REQUIRE_TYPESCRIPT=1 $(BIN)/pytest -q --ignore=tests/unit/domain
+	PAS_REQUIRE_TYPESCRIPT=1 $(BIN)/pytest -q $(PARALLEL) -m "not serial" --ignore=tests/unit/domain
+	PAS_REQUIRE_TYPESCRIPT=1 $(BIN)/pytest -q -m serial --ignore=tests/unit/domain
 
 # What depends on the database, for a second run on another PostgreSQL (CI runs `make test`
 # on the embedded server, then `DATABASE_URL=… make test-db`): the TypeScript client's tests
@@ -167,7 +173,9 @@ test: proto-lint lint typecheck rule-coverage ts-test bench-smoke system-deps
 # TypeScript client's test builds the package twice and only calls the server to prove it runs).
 .PHONY: test-db
 test-db: ts-test bench-smoke system-deps
-	PAS_REQUIRE_TYPESCRIPT=1 $(BIN)/pytest -q -m database \
+	PAS_REQUIRE_TYPESCRIPT=1 $(BIN)/pytest -q $(PARALLEL) -m "database and not serial" \
+		--ignore=tests/clients/test_typescript_package.py
+	PAS_REQUIRE_TYPESCRIPT=1 $(BIN)/pytest -q -m "database and serial" \
 		--ignore=tests/clients/test_typescript_package.py
 
 run: install
