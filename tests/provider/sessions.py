@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from admission_service.domain.messages import (
+    Block,
     Image,
     Message,
-    Block,
     Reasoning,
     ReasoningItem,
     RedactedReasoning,
