@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
@@ -298,3 +299,110 @@ def mutated(draw: st.DrawFn, valid: st.SearchStrategy[bytes]) -> bytes:
         else:
             data += draw(st.binary(min_size=1, max_size=64))
     return bytes(data)
+
+
+# ---- the inspector's HTTP surface (issue 21) --------------------------------------------------
+
+INSPECTOR_METHODS = ("GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "TRACE", "PATCH", "get")
+INSPECTOR_SEGMENTS = ("sessions", "chat", "trajectory", "tokens", "", ".", "..", "%2e%2e")
+INSPECTOR_QUERY_KEYS = ("page", "view", "before", "after", "q", "page[]", "")
+RAW_PATH_FRAGMENTS = ("%00", "%ff", "%ZZ", "%", "%c0%af", "//", "/./", ";x", "#frag", "\\")
+
+
+def _percent(text: str) -> str:
+    # Past a few kilobytes every request line is refused alike (aiohttp's 8 190-byte limit):
+    # longer ones only cost the run time.
+    return quote(text[:4096], safe="")
+
+
+def inspector_segments(pools: Pools) -> st.SearchStrategy[str]:
+    """One path segment: a known one, a real session id, hostile text percent-encoded, or a
+    raw fragment no encoder would make."""
+    options = [
+        st.sampled_from(INSPECTOR_SEGMENTS),
+        strings("session_id", pools).map(_percent),
+        st.sampled_from(RAW_PATH_FRAGMENTS),
+    ]
+    if pools.by_field.get("session_id"):
+        options.insert(0, st.sampled_from(pools.by_field["session_id"]).map(_percent))
+    return st.one_of(*options)
+
+
+def inspector_targets(pools: Pools) -> st.SearchStrategy[str]:
+    """A request target: ``/``, ``/sessions/<id>[/<view>]`` and whatever lies near them, with
+    a query of ``page`` tokens (real ones of other lists and sessions, forged, huge) and
+    other keys, repeated or not."""
+    tokens = st.one_of(
+        strings("page_token", pools),
+        st.sampled_from(pools.by_field.get("page_token") or ["AAAA"]),
+    ).map(_percent)
+    pairs = st.lists(st.tuples(st.sampled_from(INSPECTOR_QUERY_KEYS), tokens), max_size=3)
+    query = pairs.map(lambda items: "&".join(f"{key}={value}" for key, value in items))
+    path = st.lists(inspector_segments(pools), max_size=4).map(lambda parts: "/" + "/".join(parts))
+    absolute = path.map(lambda p: "http://localhost" + p)
+    return st.builds(
+        lambda p, q, with_query: f"{p}?{q}" if with_query else p,
+        st.one_of(path, path, path, absolute),
+        query,
+        st.booleans(),
+    )
+
+
+def inspector_headers(token: str, port: int) -> st.SearchStrategy[list[tuple[str, str]]]:
+    """Headers: a Host that is served or not, the valid token, a hostile Authorization or none,
+    bodies announced, and made-up fields of any printable value."""
+    hosts = st.sampled_from(
+        [
+            f"localhost:{port}",
+            "127.0.0.1",
+            "evil.example",
+            "",
+            "[::1]",
+            "localhost:99999",
+            "a" * 300,
+        ]
+    )
+    authorizations = st.one_of(
+        st.just(f"Bearer {token}"),
+        st.just(f"Bearer {token}"),
+        st.sampled_from(HOSTILE_AUTHORIZATIONS),
+        st.text(PRINTABLE, max_size=80),
+    )
+    other = st.tuples(
+        st.sampled_from(
+            ["Content-Length", "Transfer-Encoding", "Connection", "Expect", "Accept", "X-Fuzz"]
+        ),
+        st.one_of(
+            st.sampled_from(["0", "5", "-1", "chunked", "close", "100-continue", "99999999999"]),
+            st.text(PRINTABLE, max_size=40),
+        ),
+    )
+    served = st.just(f"localhost:{port}")
+    return st.builds(
+        lambda host, authorization, extra: [
+            *([("Host", host)] if host is not None else []),
+            *([("Authorization", authorization)] if authorization is not None else []),
+            *extra,
+        ],
+        # Mostly a request that gets past the checks to the pages, sometimes one that does not.
+        st.one_of(served, served, served, hosts, st.none()),
+        st.one_of(authorizations, authorizations, st.none()),
+        st.one_of(st.just([]), st.just([]), st.lists(other, max_size=3)),
+    )
+
+
+def inspector_requests(pools: Pools, token: str, port: int) -> st.SearchStrategy[bytes]:
+    """Whole HTTP/1.1 requests to the inspector, each on a connection of its own."""
+
+    def render(method: str, target: str, headers: list[tuple[str, str]], body: bytes) -> bytes:
+        head = f"{method} {target} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers)
+        return head.encode("utf-8", "surrogateescape") + b"\r\n" + body
+
+    get = st.just("GET")
+    return st.builds(
+        render,
+        st.one_of(get, get, get, st.sampled_from(INSPECTOR_METHODS)),
+        inspector_targets(pools),
+        inspector_headers(token, port),
+        st.one_of(st.just(b""), st.just(b""), st.binary(max_size=64)),
+    )

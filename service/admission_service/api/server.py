@@ -16,8 +16,10 @@ parsed. Health and reflection stay open to probes (reflection can be turned off:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -347,23 +349,33 @@ def host_port(listen: str | None, port: int | None) -> str:
     return f"{(listen or '').rpartition(':')[0]}:{port}"
 
 
-async def serve(settings: Settings) -> None:
-    """Run until SIGTERM or SIGINT, then shut down gracefully."""
-    running = await start_server(settings)
+@contextlib.asynccontextmanager
+async def stop_signals(reloader: TokenReloader | None) -> AsyncIterator[asyncio.Event]:
+    """An event SIGTERM and SIGINT set (SIGHUP meanwhile reloads the tokens), for as long as
+    the block runs: a second signal during the shutdown still finds these handlers."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    if running.token_reloader is not None:
-        loop.add_signal_handler(signal.SIGHUP, running.token_reloader.reload)
+    if reloader is not None:
+        loop.add_signal_handler(signal.SIGHUP, reloader.reload)
     try:
-        await stop.wait()
-        _log.info(
-            "shutting down: refusing new calls, letting in-flight calls finish (up to %gs)",
-            settings.shutdown_grace_seconds,
-        )
+        yield stop
     finally:
-        await running.stop(settings.shutdown_grace_seconds)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(sig)
+
+
+async def serve(settings: Settings) -> None:
+    """Run until SIGTERM or SIGINT, then shut down gracefully."""
+    running = await start_server(settings)
+    async with stop_signals(running.token_reloader) as stop:
+        try:
+            await stop.wait()
+            _log.info(
+                "shutting down: refusing new calls, letting in-flight calls finish (up to %gs)",
+                settings.shutdown_grace_seconds,
+            )
+        finally:
+            await running.stop(settings.shutdown_grace_seconds)
     _log.info("stopped")

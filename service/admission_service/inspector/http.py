@@ -38,7 +38,6 @@ import binascii
 import contextlib
 import logging
 import os
-import signal
 import socket
 import ssl
 from collections.abc import Callable
@@ -419,17 +418,12 @@ async def start_inspector(
 
 async def serve_inspector(settings: Settings) -> None:
     """Serve the inspector until SIGTERM or SIGINT (SIGHUP reloads the bearer tokens)."""
+    from admission_service.api.server import stop_signals
+
     running = await start_inspector(settings)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    if running.token_reloader is not None:
-        loop.add_signal_handler(signal.SIGHUP, running.token_reloader.reload)
-    try:
-        await stop.wait()
-    finally:
-        await running.stop(settings.shutdown_grace_seconds)
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            loop.remove_signal_handler(sig)
+    async with stop_signals(running.token_reloader) as stop:
+        try:
+            await stop.wait()
+        finally:
+            await running.stop(settings.shutdown_grace_seconds)
     _log.info("inspector stopped")
