@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from admission_service.app.commands import EventView, LedgerEntry, Usage
 from admission_service.app.trajectory import trajectory_entries
 from admission_service.domain.accounting import CacheForecast, DivergenceReason
+from admission_service.domain.messages import Tool
 from admission_service.inspector.views import chat_items_of_log as chat_items
 from admission_service.inspector.views import ledger_chart, prompt_diff, trajectory_rows
 
@@ -212,3 +213,22 @@ def test_trajectory_rows_past_the_text_budget_are_elided_but_the_first_always_sh
         True,
     ]
     assert not any(row.elided for row in trajectory_rows(entries))
+
+
+def test_the_headers_of_compacted_requests_sit_before_the_summary() -> None:
+    sim = Sim()
+    sim.admit("A", users=(user("u1 " * 40),), step=1)
+    sim.assistant("a1 " * 40)
+    sim.admit("A", users=(user("u2 " * 40),), step=2, tools=(Tool("read", "", "{}"),))
+    sim.assistant("a2 " * 40)
+    sim.compact(summary="short")
+    sim.admit("A", users=(user("u3"),), step=3)
+    # Before: the summary first, then the headers of the requests it replaced.
+    assert [(kind, step, text) for kind, _, step, text in chat_order(sim)] == [
+        ("system", 1, "A"),
+        ("header", 1, "initial"),
+        ("header", 2, "change"),
+        ("message", 2, "short"),
+        ("message", 3, "u3"),
+        ("header", 3, "change"),
+    ]

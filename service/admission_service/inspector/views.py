@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from admission_service.app.commands import EventView, LedgerEntry
 from admission_service.app.trajectory import TrajectoryEntry
 from admission_service.domain.accounting import DivergenceReason
-from admission_service.domain.events import Append, Event, EventKind
+from admission_service.domain.events import Append, Event, EventKind, Replace
 from admission_service.domain.messages import (
     Image,
     Message,
@@ -193,10 +193,12 @@ def chat_items(
     position of the first node it shadowed (a head replacement is node 0 again, with a new
     seq), so ordering headers by seq against every node would put the headers of turns 2-3
     above turn 1's messages after one. A header with no node appended after it in the window
-    comes at the window's end (the next window starts after it)."""
+    comes at the window's end (the next window starts after it); one logged inside a run that a
+    surviving replacement shadowed (a compaction's summarised requests) sits before it."""
     events = [view.event for view in window]
     nodes: list[ChatItem] = []
     anchors: list[int] = []  # the seqs of the window's surviving appended nodes, in order
+    spans: list[tuple[int, int, int]] = []  # (first, last shadowed seq, seq) of a replacement
     last_step = (0, 0)
     for event in events:
         surviving = event.seq in positions and event.message is not None
@@ -209,6 +211,8 @@ def chat_items(
             continue  # shadowed; or an empty node, addressable but showing nothing
         if isinstance(event.op, Append):
             anchors.append(event.seq)
+        elif isinstance(event.op, Replace):
+            spans.append((event.op.start_seq, event.op.end_seq, event.seq))
         nodes.append(_node_item(event, facts.updates, turn_step))
     nodes.sort(key=lambda item: positions[item.seq])
 
@@ -219,8 +223,13 @@ def chat_items(
         if event.kind is not EventKind.REQUEST_HEADER or event.seq not in facts.facts:
             continue
         card = _header_item(event, facts.facts[event.seq], facts.changes.get(event.seq), cards)
+        # A header logged inside a run a replacement shadowed (the requests a compaction
+        # summarised) sits before that replacement, where its requests were.
+        inside = [seq for first, last, seq in spans if first < event.seq < last]
         anchor = bisect.bisect_right(anchors, event.seq)
-        if anchor < len(anchors):
+        if inside:
+            before.setdefault(inside[0], []).append(card)
+        elif anchor < len(anchors):
             before.setdefault(anchors[anchor], []).append(card)
         else:
             trailing.append(card)
