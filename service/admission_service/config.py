@@ -38,7 +38,8 @@
 | ``PAS_AUTH_TOKENS_WATCH_SECONDS`` | ``2`` | how often the tokens file is checked for changes
   (``0``: only on SIGHUP) |
 | ``PAS_ALLOW_UNAUTHENTICATED`` | ``false`` | allow serving without tokens on a non-loopback
-  address (every call then acts for ``PAS_DEFAULT_TENANT``) |
+  address (every call then acts for ``PAS_DEFAULT_TENANT``), and starting on a
+  ``PAS_AUTH_TOKENS_FILE`` that holds no token (unauthenticated until a reload finds some) |
 | ``PAS_DEFAULT_TENANT`` | ``default`` | the tenant of every call when no tokens are configured |
 | ``PAS_TLS_CERT_FILE``, ``PAS_TLS_KEY_FILE`` | unset | PEM certificate chain and key: serve TLS |
 | ``PAS_TLS_CLIENT_CA_FILE`` | unset | PEM CA bundle: require client certificates it signed (mTLS) |
@@ -272,6 +273,13 @@ class Settings:
         commands serve nothing, so the image's network ``PAS_LISTEN`` must not stop them."""
         if self.token_tenants or self.allow_unauthenticated:
             return
+        if self.auth_tokens_file is not None:
+            # An empty (or not yet written) file must not turn authentication off.
+            raise ConfigError(
+                f"PAS_AUTH_TOKENS_FILE={self.auth_tokens_file} holds no token: add "
+                "tenant=sha256:<hex> entries, or set PAS_ALLOW_UNAUTHENTICATED=true to serve "
+                "without authentication until the file holds some"
+            )
         listeners = {"PAS_LISTEN": self.listen, "PAS_INSPECTOR_LISTEN": self.inspector_listen}
         for name, listen in listeners.items():
             if listen is not None and not is_loopback(listen):

@@ -37,7 +37,7 @@ from admission_service.api.health_probe import DatabaseProbe
 from admission_service.api.servicer import AdmissionServicer, add_to_server
 from admission_service.api.telemetry import TelemetryInterceptor
 from admission_service.api.tenancy import BearerTokens, DefaultTenant, TenantResolver
-from admission_service.api.token_reload import TokenReloader
+from admission_service.api.token_reload import TokenReloader, on_sighup
 from admission_service.app.deps import Deps
 from admission_service.app.hooks import NO_HOOKS, PhaseHooks
 from admission_service.app.page_tokens import PageTokens
@@ -122,9 +122,21 @@ def load_configured_catalog(settings: Settings) -> Catalog:
 
 
 def tenant_resolver(settings: Settings) -> TenantResolver:
-    """Bearer tokens when any are configured; else every call acts for the default tenant."""
+    """Bearer tokens when any are configured; else every call acts for the default tenant.
+
+    A tokens file that holds no token at start stops the server (an empty ConfigMap must not
+    turn authentication off) unless ``PAS_ALLOW_UNAUTHENTICATED=true``: then every call acts
+    for the default tenant until a reload finds tokens in the file."""
     if settings.token_tenants:
         return BearerTokens(settings.token_tenants)
+    if settings.auth_tokens_file is not None:
+        settings.require_authenticated_listener()  # refuses an empty file unless allowed
+        _log.warning(
+            "%s holds no token: authentication is off until it does; every call acts for tenant %r",
+            settings.auth_tokens_file,
+            settings.default_tenant,
+        )
+        return BearerTokens({}, open_tenant=settings.default_tenant)
     _log.warning(
         "no bearer tokens configured: authentication is off, every call acts for tenant %r",
         settings.default_tenant,
@@ -357,8 +369,7 @@ async def stop_signals(reloader: TokenReloader | None) -> AsyncIterator[asyncio.
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    if reloader is not None:
-        loop.add_signal_handler(signal.SIGHUP, reloader.reload)
+    loop.add_signal_handler(signal.SIGHUP, on_sighup(reloader))
     try:
         yield stop
     finally:

@@ -59,8 +59,14 @@ class DefaultTenant:
 class BearerTokens:
     """Authenticates ``authorization: Bearer <token>`` against hashed tokens."""
 
-    def __init__(self, tenants_by_hash: Mapping[str, str]) -> None:
+    def __init__(
+        self, tenants_by_hash: Mapping[str, str], *, open_tenant: str | None = None
+    ) -> None:
+        """``open_tenant``: while no token has been configured yet (a tokens file empty at start,
+        with ``PAS_ALLOW_UNAUTHENTICATED=true``), every call acts for it unauthenticated; the
+        first reload that finds tokens turns authentication on for good."""
         self._tenants: dict[str, str] = {}
+        self._open_tenant = open_tenant
         self.replace(tenants_by_hash)
 
     def replace(self, tenants_by_hash: Mapping[str, str]) -> None:
@@ -70,14 +76,21 @@ class BearerTokens:
             if not is_token_hash(token_hash):
                 raise ValueError("token hashes must look like sha256:<64 lower-case hex digits>")
         self._tenants = dict(tenants_by_hash)  # one assignment: a call sees old or new
+        if self._tenants:
+            self._open_tenant = None  # removing every token later refuses every call
 
     def tenant_of_token(self, token: str) -> str | None:
         """The tenant a bearer token authenticates, or None (also for the operator inspector)."""
+        if self._open_tenant is not None:
+            return self._open_tenant
         # A lookup by digest: its timing depends only on the digest of what the caller sent,
         # which tells nothing about any valid token.
         return self._tenants.get(hash_token(token))
 
     async def tenant(self, context: grpc.aio.ServicerContext[Any, Any]) -> str:
+        if (open_tenant := self._open_tenant) is not None:
+            call_context.tenant.set(open_tenant)
+            return open_tenant
         values = [
             value for key, value in (context.invocation_metadata() or ()) if key == "authorization"
         ]

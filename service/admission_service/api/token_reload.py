@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from admission_service.api.tenancy import BearerTokens
@@ -60,3 +61,19 @@ class TokenReloader:
             await asyncio.sleep(interval)
             if self._signature() != self._seen:
                 self.reload()
+
+
+def on_sighup(reloader: TokenReloader | None) -> Callable[[], None]:
+    """SIGHUP's handler: reload the tokens. Without tokens to reload it only logs: SIGHUP (a
+    terminal closing, an operator's habit) never stops a server, whatever its configuration."""
+    if reloader is not None:
+
+        def reload() -> None:
+            reloader.reload()
+
+        return reload
+
+    def nothing_to_reload() -> None:
+        _log.info("SIGHUP: no bearer tokens are configured, nothing to reload")
+
+    return nothing_to_reload

@@ -61,6 +61,9 @@ def serve_workers(settings: Settings) -> int:
     """Serve with ``settings.workers`` processes until SIGTERM/SIGINT; the exit status."""
     from admission_service.api.server import serve
 
+    settings.require_authenticated_listener()  # before any worker starts
+    # A SIGHUP (a reload) before the handlers are installed must not stop the server.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     if settings.workers <= 1 and settings.inspector_listen is None:
         preload_tokenizers(settings)
         event_loop.run(serve(settings), settings.event_loop)
@@ -160,6 +163,7 @@ def _child_starts(settings: Settings, parent: int) -> None:
     # Until the server installs its own handlers: a terminal's Ctrl-C reaches the whole
     # process group, and the parent forwards it as SIGTERM anyway.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # forwarded reloads, until the server is up
     configure_logging(settings.log_level, settings.log_format)
 
 
