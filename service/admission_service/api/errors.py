@@ -22,8 +22,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
-import psycopg
-import sqlalchemy.exc
 from google.protobuf.any_pb2 import Any as AnyProto
 from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
 from grpc_status import rpc_status
@@ -42,7 +40,8 @@ from admission_service.domain.errors import (
     ResourceExhausted,
     Unavailable,
 )
-from admission_service.storage.deadline import TIMEOUT_SQLSTATES, call_deadline
+from admission_service.storage.deadline import call_deadline
+from admission_service.storage.failures import Failure, classify, driver_error
 
 ERROR_DOMAIN = "promptadmission.v1"
 # Every reason the service sends is a value of ErrorReason (proto/promptadmission/v1/
@@ -105,71 +104,6 @@ _DOMAIN_CODES: tuple[tuple[type[DomainError], grpc.StatusCode], ...] = (
     # SurfaceViolation and any other DomainError fall through to INTERNAL: they mean a bug.
 )
 
-# Failures to reach or keep the database. (psycopg's OperationalError family also holds the
-# transaction conflicts — deadlock, serialization failure — which are mapped to ABORTED first.)
-_DATABASE_ERRORS: tuple[type[BaseException], ...] = (
-    sqlalchemy.exc.OperationalError,
-    sqlalchemy.exc.InterfaceError,
-    sqlalchemy.exc.TimeoutError,  # the connection pool is exhausted
-    sqlalchemy.exc.DisconnectionError,
-    psycopg.OperationalError,
-    psycopg.InterfaceError,
-)
-
-
-# A row the transaction wrote was committed first by a concurrent one (every write is under
-# the session's row lock, so only a writer outside it, or a race on a new key, gets here).
-UNIQUE_VIOLATION = "23505"
-
-
-def _is_transaction_conflict(exc: BaseException) -> bool:
-    """The database rolled the transaction back to break a conflict; the caller may retry."""
-    cause = exc.orig if isinstance(exc, sqlalchemy.exc.DBAPIError) else exc
-    # SQLSTATE class 40, "transaction rollback": psycopg's DeadlockDetected (40P01) and
-    # SerializationFailure (40001) are not subclasses of its TransactionRollback (40000).
-    sqlstate = (cause.sqlstate or "") if isinstance(cause, psycopg.Error) else ""
-    return sqlstate.startswith("40") or sqlstate == UNIQUE_VIOLATION
-
-
-# Citus (a distributed PostgreSQL, docs/SCALING.md) when a worker fails at COMMIT: the
-# coordinator cannot tell whether the shard's transaction committed. Like a connection lost
-# during COMMIT, that is an unknown outcome for the caller to retry with its request_id (XX000,
-# the error's only distinguishing mark is its text).
-_REMOTE_COMMIT_FAILED = "could not commit transaction for shard "
-
-
-def _is_database_timeout(exc: BaseException) -> bool:
-    """PostgreSQL stopped the work at a timeout: the deadline's (see storage/deadline.py)."""
-    cause = exc.orig if isinstance(exc, sqlalchemy.exc.DBAPIError) else exc
-    return isinstance(cause, psycopg.Error) and cause.sqlstate in TIMEOUT_SQLSTATES
-
-
-# SQLSTATE classes of a value the database can never store as sent: data exceptions (22:
-# a string too long for its type, an invalid byte sequence) and program limits (54: an index
-# row over 2 704 bytes, a statement too complex). psycopg files class 54 under its
-# OperationalError, with the lost connections: retrying those can never succeed. The edge's
-# bounds keep client values from getting here (app/limits.py); one that does is still the
-# caller's input, and not retryable.
-_UNSTORABLE_CLASSES = ("22", "54")
-
-
-def _unstorable_sqlstate(exc: BaseException) -> str | None:
-    """The SQLSTATE when PostgreSQL refused a value it can never store, else None."""
-    cause = exc.orig if isinstance(exc, sqlalchemy.exc.DBAPIError) else exc
-    sqlstate = (cause.sqlstate or "") if isinstance(cause, psycopg.Error) else ""
-    return sqlstate if sqlstate[:2] in _UNSTORABLE_CLASSES else None
-
-
-def _is_database_unavailable(exc: BaseException) -> bool:
-    if isinstance(exc, _DATABASE_ERRORS):
-        return True
-    cause = exc.orig if isinstance(exc, sqlalchemy.exc.DBAPIError) else exc
-    if isinstance(cause, psycopg.errors.InternalError_) and str(cause).startswith(
-        _REMOTE_COMMIT_FAILED
-    ):
-        return True
-    return isinstance(exc, sqlalchemy.exc.DBAPIError) and exc.connection_invalidated
-
 
 def map_exception(exc: Exception) -> MappedError:
     """The status for ``exc``; anything unexpected is INTERNAL (the caller logs it)."""
@@ -185,28 +119,31 @@ def map_exception(exc: Exception) -> MappedError:
                         code, exc.reason, exc.message, exc.metadata, exc.field, description
                     )
                 return MappedError(code, exc.reason, exc.message, exc.metadata)
-    if _is_transaction_conflict(exc):
+    database = classify(exc)
+    failure = database.failure if database is not None else None
+    if failure is Failure.CONFLICT:
         return MappedError(
             grpc.StatusCode.ABORTED,
             Reason.CONCURRENT_MODIFICATION,
             "the transaction conflicted with another one and was rolled back; retry",
         )
-    if _is_database_timeout(exc):
+    if failure is Failure.TIMEOUT:
         return MappedError(
             grpc.StatusCode.DEADLINE_EXCEEDED,
             Reason.DATABASE_TIMEOUT,
             "the database work did not finish within the call's deadline; nothing was written",
         )
-    if (sqlstate := _unstorable_sqlstate(exc)) is not None:
+    if failure is Failure.UNSTORABLE:
+        assert database is not None
         return MappedError(
             grpc.StatusCode.INVALID_ARGUMENT,
             Reason.INVALID_FIELD,
-            f"the request holds a value the database cannot store (SQLSTATE {sqlstate}); "
+            f"the request holds a value the database cannot store (SQLSTATE {database.sqlstate}); "
             "nothing was written, and a retry cannot succeed",
-            {"sqlstate": sqlstate},
+            {"sqlstate": database.sqlstate},
             field="",
         )
-    if _is_database_unavailable(exc):
+    if failure is Failure.UNAVAILABLE:
         return MappedError(
             grpc.StatusCode.UNAVAILABLE,
             Reason.DATABASE_UNAVAILABLE,
@@ -240,7 +177,7 @@ def _log_failure(method: str, exc: Exception, mapped: MappedError) -> None:
         )
     elif mapped.reason == Reason.DATABASE_UNAVAILABLE:
         # No traceback: SQLAlchemy's text carries the statement and its parameters (prompts).
-        cause = exc.orig if isinstance(exc, sqlalchemy.exc.DBAPIError) else exc
+        cause = driver_error(exc)
         _log.warning("%s: database unavailable: %s: %s", method, type(cause).__name__, cause)
     else:
         _log.info("%s: %s %s", method, mapped.code.name, mapped.reason)
