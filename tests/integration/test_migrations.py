@@ -3,7 +3,6 @@ the rules the scale-out story depends on (SPEC §10)."""
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import json
 import sys
@@ -33,6 +32,7 @@ from sqlalchemy import Connection, pool, text
 from sqlalchemy import create_engine as create_sync_engine
 
 from tests import stored_0004
+from tests.imports import imported_packages
 
 from .test_session_store import session_events
 
@@ -290,17 +290,7 @@ def test_user_text_is_never_stored_as_text_or_json(database_url: str) -> None:
 def test_migrations_import_no_application_code() -> None:
     """A migration is a fixed point in history: application code keeps changing under it."""
     for path in sorted((MIGRATIONS_DIR / "versions").glob("*.py")):
-        tree = ast.parse(path.read_text())
-        imported = {
-            name.split(".")[0]
-            for node in ast.walk(tree)
-            if isinstance(node, ast.Import | ast.ImportFrom)
-            for name in (
-                [alias.name for alias in node.names]
-                if isinstance(node, ast.Import)
-                else [node.module or ""]
-            )
-        }
+        imported = imported_packages(path)
         # The API's generated protobuf code may be used: buf breaking keeps v1's encoding fixed.
         allowed = {"alembic", "sqlalchemy", "google", "promptadmission"}
         assert imported <= {*allowed, *sys.stdlib_module_names}, path.name
