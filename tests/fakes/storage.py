@@ -186,6 +186,9 @@ class FakeSessionStore:
         await self.flush()
         return self._state.responses.get(self._key, {}).get(request_id)
 
+    async def forget_response(self, request_id: str) -> None:
+        self._state.responses.get(self._key, {}).pop(request_id, None)
+
     async def store_response(
         self,
         request_id: str,

@@ -194,6 +194,7 @@ async def compose(
         page_tokens=await configured_page_tokens(settings, engine),
         quotas=settings.quotas,
         encoders=convert.ENCODERS,
+        idempotency_retention_seconds=settings.idempotency_retention_seconds,
     )
 
 

@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from admission_service.app.database import PostgresStorage
 from admission_service.app.gate import SessionGate
 from admission_service.app.hooks import NO_HOOKS, PhaseHooks
-from admission_service.app.limits import Limits, Quotas
+from admission_service.app.limits import IDEMPOTENCY_RETENTION_SECONDS, Limits, Quotas
 from admission_service.app.page_tokens import PageTokens
 from admission_service.app.ports import Storage
 from admission_service.app.quotas import TenantQuotas
@@ -37,6 +37,9 @@ class Deps:
     # One writer per session per process: a hot session's queued writers hold no connection.
     gate: SessionGate
     hooks: PhaseHooks = NO_HOOKS
+    # How long a request_id replays (AIP-155); an older key is expired when it is read, whether
+    # or not the sweeper (app/sweeper.py) has deleted it yet.
+    idempotency_retention_seconds: float = IDEMPOTENCY_RETENTION_SECONDS
 
     @classmethod
     def compose(
@@ -50,6 +53,7 @@ class Deps:
         *,
         storage: Storage | None = None,
         encoders: ResponseEncoders,
+        idempotency_retention_seconds: float = IDEMPOTENCY_RETENTION_SECONDS,
     ) -> Deps:
         """On PostgreSQL through ``engine``, or on another ``storage`` (the tests' fake)."""
         if storage is None:
@@ -66,4 +70,5 @@ class Deps:
             TenantQuotas(quotas or Quotas()),
             SessionGate(),
             hooks,
+            idempotency_retention_seconds,
         )

@@ -115,6 +115,7 @@ class SessionRepository(Protocol):
 
     # idempotency
     async def stored_response(self, request_id: str) -> StoredResponse | None: ...
+    async def forget_response(self, request_id: str) -> None: ...
     async def store_response(
         self,
         request_id: str,

@@ -129,6 +129,10 @@ class UnitOfWork:
         stored = await self.sessions.stored_response(idempotency.request_id)
         if stored is None:
             return None
+        if stored.age_seconds >= self._deps.idempotency_retention_seconds:
+            # Past the retention window the id is new, whether or not the sweeper ran.
+            await self.sessions.forget_response(idempotency.request_id)
+            return None
         if (
             stored.method != self._call.method
             or stored.request_digest != idempotency.request_digest

@@ -47,6 +47,9 @@ class StoredResponse:
     # Where the response's derived request comes from, when ``response`` leaves it out
     # (app/replay.py); None: ``response`` is the whole response.
     derived_request: bytes | None = None
+    # Seconds since it was stored, by the database's clock (the sweeper's): past the retention
+    # window the key is expired, even before the sweeper deletes it.
+    age_seconds: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, literal, select, tuple_
+from sqlalchemy import Float, delete, literal, literal_column, select, tuple_
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -37,7 +37,8 @@ _LOCK = (
 # A separate statement after the lock, not a join: it runs once the lock is held, with a
 # snapshot of its own, so it sees the response of the call it waited for (READ COMMITTED).
 _STORED_RESPONSE = (
-    "SELECT method, request_digest, response, derived_request FROM idempotency_keys"
+    "SELECT method, request_digest, response, derived_request, "
+    "extract(epoch FROM now() - create_time)::float8 FROM idempotency_keys"
     " WHERE tenant_id = %(t)s AND session_id = %(s)s AND request_id = %(r)s"
 )
 
@@ -225,11 +226,17 @@ class SessionRows(SessionScope):
             return kept  # type: ignore[no-any-return]
         await self.flush()
         keys = idempotency_keys
+        age = literal_column("extract(epoch FROM now() - idempotency_keys.create_time)", Float)
         statement = select(
-            keys.c.method, keys.c.request_digest, keys.c.response, keys.c.derived_request
+            keys.c.method, keys.c.request_digest, keys.c.response, keys.c.derived_request, age
         ).where(self._mine(keys), keys.c.request_id == request_id)
         row = (await self._execute(statement)).first()
         return StoredResponse(*row) if row is not None else None
+
+    async def forget_response(self, request_id: str) -> None:
+        """Delete the (expired) response stored for ``request_id``: the id is new again."""
+        keys = idempotency_keys
+        await self._execute(delete(keys).where(self._mine(keys), keys.c.request_id == request_id))
 
     async def store_response(
         self,
