@@ -13,16 +13,21 @@ a protobuf string by a client library; ``test_hostile.py`` sends it as raw bytes
 
 from __future__ import annotations
 
+import base64
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from admission_service.app.page_tokens import PageTokens
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
 from hypothesis import strategies as st
+from promptadmission.v1 import admission_service_pb2 as api
+from promptadmission.v1 import session_pb2 as pb
 
 PROTO = Path(__file__).resolve().parents[2] / "proto/promptadmission/v1/error_reason.proto"
 INT64 = (-(2**63), 2**63 - 1)
@@ -406,3 +411,73 @@ def inspector_requests(pools: Pools, token: str, port: int) -> st.SearchStrategy
         inspector_headers(token, port),
         st.one_of(st.just(b""), st.just(b""), st.binary(max_size=64)),
     )
+
+
+# ---- page tokens and StepOutput (issue 21) -------------------------------------------------
+
+# Cursors of every shape a paged RPC must refuse when well signed (and the right ones, for
+# tokens of one call replayed on another).
+WRONG_CURSORS: tuple[dict[str, int | str], ...] = (
+    {},
+    {"after": "abc"},
+    {"after": -(2**63)},
+    {"after": 2**63 - 1},
+    {"t": "garbage", "i": "a"},
+    {"t": 5, "i": "a"},
+    {"t": "2026-12-01T00:00:00+00:00", "i": "a\x00b"},
+    {"t": "2026-12-01T00:00:00+00:00"},
+    {"generation": "0", "next_seq": 1, "start": 0, "end": 1},
+    {"generation": 0, "next_seq": 1, "start": 0, "end": 1, "x": 1},
+)
+
+
+def structural_token_mutations(genuine: str) -> list[str]:
+    """A genuine token truncated, extended and with one byte flipped in each of its parts
+    (version, key id, cursor, tag), re-encoded as a client would."""
+    data = base64.urlsafe_b64decode(genuine + "=" * (-len(genuine) % 4))
+    variants = [data[:cut] for cut in (1, 5, len(data) // 2, len(data) - 1)] + [data + b"\x00"]
+    for at in {0, 1, 5, len(data) // 2, len(data) - 1}:
+        flipped = bytearray(data)
+        flipped[at] ^= 0x01
+        variants.append(bytes(flipped))
+    return [base64.urlsafe_b64encode(v).decode().rstrip("=") for v in variants] + [genuine[:-1]]
+
+
+def forged_page_tokens(secret: bytes, scopes: Sequence[str], genuine: Sequence[str]) -> list[str]:
+    """Structure-aware page and plan tokens for every paged RPC: each genuine token mutated,
+    and tokens signed with the service's own key (read from its database, as a leaked key
+    would give) for each scope with every wrong cursor shape."""
+    signed = PageTokens([secret])
+    tokens = [t for token in genuine if token for t in structural_token_mutations(token)]
+    tokens += [signed.encode(scope, cursor) for scope in scopes for cursor in WRONG_CURSORS]
+    return tokens
+
+
+def step_outputs(pools: Pools, depth: int = 1) -> st.SearchStrategy[api.StepOutput]:
+    """AdmitRequest.previous_output: the live admissions and tool call ids (a call id at and
+    past its bound), around a fuzzed StepOutput."""
+    call_ids = st.one_of(
+        st.sampled_from(pools.by_field.get("call_id") or ["c"]),
+        st.sampled_from(["", "\x00", "c" * 256, "c" * 257, "\U0001f600" * 256, "c" * 3000]),
+        strings("call_id", pools),
+    )
+
+    @st.composite
+    def build(draw: st.DrawFn) -> api.StepOutput:
+        output = api.StepOutput()
+        output.MergeFromString(
+            draw(messages(api.StepOutput.DESCRIPTOR, pools, depth)).SerializeToString()
+        )
+        if draw(st.booleans()):
+            output.admission_id = draw(strings("admission_id", pools))
+        if draw(st.booleans()):
+            call = pb.ToolCallBlock(call_id=draw(call_ids), name="search", arguments_json="{}")
+            output.assistant.role = pb.MESSAGE_ROLE_ASSISTANT
+            output.assistant.content.add().tool_call.CopyFrom(call)
+        if draw(st.booleans()):
+            result = output.tool_results.add()
+            result.call_id = draw(call_ids)
+            result.content.add().text.text = "r"
+        return output
+
+    return build()

@@ -27,6 +27,7 @@ from typing import Any
 import grpc
 import pytest
 from admission_service.api.tenancy import hash_token
+from admission_service.storage.token_keys import stored_page_token_keys
 from admission_service.tokenizers import TOKENIZER_FAMILIES
 from google.protobuf.message import DecodeError, Message
 from google.protobuf.message_factory import GetMessageClass
@@ -36,13 +37,22 @@ from hypothesis import strategies as st
 from promptadmission.v1 import admission_service_pb2 as api
 from promptadmission.v1 import admission_service_pb2_grpc as api_grpc
 from promptadmission.v1 import session_pb2 as pb
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from tests.api.malformed_bytes import MALFORMED
 from tests.api.support import DETAILS_KEY, IN_HISTORY_ROUTE, rich_error, user
 
 from .checks import audit_book
 from .conftest import StartService
-from .fuzz import Pools, call_metadata, documented_reasons, messages, mutated
+from .fuzz import (
+    Pools,
+    call_metadata,
+    documented_reasons,
+    forged_page_tokens,
+    messages,
+    mutated,
+    step_outputs,
+)
 from .harness import Book, assistant, tool_result
 from .process import CHANNEL_OPTIONS, ServiceProcess
 from .profile import Profile
@@ -71,8 +81,11 @@ def check_status(error: grpc.RpcError) -> str:
     return f"{code.name}/{rich.reason}"
 
 
-async def seed_sessions(stub: api_grpc.AdmissionServiceAsyncStub, book: Book) -> Pools:
-    """Live sessions whose ids, admissions, tool calls and tokens the fuzzer draws from."""
+async def seed_sessions(
+    stub: api_grpc.AdmissionServiceAsyncStub, book: Book, secret: bytes
+) -> Pools:
+    """Live sessions whose ids, admissions, tool calls and tokens the fuzzer draws from; page
+    and plan tokens forged structurally and signed with the service's ``secret``."""
     pools = Pools()
     sessions = [book.new_session_id() for _ in range(3)]
     for sid in sessions:
@@ -112,12 +125,19 @@ async def seed_sessions(stub: api_grpc.AdmissionServiceAsyncStub, book: Book) ->
     )
     page = await stub.ListSessions(api.ListSessionsRequest(page_size=1))
     events = await stub.ListEvents(api.ListEventsRequest(session_id=a, page_size=1))
+    trajectory = await stub.ListTrajectory(api.ListTrajectoryRequest(session_id=a, page_size=1))
     pools.add("session_id", *sessions, "no-such-session")
     pools.add("admission_id", first.admission_id, second.admission_id, other.admission_id)
     pools.add("call_id", call, "call-that-does-not-exist")
     pools.add("plan_token", stale.plan_token, fresh.plan_token)  # the first is stale
     pools.add("page_token", page.next_page_token, events.next_page_token)
     pools.add("request_id", used)
+    genuine = (page.next_page_token, events.next_page_token, trajectory.next_page_token)
+    scopes = [f"{kind}/default/{a}" for kind in ("events", "trajectory", "compaction")]
+    forged = forged_page_tokens(secret, [*scopes, "sessions/default"], genuine)
+    pools.add("page_token", *forged)
+    pools.add("plan_token", *forged_page_tokens(secret, scopes, (fresh.plan_token,)))
+    pools.add("trajectory_token", trajectory.next_page_token)
     return pools
 
 
@@ -155,6 +175,11 @@ def templates(pools: Pools) -> dict[str, tuple[Message, ...]]:
         "ListEvents": (
             api.ListEventsRequest(session_id=a, page_token=pools.by_field["page_token"][1]),
         ),
+        "ListTrajectory": (
+            api.ListTrajectoryRequest(
+                session_id=a, page_token=pools.by_field["trajectory_token"][0]
+            ),
+        ),
     }
 
 
@@ -187,6 +212,22 @@ class FuzzTally:
         return sum(self.outcomes.values())
 
 
+async def page_token_secret(database_url: str) -> bytes:
+    """The key the service signs page tokens with (migration 0006): what a leaked key gives."""
+    engine = create_async_engine(database_url)
+    try:
+        return (await stored_page_token_keys(engine))[0]
+    finally:
+        await engine.dispose()
+
+
+def _with_previous_output(template: Message, output: api.StepOutput) -> Message:
+    request = api.AdmitRequest()
+    request.MergeFromString(template.SerializeToString())
+    request.previous_output.CopyFrom(output)
+    return request
+
+
 def request_bytes(
     method: str, pools: Pools, start_from: tuple[Message, ...]
 ) -> st.SearchStrategy[bytes]:
@@ -198,6 +239,9 @@ def request_bytes(
     encoded = messages(descriptor, pools, templates=start_from).map(
         lambda message: message.SerializeToString()
     )
+    if method == "Admit":  # the previous step's output, recorded by the next Admit
+        outputs = st.builds(_with_previous_output, st.sampled_from(start_from), step_outputs(pools))
+        encoded = st.one_of(encoded, outputs.map(lambda message: message.SerializeToString()))
     valid = st.sampled_from([t.SerializeToString() for t in start_from])
     return st.one_of(encoded, mutated(st.one_of(valid, encoded)))
 
@@ -318,7 +362,7 @@ async def test_fuzzed_requests(
     book = Book("fuzz")
     authenticated, unauthenticated = FuzzTally(), FuzzTally()
     async with authorized_stub(service.target, TOKEN) as stub:
-        pools = await seed_sessions(stub, book)
+        pools = await seed_sessions(stub, book, await page_token_secret(fresh_database))
         sentinel = book.new_session_id()
         await stub.CreateSession(api.CreateSessionRequest(session_id=sentinel))
         book.add(sentinel)
