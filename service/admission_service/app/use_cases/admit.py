@@ -4,9 +4,10 @@ written, its derived request built and its forecast made."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from dataclasses import replace
 
-from admission_service.app import validation
+from admission_service.app import bounds, validation
 from admission_service.app.commands import (
     AdmitCommand,
     AttemptResult,
@@ -26,6 +27,7 @@ from admission_service.domain import codec
 from admission_service.domain.accounting import (
     PreviousRequest,
     TokenCounter,
+    counted_texts,
     forecast_totals,
     message_tokens,
 )
@@ -34,7 +36,7 @@ from admission_service.domain.errors import AdmissionNotFound, fields_under
 from admission_service.domain.series import Route
 from admission_service.domain.session import FramesQuery, Session
 from admission_service.domain.surface import effective_prompt, fold_system_nodes
-from admission_service.tokenizers import counter_for, load_off_the_loop
+from admission_service.tokenizers import counter_for, counter_off_the_loop, load_off_the_loop
 
 
 async def admit(
@@ -47,7 +49,15 @@ async def admit(
     if output is not None:
         with fields_under("previous_output"):
             validation.check_record(output, deps.limits)
+    # The new user messages are in every derived request (FULL or DELTA): a step too large to
+    # return is refused before anything is counted or read.
+    bounds.check_new_content_size(
+        sum(len(text) for user in command.users for text in counted_texts(user.content)),
+        deps.limits,
+    )
     route = await _route(deps.catalog, command.route)
+    # Its large texts counted now, in a thread, so their pricing below is a lookup.
+    counter = await counter_off_the_loop(route.provider, _admit_texts(command))
     call = Call(
         "Admit",
         tenant,
@@ -64,7 +74,7 @@ async def admit(
         recorded = None
         if output is not None:
             with fields_under("previous_output"):
-                session, recorded = await record_output(uow, session, output)
+                session, recorded = await record_output(uow, session, output, counter)
         attempt = rules.Attempt(
             admission_id="" if uow.validate_only else uuid.uuid4().hex,
             turn=command.turn,
@@ -78,7 +88,7 @@ async def admit(
             config=command.config,
         )
         await uow.reached(Phase.VALIDATE)
-        result = await _attempt(deps, uow, session, attempt, 0, command, first=True)
+        result = await _attempt(deps, uow, session, attempt, 0, command, counter, first=True)
         if not uow.validate_only:
             await uow.sessions.add_admission(
                 attempt.admission_id,
@@ -125,7 +135,8 @@ async def reconcile(
         )
         await uow.reached(Phase.VALIDATE)
         number = admitted.attempts
-        result = await _attempt(deps, uow, session, attempt, number, command, first=False)
+        counter = counter_for(route.provider)
+        result = await _attempt(deps, uow, session, attempt, number, command, counter, first=False)
         if not uow.validate_only:
             await uow.sessions.count_attempt(attempt.admission_id)
             await _add_request(uow, session.request_count, attempt.admission_id, number, result)
@@ -153,13 +164,13 @@ async def _attempt(
     attempt: rules.Attempt,
     number: int,
     command: AdmitCommand | ReconcileCommand,
+    counter: TokenCounter,
     *,
     first: bool,
 ) -> AttemptResult:
     """One attempt on ``session``: the domain's transition, its events written, the derived
-    request and its forecast, the session it leaves saved."""
+    request and its forecast, the session it leaves saved; ``counter``: the route's."""
     wire, selection = command.wire_format, command.selection
-    counter = counter_for(attempt.route.provider)
     if session.surface_nodes and session_counter(session).name != counter.name:
         session = await _reprice(uow, session, counter)
     # One statement reads the system nodes and the frames the request needs if this attempt
@@ -246,3 +257,15 @@ async def _add_request(
         "provider": result.route.provider,
     }
     await uow.sessions.add_request(index, admission_id, attempt, codec.dumps(stored))
+
+
+def _admit_texts(command: AdmitCommand) -> Iterator[str]:
+    """The texts an Admit prices: its prompt, its users' and its previous output's."""
+    yield command.rendered_prompt
+    for user in command.users:
+        yield from counted_texts(user.content)
+    output = command.previous_output
+    if output is not None:
+        if output.assistant is not None:
+            yield from counted_texts(output.assistant.content)
+        yield from counted_texts(output.tool_results)

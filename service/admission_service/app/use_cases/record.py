@@ -12,6 +12,7 @@ from admission_service.app.rows import usage_json
 from admission_service.app.unit_of_work import Call, Reply, UnitOfWork
 from admission_service.domain import codec
 from admission_service.domain import record as recording
+from admission_service.domain.accounting import TokenCounter
 from admission_service.domain.errors import AdmissionNotFound
 from admission_service.domain.session import Session
 
@@ -37,10 +38,12 @@ async def record(
 
 
 async def record_output(
-    uow: UnitOfWork, session: Session, command: RecordCommand
+    uow: UnitOfWork, session: Session, command: RecordCommand, ahead: TokenCounter | None = None
 ) -> tuple[Session, RecordResult]:
     """Record's transition in ``uow`` (Record, and an Admit's previous_output): the session it
-    leaves, from which a transition after it in the same transaction starts, and its result."""
+    leaves, from which a transition after it in the same transaction starts, and its result.
+    ``ahead``: a counter holding counts made off the event loop (an Admit's), used when it is
+    the session's (its route kept the family)."""
     admitted = await uow.sessions.admission(command.admission_id)
     if admitted is None:
         raise AdmissionNotFound(command.admission_id)
@@ -54,7 +57,10 @@ async def record_output(
     )
     await uow.reached(Phase.VALIDATE)
     await uow.reached(Phase.PROJECT)
-    written = await write_priced(uow.sessions, session, outcome.events, session_counter(session))
+    counter = session_counter(session)
+    if ahead is not None and ahead == counter:
+        counter = ahead
+    written = await write_priced(uow.sessions, session, outcome.events, counter)
     was_open = await uow.sessions.mark_answered(outcome.answers(command.tool_results))
     recording.check_answered(command.tool_results, was_open)
     if command.usage is not None:

@@ -1,0 +1,173 @@
+"""``python -m bench.large_content``: another session's Admit latency while one caller sends
+Admits of 15 x 1 MiB user messages (issue 23 item 5), beside the same latency without that load.
+
+The real service (``admission-service serve``, on a database of its own) on the in-history
+route ``deepseek/deepseek-flash`` (DeepSeek V4's tokenizer, ~0.5 s a MiB). One thread sends the
+large Admits back to back (``validate_only``, so the session stays small); the main thread
+measures ``--calls`` small Admits on another session, one after the other. Two cases:
+
+* *refused*: the default response bound (4 MiB): each large Admit is refused with
+  RESPONSE_TOO_LARGE, which is checked before any counting;
+* *admitted*: the bound raised to 64 MiB, so each large Admit is counted (off the event loop,
+  in a thread) and its 15 MiB request derived and returned.
+
+``--workers`` sets PAS_WORKERS (default 1: both callers on the same worker, the stall's worst
+case; with more, the kernel may put the two connections on different workers). Prints JSON.
+Target: the loaded p99 <= 50 ms and <= 2x the unloaded p99.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+from promptadmission.v1 import admission_service_pb2 as api
+from promptadmission.v1 import admission_service_pb2_grpc as api_grpc
+from promptadmission.v1 import session_pb2 as pb
+
+from bench.client import user
+from bench.infra import bench_database, start_service
+
+MIB = 1 << 20
+ROUTE = pb.Route(provider="deepseek", model="deepseek-flash", context_window=1_000_000)
+UNLIMITED = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
+
+
+def fresh_texts(count: int, chars: int, rng: random.Random) -> list[str]:
+    """``count`` prose-like texts of random words drawn from 200 000 of them, more than a
+    tokenizer's word cache keeps."""
+    letters = "etaoinshrdlucmfwypvbgkjqxz"
+    vocabulary = ["".join(rng.choices(letters, k=rng.randint(1, 9))) for _ in range(200_000)]
+    return [" ".join(rng.choices(vocabulary, k=chars // 5))[:chars] for _ in range(count)]
+
+
+def admit(session_id: str, step: int, users: list[str], **fields: Any) -> api.AdmitRequest:
+    return api.AdmitRequest(
+        session_id=session_id,
+        turn=0,
+        step=step,
+        rendered_prompt="You are a careful coding agent.",
+        route=ROUTE,
+        users=[user(text) for text in users],
+        **fields,
+    )
+
+
+def small_latencies(stub: api_grpc.AdmissionServiceStub, calls: int) -> list[float]:
+    """``calls`` small Admits on a new session, each timed (ms)."""
+    session_id = f"bench-small-{random.getrandbits(48):x}"
+    stub.CreateSession(api.CreateSessionRequest(session_id=session_id))
+    times = []
+    for step in range(calls):
+        started = time.perf_counter()
+        stub.Admit(admit(session_id, step, [f"step {step}: read the next file"]))
+        times.append((time.perf_counter() - started) * 1000)
+    return times
+
+
+def large_load(target: str, texts: list[str], stop: threading.Event, outcomes: list[str]) -> None:
+    """Large Admits (15 x 1 MiB, validate_only) back to back on their own channel until
+    ``stop``; ``outcomes``: each call's status code name."""
+    with grpc.insecure_channel(target, options=UNLIMITED) as channel:
+        stub = api_grpc.AdmissionServiceStub(channel)
+        session_id = f"bench-large-{random.getrandbits(48):x}"
+        stub.CreateSession(api.CreateSessionRequest(session_id=session_id))
+        sent = 0
+        while not stop.is_set():
+            users = [texts[(sent + i) % len(texts)] for i in range(15)]
+            sent += 15
+            try:
+                stub.Admit(admit(session_id, 0, users, validate_only=True))
+                outcomes.append("OK")
+            except grpc.RpcError as error:
+                outcomes.append(error.code().name)
+
+
+def percentile(values: list[float], q: float) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1] if values else 0.0
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    return {
+        "p50_ms": round(statistics.median(values), 2),
+        "p99_ms": round(percentile(values, 99), 2),
+        "max_ms": round(max(values), 2),
+    }
+
+
+def measure_case(
+    url: str, logs: Path, env: dict[str, str], calls: int, texts: list[str]
+) -> dict[str, Any]:
+    server = start_service(url, logs, env=env)
+    try:
+        with grpc.insecure_channel(server.target, options=UNLIMITED) as channel:
+            stub = api_grpc.AdmissionServiceStub(channel)
+            small_latencies(stub, 20)  # warm: connection, tokenizer, statements
+            unloaded = small_latencies(stub, calls)
+            stop = threading.Event()
+            outcomes: list[str] = []
+            load = threading.Thread(target=large_load, args=(server.target, texts, stop, outcomes))
+            load.start()
+            time.sleep(1.0)  # the load's first call in flight
+            loaded = small_latencies(stub, calls)
+            stop.set()
+            load.join()
+    finally:
+        server.stop()
+    base, under = summary(unloaded), summary(loaded)
+    return {
+        "unloaded": base,
+        "loaded": under,
+        "loaded_over_unloaded_p99": round(under["p99_ms"] / base["p99_ms"], 2),
+        "large_calls": {code: outcomes.count(code) for code in sorted(set(outcomes))},
+        "target_met": under["p99_ms"] <= 50 and under["p99_ms"] <= 2 * base["p99_ms"],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.large_content")
+    parser.add_argument("--calls", type=int, default=300, help="small Admits per measurement")
+    parser.add_argument("--workers", type=int, default=1, help="PAS_WORKERS")
+    parser.add_argument("--out", type=Path, help="also write the JSON here")
+    args = parser.parse_args(argv)
+    workers = {"PAS_WORKERS": str(args.workers)}
+    texts = fresh_texts(45, MIB, random.Random(23))
+    with bench_database() as (url, where), tempfile.TemporaryDirectory() as logs:
+        refused = measure_case(
+            url,
+            Path(logs),
+            {**workers, "PAS_LIMIT_MAX_RESPONSE_BYTES": str(4 * MIB)},
+            args.calls,
+            texts,
+        )
+        admitted = measure_case(
+            url,
+            Path(logs),
+            {**workers, "PAS_LIMIT_MAX_RESPONSE_BYTES": str(64 * MIB)},
+            args.calls,
+            texts,
+        )
+    report = {
+        "server": where,
+        "workers": args.workers,
+        "calls": args.calls,
+        "refused": refused,
+        "admitted": admitted,
+    }
+    text = json.dumps(report, indent=2)
+    print(text)  # noqa: T201
+    if args.out:
+        args.out.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,105 @@
+"""Large content never stalls the worker (issue 23 item 5), through the real server.
+
+A step's large texts are counted off the event loop, before its transaction
+(``tokenizers.counter_off_the_loop``): another session's Admit completes while a large one is
+being counted. A step whose new messages alone are over the response bound is refused before
+anything is counted. The speed of the other session under that load is measured in
+``bench.large_content``, not here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+
+import grpc
+import pytest
+from admission_service import tokenizers
+from promptadmission.v1 import admission_service_pb2 as api
+from promptadmission.v1 import admission_service_pb2_grpc as api_grpc
+from promptadmission.v1 import session_pb2 as pb
+
+from tests.api.support import admit_request, create_session, rich_error
+
+MIB = 1 << 20
+# DeepSeek's route: its tokenizer counts a MiB in ~0.5 s, with the GIL released by its batch API.
+ROUTE = pb.Route(provider="deepseek", model="deepseek-flash", context_window=1_000_000)
+
+
+def fresh_text(chars: int) -> str:
+    """Prose-like text no tokenizer cache has seen (random words)."""
+    rng = random.Random()
+    letters = "etaoinshrdlucmfwypvbgkjqxz"
+    words: list[str] = []
+    size = 0
+    while size < chars:
+        word = "".join(rng.choice(letters) for _ in range(rng.randint(1, 9)))
+        words.append(word)
+        size += len(word) + 1
+    return " ".join(words)[:chars]
+
+
+@pytest.fixture
+def counting_started(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """Set when a counter starts counting a batch of large texts (in its thread)."""
+    started = threading.Event()
+    original = tokenizers.LoadedCounter.count_many
+
+    def count_many(self: tokenizers.LoadedCounter, texts: list[str]) -> list[int]:
+        if any(len(text) >= tokenizers.OFF_LOOP_CHARS for text in texts):
+            started.set()
+        return original(self, texts)
+
+    monkeypatch.setattr(tokenizers.LoadedCounter, "count_many", count_many)
+    return started
+
+
+async def test_another_session_is_served_while_a_large_admit_is_counted(
+    stub: api_grpc.AdmissionServiceAsyncStub, counting_started: threading.Event
+) -> None:
+    large_session = await create_session(stub)
+    other_session = await create_session(stub)
+    large_users = [fresh_text(MIB) for _ in range(3)]
+    large = asyncio.ensure_future(
+        stub.Admit(admit_request(large_session, "You are terse.", *large_users, route=ROUTE))
+    )
+    assert await asyncio.to_thread(counting_started.wait, 120), "the large texts were not counted"
+    other = await stub.Admit(admit_request(other_session, "You are terse.", "hi", route=ROUTE))
+    # The other session's whole call completed while the large one was still in flight: its
+    # counting did not hold the worker.
+    assert not large.done()
+    assert other.revision > 0
+    response = await large
+    assert [m.content[0].text.text for m in response.request.messages[1:]] == large_users
+
+
+async def test_a_step_too_large_to_return_is_refused_before_counting(
+    stub: api_grpc.AdmissionServiceAsyncStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counted: list[int] = []
+    one, many = tokenizers.LoadedCounter.count, tokenizers.LoadedCounter.count_many
+
+    def count(self: tokenizers.LoadedCounter, text: str) -> int:
+        counted.append(len(text))
+        return one(self, text)
+
+    def count_many(self: tokenizers.LoadedCounter, texts: list[str]) -> list[int]:
+        counted.extend(len(text) for text in texts)
+        return many(self, texts)
+
+    monkeypatch.setattr(tokenizers.LoadedCounter, "count", count)
+    monkeypatch.setattr(tokenizers.LoadedCounter, "count_many", count_many)
+    session_id = await create_session(stub)
+    users = ["x" * MIB for _ in range(5)]  # 5 MiB of new messages, over the 4 MiB bound
+    for validate_only in (False, True):
+        request = admit_request(session_id, "p", *users, route=ROUTE, validate_only=validate_only)
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await stub.Admit(request)
+        error = rich_error(raised.value)
+        assert error.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert error.reason == "RESPONSE_TOO_LARGE"
+        assert error.error_infos[0].metadata["bound"] == "max_response_bytes"
+    assert not [size for size in counted if size >= tokenizers.OFF_LOOP_CHARS]
+    session = await stub.GetSession(api.GetSessionRequest(session_id=session_id))
+    assert session.session.revision == 0
