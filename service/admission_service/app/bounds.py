@@ -7,6 +7,8 @@ and a message saying what to do; it runs before the commit, so a refused call co
 
 from __future__ import annotations
 
+from typing import NoReturn
+
 from admission_service.app.limits import Limits
 from admission_service.domain.errors import (
     ResourceExhausted,
@@ -62,14 +64,13 @@ def check_derived_request_size(size: int, limits: Limits) -> None:
     client can receive: gRPC clients refuse messages over 4 MiB unless configured otherwise,
     and would be left unable to read their own session."""
     if size > limits.max_response_bytes:
-        raise ResponseTooLarge(
+        _response_too_large(
             f"the derived request is {size} bytes, over the response bound of "
             f"{limits.max_response_bytes} (PAS_LIMIT_MAX_RESPONSE_BYTES): ask for "
             "view=REQUEST_VIEW_DELTA with the held_prefix of your previous response to receive "
             "only the messages since, or compact the session",
-            bound="max_response_bytes",
-            limit=str(limits.max_response_bytes),
-            value=str(size),
+            size,
+            limits,
         )
 
 
@@ -78,24 +79,31 @@ def check_new_content_size(chars: int, limits: Limits) -> None:
     byte of the response) is over the response bound, before its costly counting: the derived
     request carries it whatever the view."""
     if chars > limits.max_response_bytes:
-        raise ResponseTooLarge(
+        _response_too_large(
             f"the step's new messages hold {chars} characters, over the response bound of "
             f"{limits.max_response_bytes} bytes (PAS_LIMIT_MAX_RESPONSE_BYTES) whatever the "
             "view: send the content in several steps, or raise the bound",
-            bound="max_response_bytes",
-            limit=str(limits.max_response_bytes),
-            value=str(chars),
+            chars,
+            limits,
         )
+
+
+def _response_too_large(message: str, value: int, limits: Limits) -> NoReturn:
+    raise ResponseTooLarge(
+        message,
+        bound="max_response_bytes",
+        limit=str(limits.max_response_bytes),
+        value=str(value),
+    )
 
 
 def check_summarization_input_size(size: int, limits: Limits) -> None:
     """Refuse a compaction plan whose summarization input a client could not receive."""
     if size > limits.max_response_bytes:
-        raise ResponseTooLarge(
+        _response_too_large(
             f"the summarization input is {size} bytes, over the response bound of "
             f"{limits.max_response_bytes} (PAS_LIMIT_MAX_RESPONSE_BYTES): plan a smaller "
             "range (seq_range, or a larger retain_tokens) and compact in several steps",
-            bound="max_response_bytes",
-            limit=str(limits.max_response_bytes),
-            value=str(size),
+            size,
+            limits,
         )
