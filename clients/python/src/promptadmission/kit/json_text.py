@@ -2,10 +2,12 @@
 
 The kit writes JSON where the provider handed it a parsed value (an Anthropic ``tool_use``
 block's ``input``) and where a tool returned one. The TypeScript client writes those with
-``JSON.stringify``; ``dumps`` is the same text in Python: no whitespace, keys in insertion
-order, non-ASCII characters as they are, and numbers as ECMAScript's ``Number::toString``
-(``1.0`` is ``1``, ``1e21`` is ``1e+21``, ``1e-7`` is ``1e-7``). NaN and the infinities are
-refused (``JSON.stringify`` would turn them into ``null``, which is not the value).
+``JSON.stringify``; ``dumps`` is the same text in Python: no whitespace; keys in the order a
+JavaScript object keeps them (array-index keys such as ``"0"`` first, ascending, then the other
+keys in insertion order: an object parsed in JavaScript cannot keep any other); non-ASCII
+characters as they are; numbers as ECMAScript's ``Number::toString`` (``1.0`` is ``1``,
+``1e21`` is ``1e+21``, ``1e-7`` is ``1e-7``). NaN and the infinities are refused
+(``JSON.stringify`` would turn them into ``null``, which is not the value).
 """
 
 from __future__ import annotations
@@ -34,9 +36,7 @@ def _write(value: Any, out: list[str]) -> None:
         out.append(_number(value))
     elif isinstance(value, dict):
         out.append("{")
-        for index, (key, item) in enumerate(value.items()):
-            if not isinstance(key, str):
-                raise TypeError(f"JSON object keys must be strings, not {type(key).__name__}")
+        for index, (key, item) in enumerate(_in_javascript_order(value)):
             out.append("," if index else "")
             out.append(json.dumps(key, ensure_ascii=False))
             out.append(":")
@@ -50,6 +50,33 @@ def _write(value: Any, out: list[str]) -> None:
         out.append("]")
     else:
         raise TypeError(f"{type(value).__name__} is not a JSON value")
+
+
+# The largest array index (ECMAScript: an integer below 2**32 - 1 whose canonical string is
+# the key); an object's own keys that are array indices come first, in ascending order.
+_MAX_ARRAY_INDEX = 2**32 - 2
+
+
+def _array_index(key: str) -> int | None:
+    if not key.isdigit() or not key.isascii() or (len(key) > 1 and key[0] == "0"):
+        return None
+    index = int(key)
+    return index if index <= _MAX_ARRAY_INDEX else None
+
+
+def _in_javascript_order(value: dict[Any, Any]) -> list[tuple[str, Any]]:
+    indexed: list[tuple[int, str, Any]] = []
+    named: list[tuple[str, Any]] = []
+    for key, item in value.items():
+        if not isinstance(key, str):
+            raise TypeError(f"JSON object keys must be strings, not {type(key).__name__}")
+        index = _array_index(key)
+        if index is None:
+            named.append((key, item))
+        else:
+            indexed.append((index, key, item))
+    indexed.sort(key=lambda entry: entry[0])
+    return [(key, item) for _, key, item in indexed] + named
 
 
 def _number(value: float) -> str:
