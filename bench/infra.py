@@ -9,6 +9,7 @@ processes, so the load generator never shares their event loop.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import shutil
@@ -280,3 +281,11 @@ def start_module(module: str, arguments: list[str], log_dir: Path) -> ServerProc
         server.stop()
         raise
     return server
+
+
+def print_report(report: dict[str, object], out: Path | None) -> None:
+    """A measurement script's result: printed as JSON and, with ``--out``, written there too."""
+    text = json.dumps(report, indent=2)
+    print(text)  # noqa: T201 (the measurement is the output)
+    if out:
+        out.write_text(text + "\n")

@@ -19,7 +19,6 @@ Target: the loaded p99 <= 50 ms and <= 2x the unloaded p99.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 import tempfile
@@ -34,7 +33,7 @@ from promptadmission.v1 import admission_service_pb2_grpc as api_grpc
 from promptadmission.v1 import session_pb2 as pb
 
 from bench.client import user
-from bench.infra import bench_database, start_service
+from bench.infra import bench_database, print_report, start_service
 
 MIB = 1 << 20
 ROUTE = pb.Route(provider="deepseek", model="deepseek-flash", context_window=1_000_000)
@@ -91,7 +90,7 @@ def large_load(target: str, texts: list[str], stop: threading.Event, outcomes: l
                 outcomes.append(error.code().name)
 
 
-def percentile(values: list[float], q: float) -> float:
+def percentile(values: list[float], q: int) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[q - 1] if values else 0.0
 
 
@@ -153,10 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         "calls": args.calls,
         **cases,
     }
-    text = json.dumps(report, indent=2)
-    print(text)  # noqa: T201
-    if args.out:
-        args.out.write_text(text + "\n")
+    print_report(report, args.out)
     return 0
 
 

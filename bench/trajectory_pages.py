@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import subprocess
 import sys
 import tempfile
@@ -41,7 +40,14 @@ from promptadmission.v1 import admission_service_pb2 as api
 from promptadmission.v1 import admission_service_pb2_grpc as api_grpc
 from promptadmission.v1 import session_pb2 as pb
 
-from bench.infra import SERVE, ServerProcess, _rss_mib, bench_database, start_service
+from bench.infra import (
+    SERVE,
+    ServerProcess,
+    _rss_mib,
+    bench_database,
+    print_report,
+    start_service,
+)
 
 MIB = 1 << 20
 ROUTE = pb.Route(provider="deepseek", model="deepseek-flash")
@@ -231,10 +237,7 @@ def main(argv: list[str] | None = None) -> int:
             }
         finally:
             server.stop()
-    text = json.dumps(report, indent=2)
-    print(text)  # noqa: T201
-    if args.out:
-        args.out.write_text(text + "\n")
+    print_report(report, args.out)
     return 0
 
 
