@@ -4,8 +4,8 @@ migrations, ``tests/conftest.py``): one suite, two adapters of the app's storage
 from __future__ import annotations
 
 import pytest
-from admission_service.app.database import PostgresStorage
 from admission_service.app.ports import Storage
+from admission_service.storage.transactions import PostgresStorage
 
 from tests.fakes.storage import FakeStorage
 

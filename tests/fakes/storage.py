@@ -549,6 +549,9 @@ class FakeUnit:
         self._storage.state = self._state
         self._storage.commits += 1
 
+    async def verify(self) -> None:
+        return None  # every unit reads the state under the lock: nothing is cached
+
     async def list_sessions(
         self,
         after: tuple[datetime, str] | None,

@@ -9,7 +9,6 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from admission_service.app.database import PostgresStorage
 from admission_service.app.gate import SessionGate
 from admission_service.app.hooks import NO_HOOKS, PhaseHooks
 from admission_service.app.limits import IDEMPOTENCY_RETENTION_SECONDS, Limits, Quotas
@@ -17,6 +16,7 @@ from admission_service.app.page_tokens import PageTokens
 from admission_service.app.ports import Storage
 from admission_service.app.quotas import TenantQuotas
 from admission_service.domain.catalog import Catalog
+from admission_service.storage.transactions import PostgresStorage
 
 # Each mutating RPC's response encoder, by method (``Call.method``): the API edge's, given at
 # composition. The unit of work stores its bytes for a request_id and replays them verbatim.

@@ -20,9 +20,11 @@ what a commit would and then leaves without committing, so nothing is written.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
-from typing import Any, Generic, Self, TypeVar
+from typing import Any, Generic, ParamSpec, Self, TypeVar
 
 from admission_service.app import bounds, replay, validation
 from admission_service.app.commands import Idempotency
@@ -36,8 +38,34 @@ from admission_service.domain.errors import (
     SessionNotFound,
 )
 from admission_service.domain.session import Session
+from admission_service.storage.failures import SessionMoved
 
 R = TypeVar("R")
+P = ParamSpec("P")
+
+# How many times a mutation runs when the session it ran on keeps moving under it: the first
+# run may be on the worker's cached session, the next ones read it afresh under its lock and
+# can only meet a session deleted and recreated in between.
+MUTATION_RUNS = 3
+
+
+def runs_again_if_moved(
+    handler: Callable[P, Awaitable[Reply[R]]],
+) -> Callable[P, Awaitable[Reply[R]]]:
+    """A mutation that runs again when the worker's cached session it ran on was stale
+    (``SessionMoved``: nothing was committed, and the cache dropped the session, so the next
+    run reads it afresh)."""
+
+    @functools.wraps(handler)
+    async def run(*args: P.args, **kwargs: P.kwargs) -> Reply[R]:
+        for _ in range(MUTATION_RUNS - 1):
+            try:
+                return await handler(*args, **kwargs)
+            except SessionMoved:
+                continue
+        return await handler(*args, **kwargs)
+
+    return run
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +194,7 @@ class UnitOfWork:
             self._unit.usage, self._call.tenant, growth.log_bytes
         )
         if self.validate_only:
+            await self._unit.verify()  # the answer is that of the stored session
             return Reply(result)
         idempotency = self._call.idempotency
         # Only a response stored for a request_id is encoded here, under the session's lock;

@@ -64,15 +64,23 @@ class AdmissionWrites(SessionScope):
                 }
             ],
         )
+        if self.known is not None:
+            self.known.admitted(AdmissionRecord(admission_id, turn, step, rendered, tools, 1))
 
     async def admission(self, admission_id: str) -> AdmissionRecord | None:
         if (kept := self._kept("admission", admission_id)) is not NOT_READ:
             return kept  # type: ignore[no-any-return]
+        admitted = self.known.admission if self.known is not None else None
+        if admitted is not None and admitted.admission_id == admission_id:
+            return admitted
         statement = admission_statement(self.tenant, self.session_id, admission_id)
         *_, row = await self._flight(*self._deferred(), statement)
         return admission_record(row)
 
     async def count_attempt(self, admission_id: str) -> None:
+        if self.known is not None:
+            self.known.attempted(admission_id)
+
         def build(params: list[Any]) -> str:
             return (
                 "UPDATE admissions SET attempts = attempts + 1"

@@ -25,6 +25,13 @@ class Failure(Enum):
     UNAVAILABLE = "unavailable"
 
 
+class SessionMoved(RuntimeError):
+    """The session a step ran on, as its worker had cached it (``session_cache.py``), was not
+    the stored one any more: another worker or replica wrote or deleted it. Nothing was
+    committed; the step runs again, on a fresh read. Should it move every time, the caller
+    gets a conflict to retry."""
+
+
 @dataclass(frozen=True)
 class DatabaseFailure:
     failure: Failure
@@ -55,6 +62,11 @@ UNIQUE_VIOLATION = "23505"
 # caller's input, and not retryable.
 _UNSTORABLE_CLASSES = ("22", "54")
 
+# How a commit on a cached session fails when the cache was stale (``session_rows.py``): its
+# row check divides by the count of rows at the cached version (none: 22012), a key it took
+# for new was written since (23505), the session row is gone (23503, a foreign key).
+_MOVED_SQLSTATES = frozenset({"22012", UNIQUE_VIOLATION, "23503"})
+
 # Citus (a distributed PostgreSQL, docs/SCALING.md) when a worker fails at COMMIT: the
 # coordinator cannot tell whether the shard's transaction committed. Like a connection lost
 # during COMMIT, that is an unknown outcome for the caller to retry with its request_id (XX000,
@@ -69,8 +81,16 @@ def driver_error(exc: BaseException) -> BaseException:
     return exc
 
 
+def moved(exc: BaseException) -> bool:
+    """Whether the commit of a step on a cached session failed because the cache was stale."""
+    cause = driver_error(exc)
+    return isinstance(cause, psycopg.Error) and (cause.sqlstate or "") in _MOVED_SQLSTATES
+
+
 def classify(exc: BaseException) -> DatabaseFailure | None:
     """What ``exc`` means as a database failure; None when it is not one (a bug, say)."""
+    if isinstance(exc, SessionMoved):
+        return DatabaseFailure(Failure.CONFLICT, "")
     cause = driver_error(exc)
     sqlstate = (cause.sqlstate or "") if isinstance(cause, psycopg.Error) else ""
     # SQLSTATE class 40, "transaction rollback": psycopg's DeadlockDetected (40P01) and

@@ -17,6 +17,7 @@ from sqlalchemy import select
 
 from admission_service.domain.projection import SystemNode
 from admission_service.domain.session import Frames
+from admission_service.storage.raw import RawStatement
 from admission_service.storage.rows import NodeRecord, columns
 from admission_service.storage.scope import SessionScope
 from admission_service.storage.tables import surface_nodes as nodes
@@ -41,18 +42,17 @@ _OPEN_CALLS = (
     " WHERE n.tenant_id = %(t)s AND n.session_id = %(s)s AND n.seq = c.call_seq)"
 )
 
-# The system nodes (partial index, surface order) beside the frames, for an admission, and the
-# open tool calls.
-_SYSTEM_AND_FRAMES = (
-    "SELECT f.*,"
-    " (SELECT array_agg(seq ORDER BY position) FROM surface_nodes"
+# The system nodes (partial index, surface order) and the open tool calls: what a step reads
+# of its session beyond the row, read with the row's lock (session_rows.py).
+_SYSTEM_AND_OPEN = (
+    "SELECT (SELECT array_agg(seq ORDER BY position) FROM surface_nodes"
     "  WHERE tenant_id = %(t)s AND session_id = %(s)s AND is_system) AS system_seqs,"
     " (SELECT array_agg(system_text ORDER BY position) FROM surface_nodes"
     "  WHERE tenant_id = %(t)s AND session_id = %(s)s AND is_system) AS system_texts,"
     " (" + _OPEN_CALLS + ") AS open_calls"
-    " FROM (" + _FRAMES + ") AS f"
 )
 
+_FRAMES_SYSTEM_AND_OPEN = f"SELECT f.*, o.* FROM ({_FRAMES}) AS f, ({_SYSTEM_AND_OPEN}) AS o"
 
 # The frames of the surface as of an event seq, unless a replace since changed it (app/replay.py).
 _FRAMES_AS_OF = (
@@ -63,6 +63,22 @@ _FRAMES_AS_OF = (
     "  WHERE tenant_id = %(t)s AND session_id = %(s)s AND seq <= %(through)s"
     "  AND message_pb IS NOT NULL ORDER BY position OFFSET %(first)s) AS n) AS frames"
 )
+
+
+def system_and_open_statement(params: dict[str, str]) -> RawStatement:
+    """The read of the system nodes and the open tool calls (``params``: the session's key as
+    ``t`` and ``s``); its row: ``system_and_open``."""
+    return RawStatement(_SYSTEM_AND_OPEN, params, binary=True)
+
+
+def system_and_open(row: tuple[Any, ...]) -> tuple[tuple[SystemNode, ...], tuple[str, ...]]:
+    """The surviving system nodes in surface order and the open calls' ids in call order."""
+    seqs, texts, calls = row
+    system = tuple(
+        SystemNode(seq, bytes(text).decode())
+        for seq, text in zip(seqs or (), texts or (), strict=True)
+    )
+    return system, tuple(calls or ())
 
 
 def _frames(row: tuple[Any, ...]) -> Frames:
@@ -104,22 +120,34 @@ class FrameReads(SessionScope):
     async def system_nodes_and_frames(
         self, from_position: int, split_position: int | None
     ) -> tuple[tuple[SystemNode, ...], Frames, tuple[str, ...]]:
-        """``system_nodes()`` and ``frames(from_position, split_position)`` in one statement
-        (one round trip), with the ids of the tool calls on the surface no result answers yet,
-        in call order. The deferred writes go first, in the same round trip."""
+        """``system_nodes()`` and ``frames(from_position, split_position)``, with the ids of the
+        tool calls on the surface no result answers yet, in call order, all as this
+        transaction's writes left them. What the transaction knows (read with the row's lock,
+        or cached, and moved by its writes: ``session_cache.KnownSession``) is not read again:
+        usually that is all of it, and a read of the frames since the previous request too.
+        Otherwise the deferred writes go first, then one read, in one round trip."""
+        known = self.known
+        if known is not None and not known.lost:
+            frames = known.frames_since_request(from_position, split_position)
+            if frames is None:
+                row = await self._execute_raw(
+                    _FRAMES,
+                    self._frame_params(from_position, split_position),
+                    binary=True,
+                    flush=True,
+                )
+                assert row is not None
+                frames = _frames(row)
+            return known.system_nodes, frames, tuple(known.open_calls)
         row = await self._execute_raw(
-            _SYSTEM_AND_FRAMES,
+            _FRAMES_SYSTEM_AND_OPEN,
             self._frame_params(from_position, split_position),
             binary=True,
             flush=True,
         )
         assert row is not None
-        seqs, texts, calls = row[5:]
-        system = tuple(
-            SystemNode(seq, bytes(text).decode())
-            for seq, text in zip(seqs or (), texts or (), strict=True)
-        )
-        return system, _frames(row[:5]), tuple(calls or ())
+        system, calls = system_and_open(row[5:])
+        return system, _frames(row[:5]), calls
 
     async def frames(self, from_position: int, split_position: int | None) -> Frames:
         """The derived messages of the nodes at ``from_position`` and after, in surface order,

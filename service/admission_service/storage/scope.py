@@ -12,9 +12,11 @@ from sqlalchemy import ColumnElement, Executable, Table, and_
 from sqlalchemy.engine import CursorResult
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from admission_service.storage.batch import StatementBatch, param
+from admission_service.storage.batch import StatementBatch, Write, param
+from admission_service.storage.failures import SessionMoved, moved
 from admission_service.storage.raw import RawStatement, execute_flight
 from admission_service.storage.rows import Growth
+from admission_service.storage.session_cache import CachedSession, KnownSession, SessionCache
 
 COMMIT = RawStatement("COMMIT")
 NOT_READ = object()  # ``_kept``: nothing was read ahead for that key
@@ -34,21 +36,25 @@ class SessionScope:
         tenant: str,
         session_id: str,
         prelude: Sequence[RawStatement] = (),
+        cache: SessionCache | None = None,
     ) -> None:
         self.connection = connection
         self.tenant = tenant
         self.session_id = session_id
         self.batch = StatementBatch()
         self._prelude = list(prelude)
-        # Whether the batch holds an UPDATE of the session row (one statement must not update
-        # a row twice: a second ``save`` sends the batch first).
-        self._session_saved = False
+        # The worker's cached sessions, and what this transaction knows of its session beyond
+        # the row (session_cache.py); ``warm``: known from the cache, not read, so its row is
+        # checked by the commit (``_saved_row``: the session row's checked UPDATE, sent last).
+        self.cache = cache
+        self.entry: CachedSession | None = None  # the cache entry the transaction started from
+        self.known: KnownSession | None = None
+        self.warm = False
+        self._saved_row: Write | None = None
         # What ``read(lock=True)`` read ahead with the lock, by (kind, key), until asked for.
         self._read_ahead: dict[tuple[str, object], Any] = {}
-        # Everything this transaction's writes added to the running sizes, and the part of it
-        # already sent by ``save``.
+        # Everything this transaction's writes added to the running sizes.
         self.growth = Growth()
-        self._saved_growth = Growth()
 
     def _keep(self, kind: str, key: object, value: Any) -> None:
         """Keep ``value``, read ahead, for the one ``_kept(kind, key)`` that will ask for it."""
@@ -57,6 +63,11 @@ class SessionScope:
     def _kept(self, kind: str, key: object) -> Any:
         """What was read ahead for ``(kind, key)`` (once), else ``NOT_READ``."""
         return self._read_ahead.pop((kind, key), NOT_READ)
+
+    @property
+    def checks_row(self) -> bool:
+        """Whether the commit writes the session row, checking its version."""
+        return self._saved_row is not None
 
     async def begin(self) -> None:
         """Send the prelude now if it has not gone yet (before a statement sent otherwise)."""
@@ -68,14 +79,15 @@ class SessionScope:
         await self._flight(*self._deferred())
 
     async def flush_and_commit(self) -> str:
-        """The deferred writes and ``COMMIT`` in one round trip; the COMMIT's status ("COMMIT",
-        or "ROLLBACK" when the transaction had failed)."""
-        *_, status = await self._flight(*self._deferred(), COMMIT)
+        """The deferred writes, the session row's checked UPDATE and ``COMMIT`` in one round
+        trip; the COMMIT's status ("COMMIT", or "ROLLBACK" when the transaction had failed).
+        A transaction on a cached session whose cache was stale fails here whole
+        (``SessionMoved``)."""
+        *_, status = await self._flight(*self._deferred(self._saved_row), COMMIT)
         return str(status)
 
-    def _deferred(self) -> tuple[RawStatement, ...]:
-        self._session_saved = False
-        statement = self.batch.take()
+    def _deferred(self, checked: Write | None = None) -> tuple[RawStatement, ...]:
+        statement = self.batch.take(checked)
         if statement is None:
             return ()
         sql, params = statement
@@ -87,7 +99,14 @@ class SessionScope:
         prelude, self._prelude = self._prelude, []
         if not prelude and not statements:
             return []
-        rows = await execute_flight(self.connection, (*prelude, *statements))
+        try:
+            rows = await execute_flight(self.connection, (*prelude, *statements))
+        except Exception as error:
+            # On a cached session, a write the cache took for new that the database refuses
+            # (failures.moved) means the cache was stale: nothing will commit.
+            if self.warm and moved(error):
+                raise SessionMoved(self.session_id) from error
+            raise
         return rows[len(prelude) :]
 
     async def _execute_raw(
@@ -112,9 +131,10 @@ class SessionScope:
     def _keys(self) -> dict[str, str]:
         return {"tenant_id": self.tenant, "session_id": self.session_id}
 
-    def _where_mine(self, params: list[Any]) -> str:
-        """``_mine`` for a batched statement."""
+    def _where_mine(self, params: list[Any], alias: str = "") -> str:
+        """``_mine`` for a batched statement (on the table named ``alias``, if given)."""
+        prefix = f"{alias}." if alias else ""
         return (
-            f"tenant_id = {param(params, self.tenant)}"
-            f" AND session_id = {param(params, self.session_id)}"
+            f"{prefix}tenant_id = {param(params, self.tenant)}"
+            f" AND {prefix}session_id = {param(params, self.session_id)}"
         )

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections import namedtuple
 from collections.abc import Sequence
-from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -19,9 +18,11 @@ from admission_service.domain.series import SeriesState
 from admission_service.domain.session import RequestPrefix, Session, Shadowed
 from admission_service.storage.admissions import admission_record, admission_statement
 from admission_service.storage.batch import param
+from admission_service.storage.frames import system_and_open, system_and_open_statement
 from admission_service.storage.raw import RawStatement
 from admission_service.storage.rows import StoredResponse
 from admission_service.storage.scope import NOT_READ, SessionScope
+from admission_service.storage.session_cache import KnownSession
 from admission_service.storage.surface_writes import known_calls_statement
 from admission_service.storage.tables import idempotency_keys, sessions
 
@@ -34,6 +35,7 @@ _LOCK = (
     f"SELECT {', '.join(_SessionRow._fields)} FROM sessions"
     " WHERE tenant_id = %(t)s AND session_id = %(s)s FOR UPDATE"
 )
+_ROW_VERSION = "SELECT row_version FROM sessions WHERE tenant_id = %(t)s AND session_id = %(s)s"
 # A separate statement after the lock, not a join: it runs once the lock is held, with a
 # snapshot of its own, so it sees the response of the call it waited for (READ COMMITTED).
 _STORED_RESPONSE = (
@@ -131,7 +133,9 @@ class SessionRows(SessionScope):
         # A new lifetime of this session id: request ids of an earlier one (the DeleteSession
         # key that outlived it) are new again for this one (issue 13, finding 6).
         await self._execute(delete(idempotency_keys).where(self._mine(idempotency_keys)))
-        return _record(row)
+        session = _record(row)
+        self.known = KnownSession.read(session, row.row_version, (), (), None)
+        return session
 
     async def read(
         self,
@@ -142,36 +146,71 @@ class SessionRows(SessionScope):
         tool_call_ids: Sequence[str] = (),
     ) -> Session | None:
         """The session row; ``lock`` takes the row lock that serialises writers of one session.
-        With the lock, the response stored for ``request_id``, the admission ``admission_id``
-        and which of ``tool_call_ids`` the session already made are read in the same round
-        trip, right after it, and kept for ``stored_response``, ``admission`` and
+
+        With the lock, a session this worker cached (``session_cache.py``) is not read at all
+        when the cache answers what the call reads (the admission ``admission_id``): the
+        commit checks the row instead. Otherwise the row is read under its lock with, in the
+        same round trip, the system nodes and open calls, the response stored for
+        ``request_id``, the admission ``admission_id`` and which of ``tool_call_ids`` the
+        session already made, kept for ``stored_response``, ``admission`` and
         ``known_tool_calls`` to answer without another."""
         if not lock:
             row = (await self._execute(select(sessions).where(self._mine(sessions)))).first()
             return _record(row) if row is not None else None
-        key = {"t": self.tenant, "s": self.session_id}
-        statements = [RawStatement(_LOCK, key, binary=True)]
+        # The cache answers only for a transaction that has sent and deferred nothing yet.
+        fresh = not self.batch and bool(self._prelude)
+        key = (self.tenant, self.session_id)
+        entry = self.cache.take(key) if self.cache is not None and fresh else None
+        if entry is not None and (
+            admission_id is None
+            or (entry.admission is not None and entry.admission.admission_id == admission_id)
+        ):
+            self.entry, self.known, self.warm = entry, KnownSession(entry), True
+            return entry.session
+        params = {"t": self.tenant, "s": self.session_id}
+        statements = [RawStatement(_LOCK, params, binary=True), system_and_open_statement(params)]
         if request_id is not None:
-            statements.append(RawStatement(_STORED_RESPONSE, {**key, "r": request_id}, binary=True))
+            statements.append(
+                RawStatement(_STORED_RESPONSE, {**params, "r": request_id}, binary=True)
+            )
         if admission_id is not None:
             statements.append(admission_statement(self.tenant, self.session_id, admission_id))
         if tool_call_ids:
             statements.append(known_calls_statement(self.tenant, self.session_id, tool_call_ids))
-        locked, *prefetched = await self._flight(*statements)
+        locked, indexed, *prefetched = await self._flight(*statements)
         if request_id is not None:
             stored = prefetched.pop(0)
             self._keep("response", request_id, StoredResponse(*stored) if stored else None)
+        admission = None
         if admission_id is not None:
-            self._keep("admission", admission_id, admission_record(prefetched.pop(0)))
+            admission = admission_record(prefetched.pop(0))
+            self._keep("admission", admission_id, admission)
         if tool_call_ids:
             known = {call_id for (call_id,) in prefetched.pop(0)}
             self._keep("known_calls", tuple(tool_call_ids), known)
-        return _record(_SessionRow(*locked)) if locked is not None else None
+        if locked is None:
+            return None
+        locked_row: Any = _SessionRow(*locked)
+        session = _record(locked_row)
+        system_nodes, open_calls = system_and_open(indexed)
+        self.known = KnownSession.read(
+            session, locked_row.row_version, system_nodes, open_calls, admission
+        )
+        return session
+
+    async def row_version(self) -> int | None:
+        """The stored row's version (None: no row), after the deferred writes."""
+        row = await self._execute_raw(_ROW_VERSION, {"t": self.tenant, "s": self.session_id})
+        return row[0] if row is not None else None
 
     async def save(self, session: Session) -> None:
         """Write the new counters, series state and revision, as the domain's transition left
         them (``domain.session.Session``); the running sizes move by what this transaction's
-        writes moved (``growth``)."""
+        writes moved (``growth``). The row's UPDATE goes last, with the ``COMMIT``, and matches
+        only the row version this transaction read or cached (``flush_and_commit``)."""
+        known = self.known
+        assert known is not None, "a session is saved after it was read under its lock"
+        known.saved(session)
         series, shadowed = session.series, session.shadowed
         last_request = (
             (session.last_request, session.prefix)
@@ -198,30 +237,37 @@ class SessionRows(SessionScope):
             "request_count": session.request_count,
             "surface_tokens": session.surface_tokens,
         }
-        if self._session_saved:
-            await self.flush()
-        self._session_saved = True
-        unsaved, self._saved_growth = self.growth.minus(self._saved_growth), replace(self.growth)
+        growth, row_version = self.growth, known.row_version
 
         def build(params: list[Any]) -> str:
             assignments = ", ".join(f"{name} = {param(params, v)}" for name, v in values.items())
             assignments += "".join(
-                f", {name} = {name} + {param(params, getattr(unsaved, name))}"
+                f", {name} = {name} + {param(params, getattr(growth, name))}"
                 for name in _RUNNING_SIZES
             )
             return (
-                f"UPDATE sessions SET {assignments}, update_time = now()"
-                f" WHERE {self._where_mine(params)}"
+                f"UPDATE sessions SET {assignments}, row_version = row_version + 1,"
+                f" update_time = now() WHERE {self._where_mine(params)}"
+                f" AND row_version = {param(params, row_version)} RETURNING 1"
             )
 
-        self.batch.defer(build)
+        self._saved_row = build
 
     async def delete(self) -> None:
         """Delete the session; its events, surface, admissions and ledger cascade."""
+        if self.known is not None:
+            self.known.lost = True  # nothing to cache
+        if self.cache is not None:
+            self.cache.evict((self.tenant, self.session_id))
         await self._execute(delete(sessions).where(self._mine(sessions)))
         await self._execute(delete(idempotency_keys).where(self._mine(idempotency_keys)))
 
     async def stored_response(self, request_id: str) -> StoredResponse | None:
+        """The response stored for ``request_id``. On a cached session none is assumed: the
+        commit's insert of the new one fails on the stored one's key, and the call runs again
+        on a fresh read, which finds it."""
+        if self.warm:
+            return None
         if (kept := self._kept("response", request_id)) is not NOT_READ:
             return kept  # type: ignore[no-any-return]
         await self.flush()

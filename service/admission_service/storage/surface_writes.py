@@ -12,6 +12,7 @@ from admission_service.domain.codec import dumps, event_payload
 from admission_service.domain.events import Append, Event, Replace
 from admission_service.domain.session import Frames, Shadowed, Written
 from admission_service.storage import codec
+from admission_service.storage.batch import param
 from admission_service.storage.raw import RawStatement
 from admission_service.storage.scope import NOT_READ, SessionScope
 from admission_service.storage.tables import surface_nodes as nodes
@@ -123,8 +124,9 @@ class SurfaceWrites(SessionScope):
                     for call_id in message.tool_call_ids()
                 )
         tail = [node for node in pending if node["message_pb"] is not None]
+        made = {call["call_id"]: call["call_seq"] for call in calls}
         self._defer_nodes(pending, calls)
-        return Written(
+        written = Written(
             next_position,
             shadowed,
             tokens,
@@ -136,6 +138,9 @@ class SurfaceWrites(SessionScope):
                 0,
             ),
         )
+        if self.known is not None:
+            self.known.wrote(new_events, written, made)
+        return written
 
     def _defer_nodes(self, pending: list[dict[str, Any]], calls: list[dict[str, Any]]) -> None:
         if pending:
@@ -190,6 +195,8 @@ class SurfaceWrites(SessionScope):
 
     async def reprice(self, prices: Sequence[tuple[int, int]]) -> None:
         """Set the stored price of each ``(seq, tokens)`` surface node, in one statement."""
+        if self.known is not None:
+            self.known.lost = True  # the frames it kept were priced with the old tokenizer
         await self._with_pairs(_REPRICE, ("seqs", "tokens"), prices)
 
     async def known_tool_calls(self, call_ids: Sequence[str]) -> set[str]:
@@ -200,6 +207,12 @@ class SurfaceWrites(SessionScope):
             return set()
         if (kept := self._kept("known_calls", tuple(call_ids))) is not NOT_READ:
             return kept  # type: ignore[no-any-return]
+        known = self.known
+        if self.warm and known is not None and not known.lost:
+            # The cache knows the open calls and those made since, not every call ever made:
+            # a reused id it misses fails the commit on its key, and the call runs again on a
+            # fresh read, which finds it (``flush_and_commit``).
+            return {c for c in call_ids if c in known.open_calls or c in known.made_calls}
         statement = known_calls_statement(self.tenant, self.session_id, call_ids)
         *_, rows = await self._flight(*self._deferred(), statement)
         return {call_id for (call_id,) in rows}
@@ -207,7 +220,29 @@ class SurfaceWrites(SessionScope):
     async def mark_answered(self, answers: Sequence[tuple[str, int]]) -> dict[str, bool]:
         """Record each ``(call_id, result_seq)`` as the call's answer, in one statement, as the
         caller decided (one answer per call); for each call made in this session, whether it
-        was open on the surface before (which answers are valid is the domain's rule)."""
+        was open on the surface before (which answers are valid is the domain's rule). When
+        this transaction knows every answered call is open (``KnownSession.answer``), the
+        update joins the deferred writes and nothing is read."""
+        if not answers:
+            return {}
+        known = self.known
+        if known is not None and known.answer(call_id for call_id, _ in answers):
+            pairs = list(answers)
+
+            def build(params: list[Any]) -> str:
+                ids = param(params, [call_id for call_id, _ in pairs])
+                seqs = param(params, [seq for _, seq in pairs])
+                return (
+                    "UPDATE tool_calls AS c SET result_seq = u.result_seq"
+                    f" FROM unnest(CAST({ids} AS text[]), CAST({seqs} AS bigint[]))"
+                    f" AS u(call_id, result_seq) WHERE {self._where_mine(params, 'c')}"
+                    " AND c.call_id = u.call_id"
+                )
+
+            self.batch.defer(build)
+            return {call_id: True for call_id, _ in pairs}
+        if known is not None:
+            known.lost = True
         rows = await self._with_pairs(_MARK_ANSWERED, ("ids", "seqs"), answers)
         return {call_id: was_open for call_id, was_open in rows}
 

@@ -125,6 +125,9 @@ class SessionRow(SessionKeyed, Base):
     log_bytes: Mapped[int] = mapped_column(server_default=_ZERO)
     create_time: Mapped[datetime] = mapped_column(server_default=_NOW)
     update_time: Mapped[datetime] = mapped_column(server_default=_NOW, onupdate=_NOW)
+    # Moves with every write of the row (migration 0008): a worker's cached session is current
+    # exactly while this is the version it cached (storage/session_cache.py).
+    row_version: Mapped[int] = mapped_column(server_default=_ZERO)
 
 
 class EventRow(SessionKeyed, Base):

@@ -20,7 +20,7 @@ from admission_service.app.derivation import derive_request, request_key
 from admission_service.app.hooks import Phase
 from admission_service.app.pricing import session_counter, write_priced
 from admission_service.app.rows import forecast_json
-from admission_service.app.unit_of_work import Call, Reply, UnitOfWork
+from admission_service.app.unit_of_work import Call, Reply, UnitOfWork, runs_again_if_moved
 from admission_service.app.use_cases.record import record_output
 from admission_service.domain import admission as rules
 from admission_service.domain import codec
@@ -39,6 +39,7 @@ from admission_service.domain.surface import effective_prompt, fold_system_nodes
 from admission_service.tokenizers import counter_for, counter_off_the_loop, load_off_the_loop
 
 
+@runs_again_if_moved
 async def admit(
     deps: Deps, tenant: str, command: AdmitCommand, idempotency: Idempotency | None
 ) -> Reply[AttemptResult]:
@@ -102,6 +103,7 @@ async def admit(
         return await uow.commit(result if recorded is None else replace(result, recorded=recorded))
 
 
+@runs_again_if_moved
 async def reconcile(
     deps: Deps, tenant: str, command: ReconcileCommand, idempotency: Idempotency | None
 ) -> Reply[AttemptResult]:

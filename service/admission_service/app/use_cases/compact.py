@@ -18,7 +18,7 @@ from admission_service.app.page_tokens import Shape
 from admission_service.app.ports import SurfaceNode
 from admission_service.app.pricing import session_counter, write_priced
 from admission_service.app.snapshot import snapshot
-from admission_service.app.unit_of_work import Call, Reply, UnitOfWork
+from admission_service.app.unit_of_work import Call, Reply, UnitOfWork, runs_again_if_moved
 from admission_service.domain import admission as rules
 from admission_service.domain.compaction import (
     CompactionNode,
@@ -84,6 +84,7 @@ async def plan_compaction(deps: Deps, tenant: str, command: PlanCompactionComman
     )
 
 
+@runs_again_if_moved
 async def compact(
     deps: Deps, tenant: str, command: CompactCommand, idempotency: Idempotency | None
 ) -> Reply[CompactResult]:

@@ -11,7 +11,7 @@ from admission_service.app.deps import Deps
 from admission_service.app.page_tokens import Shape, not_issued
 from admission_service.app.rows import session_info
 from admission_service.app.snapshot import snapshot
-from admission_service.app.unit_of_work import Call, Reply, UnitOfWork
+from admission_service.app.unit_of_work import Call, Reply, UnitOfWork, runs_again_if_moved
 
 _SESSION_NAMESPACE = uuid.UUID("6f1d8a52-3c1e-4c55-9a7e-8e0f1f3b7a10")
 
@@ -91,6 +91,7 @@ async def list_sessions(
     return Page(items, token)
 
 
+@runs_again_if_moved
 async def delete_session(
     deps: Deps,
     tenant: str,
