@@ -5,7 +5,9 @@ client sends between two answers of the server are one *flight* (a round trip), 
 proxy records each flight's message types and statements (``Q`` simple queries, ``P`` parses:
 the statement text; ``B``/``E`` binds and executes, ``S`` sync). The service runs with one worker
 and its health probe off, so the only traffic is the calls'; one caller makes S1's one-call steps
-(then the same step whose previous output used a tool: a tool call and its result; and the
+(then the same step whose previous output used a tool: a tool call and its result), on the
+service with its session cache warm and on one without a cache (``PAS_SESSION_CACHE_BYTES=0``:
+every step a miss); then the
 physical floor's call and the lean step prototype's, ``bench/lean_step.py``, for
 comparison) and the proxy's counts are divided by the
 number of calls.
@@ -173,11 +175,11 @@ async def run(steps: int, show_steps: int, width: int) -> None:
         proxy, port = await start_proxy(parsed.host or "127.0.0.1", parsed.port or 5432, wire)
         proxied = parsed.set(host="127.0.0.1", port=port).render_as_string(hide_password=False)
         # The migrations run directly; the service then serves through the proxy.
-        service = await asyncio.to_thread(
-            start_service,
-            proxied,
-            Path(logs),
-            env={"PAS_WORKERS": "1", "PAS_HEALTH_PROBE_SECONDS": "0"},
+        one_worker = {"PAS_WORKERS": "1", "PAS_HEALTH_PROBE_SECONDS": "0"}
+        service = await asyncio.to_thread(start_service, proxied, Path(logs), env=one_worker)
+        # The same service without its session cache: every step a miss.
+        uncached = await asyncio.to_thread(
+            start_service, proxied, Path(logs), env={**one_worker, "PAS_SESSION_CACHE_BYTES": "0"}
         )
         physical = await asyncio.to_thread(
             start_floor, proxied, Path(logs), 1, "bench.physical_floor"
@@ -187,25 +189,27 @@ async def run(steps: int, show_steps: int, width: int) -> None:
             start_floor, proxied, Path(logs), 1, "bench.lean_function"
         )
         try:
-            async with channel(service.target) as ch:
-                sessions = await _step_sessions(stub(ch), 10, 40)
-                kinds = (
-                    ("one-call step", one_call_step, "s"),
-                    ("one-call step, with a tool call and its result", tool_step, "t"),
-                )
-                for name, make_step, tag in kinds:
-                    for number in range(steps):  # warm up: prepared paths, caches
-                        await make_step(sessions[number % 10], f"{tag}w{number}")
-                    wire.reset()
-                    for number in range(steps):
-                        await make_step(sessions[number % 10], f"{tag}{number}")
-                    await asyncio.sleep(0.2)
-                    step = summary(wire, steps)
-                    print(f"{name}:", step)  # noqa: T201
-                    if show_steps:
-                        flights = int(step["round_trips_per_call"] + 0.5)
-                        wire.flights[:] = wire.flights[:flights]
-                        print(show(wire, 100, width))  # noqa: T201
+            cases = (("a warm cache", service), ("a cache miss every step", uncached))
+            for cache, server in cases:
+                async with channel(server.target) as ch:
+                    sessions = await _step_sessions(stub(ch), 10, 40)
+                    kinds = (
+                        ("one-call step", one_call_step, "s"),
+                        ("one-call step, with a tool call and its result", tool_step, "t"),
+                    )
+                    for name, make_step, tag in kinds:
+                        for number in range(steps):  # warm up: prepared paths, caches
+                            await make_step(sessions[number % 10], f"{tag}w{number}")
+                        wire.reset()
+                        for number in range(steps):
+                            await make_step(sessions[number % 10], f"{tag}{number}")
+                        await asyncio.sleep(0.2)
+                        step = summary(wire, steps)
+                        print(f"{name} ({cache}):", step)  # noqa: T201
+                        if show_steps:
+                            flights = int(step["round_trips_per_call"] + 0.5)
+                            wire.flights[:] = wire.flights[:flights]
+                            print(show(wire, 100, width))  # noqa: T201
             others = (
                 ("physical floor", physical),
                 ("lean step", lean),
@@ -227,6 +231,7 @@ async def run(steps: int, show_steps: int, width: int) -> None:
                     print(show(wire, flights, width))  # noqa: T201
         finally:
             service.stop()
+            uncached.stop()
             physical.stop()
             lean.stop()
             one_call.stop()

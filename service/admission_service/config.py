@@ -16,6 +16,11 @@
   connection, or a pooler that keeps prepared statements (PgBouncer ≥ 1.21 with
   ``max_prepared_statements``); off, nothing outlives a transaction (any transaction-mode
   pooler). With ``DATABASE_URL`` the service cannot tell what is in between: off unless set |
+| ``PAS_SESSION_CACHE_BYTES`` | ``16777216`` (16 MiB) | each worker's cache of the sessions
+  it wrote (``storage/session_cache.py``): a step on a cached session is one round trip to
+  PostgreSQL, checked by the session row's version; ``0`` turns it off (every step reads the
+  session first: two round trips). Balancer affinity on the ``x-pas-session`` header keeps a
+  session on one worker (docs/SCALING.md); correctness never depends on it |
 | ``PAS_DB_APP_ROLE`` | unset | ``migrate`` grants this existing role the data privileges the
   service needs (no DDL), for replicas that connect as it |
 | ``PAS_HEALTH_PROBE_SECONDS`` | ``2`` | how often the server checks the database for its health
@@ -110,6 +115,7 @@ from admission_service.app.limits import (
     Quotas,
 )
 from admission_service.app.page_tokens import MIN_KEY_CHARS as PAGE_TOKEN_KEY_CHARS
+from admission_service.storage.transactions import DEFAULT_SESSION_CACHE_BYTES
 from admission_service.telemetry.logs import LOG_FORMATS
 from admission_service.telemetry.tracing import TRACING_EXPORTERS
 from admission_service.token_hashes import is_token_hash
@@ -165,6 +171,7 @@ class Settings:
     db_max_overflow: int = 10
     # None: on for the embedded PostgreSQL (a direct connection), off with DATABASE_URL.
     db_prepared_statements: bool | None = None
+    session_cache_bytes: int = DEFAULT_SESSION_CACHE_BYTES
     db_app_role: str | None = None
     health_probe_seconds: float = 2.0
     shutdown_grace_seconds: float = 10.0
@@ -219,6 +226,9 @@ class Settings:
             db_pool_size=reader.integer("PAS_DB_POOL_SIZE", 10, minimum=1),
             db_max_overflow=reader.integer("PAS_DB_MAX_OVERFLOW", 10, minimum=0),
             db_prepared_statements=reader.optional_boolean("PAS_DB_PREPARED_STATEMENTS"),
+            session_cache_bytes=reader.integer(
+                "PAS_SESSION_CACHE_BYTES", DEFAULT_SESSION_CACHE_BYTES, minimum=0
+            ),
             db_app_role=reader.role_name("PAS_DB_APP_ROLE"),
             health_probe_seconds=reader.number("PAS_HEALTH_PROBE_SECONDS", 2.0),
             shutdown_grace_seconds=reader.number("PAS_SHUTDOWN_GRACE_SECONDS", 10.0),

@@ -195,6 +195,7 @@ async def compose(
         quotas=settings.quotas,
         encoders=convert.ENCODERS,
         idempotency_retention_seconds=settings.idempotency_retention_seconds,
+        session_cache_bytes=settings.session_cache_bytes,
     )
 
 

@@ -16,7 +16,7 @@ from admission_service.app.page_tokens import PageTokens
 from admission_service.app.ports import Storage
 from admission_service.app.quotas import TenantQuotas
 from admission_service.domain.catalog import Catalog
-from admission_service.storage.transactions import PostgresStorage
+from admission_service.storage.transactions import DEFAULT_SESSION_CACHE_BYTES, PostgresStorage
 
 # Each mutating RPC's response encoder, by method (``Call.method``): the API edge's, given at
 # composition. The unit of work stores its bytes for a request_id and replays them verbatim.
@@ -54,11 +54,13 @@ class Deps:
         storage: Storage | None = None,
         encoders: ResponseEncoders,
         idempotency_retention_seconds: float = IDEMPOTENCY_RETENTION_SECONDS,
+        session_cache_bytes: int = DEFAULT_SESSION_CACHE_BYTES,
     ) -> Deps:
-        """On PostgreSQL through ``engine``, or on another ``storage`` (the tests' fake)."""
+        """On PostgreSQL through ``engine`` (with a session cache of ``session_cache_bytes``),
+        or on another ``storage`` (the tests' fake)."""
         if storage is None:
             assert engine is not None, "an engine or a storage"
-            storage = PostgresStorage(engine)
+            storage = PostgresStorage(engine, session_cache_bytes)
         return cls(
             storage,
             catalog,

@@ -51,6 +51,9 @@ class SessionScope:
         self.known: KnownSession | None = None
         self.warm = False
         self._saved_row: Write | None = None
+        # The tool calls this transaction made whose rows are deferred, by id (an answer to one
+        # goes into its row: a deferred update could not see it).
+        self.unsent_calls: dict[str, dict[str, Any]] = {}
         # What ``read(lock=True)`` read ahead with the lock, by (kind, key), until asked for.
         self._read_ahead: dict[tuple[str, object], Any] = {}
         # Everything this transaction's writes added to the running sizes.
@@ -87,6 +90,7 @@ class SessionScope:
         return str(status)
 
     def _deferred(self, checked: Write | None = None) -> tuple[RawStatement, ...]:
+        self.unsent_calls = {}
         statement = self.batch.take(checked)
         if statement is None:
             return ()

@@ -120,9 +120,7 @@ class KnownSession:
         self.admission = entry.admission
         self.lost = False
         self._saved = False
-        # Calls this transaction made (their rows are not written yet: an answer to one must
-        # go to the database after them, not beside them in one statement).
-        self.made_calls: set[str] = set()
+        self.made_calls: set[str] = set()  # the calls this transaction made
 
     @classmethod
     def read(
@@ -173,11 +171,10 @@ class KnownSession:
             )
 
     def answer(self, call_ids: Iterable[str]) -> bool:
-        """Close ``call_ids`` if every one is open and was made before this transaction;
+        """Close ``call_ids`` if every one is open (made before this transaction or in it);
         False (nothing changed) otherwise: the database answers then."""
         call_ids = set(call_ids)
-        open_now = set(self.open_calls)
-        if self.lost or not call_ids <= open_now or call_ids & self.made_calls:
+        if self.lost or not call_ids <= set(self.open_calls):
             return False
         self.open_calls = [call_id for call_id in self.open_calls if call_id not in call_ids]
         return True

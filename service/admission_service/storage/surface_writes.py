@@ -119,10 +119,10 @@ class SurfaceWrites(SessionScope):
                 self.batch.insert("surface_nodes", [node])
                 await self.flush()
             if message is not None:
-                calls += (
-                    {**self._keys(), "call_id": call_id, "call_seq": event.seq}
-                    for call_id in message.tool_call_ids()
-                )
+                for call_id in message.tool_call_ids():
+                    row = {**self._keys(), "call_id": call_id, "call_seq": event.seq}
+                    self.unsent_calls[call_id] = row | {"result_seq": None}
+                    calls.append(self.unsent_calls[call_id])
         tail = [node for node in pending if node["message_pb"] is not None]
         made = {call["call_id"]: call["call_seq"] for call in calls}
         self._defer_nodes(pending, calls)
@@ -227,7 +227,16 @@ class SurfaceWrites(SessionScope):
             return {}
         known = self.known
         if known is not None and known.answer(call_id for call_id, _ in answers):
-            pairs = list(answers)
+            # A call this transaction made is answered in its row, not sent yet; the others
+            # by an update that joins the deferred writes.
+            pairs = []
+            for call_id, seq in answers:
+                if (unsent := self.unsent_calls.get(call_id)) is not None:
+                    unsent["result_seq"] = seq
+                else:
+                    pairs.append((call_id, seq))
+            if not pairs:
+                return {call_id: True for call_id, _ in answers}
 
             def build(params: list[Any]) -> str:
                 ids = param(params, [call_id for call_id, _ in pairs])
@@ -240,7 +249,7 @@ class SurfaceWrites(SessionScope):
                 )
 
             self.batch.defer(build)
-            return {call_id: True for call_id, _ in pairs}
+            return {call_id: True for call_id, _ in answers}
         if known is not None:
             known.lost = True
         rows = await self._with_pairs(_MARK_ANSWERED, ("ids", "seqs"), answers)

@@ -1,0 +1,235 @@
+"""Two workers on one session, each with its own session cache (storage/session_cache.py), on
+real PostgreSQL: whatever one writes, the other's next step on its stale cache is detected by
+the row's version, nothing it did on the stale state commits, and it runs again on a fresh
+read — no lost update, no answer made on a state that was not the stored one."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import pytest
+from admission_service.api import convert
+from admission_service.app import handlers
+from admission_service.app.commands import (
+    AdmitCommand,
+    AttemptResult,
+    Idempotency,
+    RecordCommand,
+)
+from admission_service.app.deps import Deps
+from admission_service.app.hooks import Phase
+from admission_service.app.unit_of_work import Reply
+from admission_service.domain.errors import InvalidArgument, SessionNotFound
+from admission_service.domain.messages import Message, Role, Text, ToolCall, ToolResult
+from admission_service.storage.session_cache import SessionCache
+from admission_service.storage.transactions import PostgresStorage
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from tests.app_support import CATALOG, ROUTE, user
+
+TENANT = "t"
+
+
+def worker(engine: AsyncEngine, **kwargs: Any) -> Deps:
+    """One worker's application: its own storage, so its own session cache."""
+    return Deps.compose(engine, CATALOG, encoders=convert.ENCODERS, **kwargs)
+
+
+def cache_of(deps: Deps) -> SessionCache:
+    storage = deps.storage
+    assert isinstance(storage, PostgresStorage) and storage.cache is not None
+    return storage.cache
+
+
+async def new_session(deps: Deps) -> str:
+    session_id = f"c-{uuid.uuid4().hex}"
+    await handlers.create_session(deps, TENANT, session_id, None)
+    return session_id
+
+
+async def step(
+    deps: Deps,
+    session_id: str,
+    text: str,
+    previous: AttemptResult | None = None,
+    assistant: Message | None = None,
+    results: tuple[ToolResult, ...] = (),
+    request_id: str | None = None,
+    **kwargs: Any,
+) -> Reply[AttemptResult]:
+    """One one-call step: the previous admission's output (an assistant reply by default),
+    then a user message."""
+    output = None
+    if previous is not None:
+        reply = assistant or Message(Role.ASSISTANT, (Text(f"re: {text}"),))
+        output = RecordCommand(session_id, previous.admission_id, reply, results)
+    command = AdmitCommand(
+        session_id,
+        1,
+        1,
+        "be brief",
+        (),
+        ROUTE,
+        users=(user(text),),
+        previous_output=output,
+        **kwargs,
+    )
+    key = Idempotency(request_id, b"digest") if request_id is not None else None
+    return await handlers.admit(deps, TENANT, command, key)
+
+
+async def admitted(deps: Deps, session_id: str, text: str, **kwargs: Any) -> AttemptResult:
+    reply = await step(deps, session_id, text, **kwargs)
+    assert reply.result is not None
+    return reply.result
+
+
+async def users_on_surface(deps: Deps, session_id: str) -> list[str]:
+    async with deps.storage.unit(TENANT, session_id, snapshot=True) as unit:
+        nodes = await unit.store.surface(with_empty=False)
+    texts = []
+    for node in nodes:
+        message = node.decoded()
+        if message is not None and message.role is Role.USER:
+            texts.extend(block.text for block in message.content if isinstance(block, Text))
+    return texts
+
+
+async def test_a_stale_cache_is_detected_and_the_step_runs_again_losing_nothing(
+    engine: AsyncEngine,
+) -> None:
+    a, b = worker(engine), worker(engine)
+    sid = await new_session(a)
+    first = await admitted(a, sid, "one")  # a caches the session
+    second = await admitted(b, sid, "two", previous=first)  # b reads it fresh and moves it
+    hits = cache_of(a).hits
+    third = await admitted(a, sid, "three", previous=second)  # a's cache is stale
+    assert cache_of(a).hits == hits + 1  # it was used, found stale, and the step ran again
+    assert third.revision == second.revision + 2  # its previous output, then its admission
+    assert third.user_seqs[0] > second.user_seqs[0]
+    assert await users_on_surface(a, sid) == ["one", "two", "three"]
+    # a's cache now holds what it committed: its next step is warm and right.
+    fourth = await admitted(a, sid, "four", previous=third)
+    assert cache_of(a).hits == hits + 2
+    assert fourth.revision == third.revision + 2
+    assert await users_on_surface(b, sid) == ["one", "two", "three", "four"]
+
+
+async def test_interleaved_workers_keep_every_step(engine: AsyncEngine) -> None:
+    """Two workers stepping the same session concurrently, each on its own cache: every step
+    lands once, in some order, with consecutive revisions."""
+    a, b = worker(engine), worker(engine)
+    sid = await new_session(a)
+    await admitted(a, sid, "start")
+
+    async def steps(deps: Deps, name: str) -> list[int]:
+        revisions = []
+        for number in range(8):
+            result = await admitted(deps, sid, f"{name}{number}")
+            revisions.append(result.revision)
+        return revisions
+
+    ran_a, ran_b = await asyncio.gather(steps(a, "a"), steps(b, "b"))
+    assert sorted(ran_a + ran_b) == list(range(2, 18))
+    surface = await users_on_surface(a, sid)
+    assert sorted(surface) == sorted(
+        ["start", *(f"a{n}" for n in range(8)), *(f"b{n}" for n in range(8))]
+    )
+    assert [t for t in surface if t.startswith("a")] == [f"a{n}" for n in range(8)]
+
+
+async def test_a_refusal_is_never_made_on_a_stale_cache(engine: AsyncEngine) -> None:
+    a, b = worker(engine), worker(engine)
+    sid = await new_session(a)
+    first = await admitted(a, sid, "one")
+    second = await admitted(b, sid, "two", previous=first)
+    # a's cache says the revision is first's: the caller's expected revision is the stored one.
+    third = await admitted(a, sid, "three", previous=second, expected_revision=second.revision)
+    assert third.revision == second.revision + 2
+
+
+async def test_validate_only_answers_for_the_stored_session(engine: AsyncEngine) -> None:
+    a, b = worker(engine), worker(engine)
+    sid = await new_session(a)
+    first = await admitted(a, sid, "one")
+    second = await admitted(b, sid, "two", previous=first)
+    checked = await admitted(a, sid, "three", previous=second, validate_only=True)
+    assert checked.revision == second.revision + 1  # its previous output on second's state
+    assert await users_on_surface(a, sid) == ["one", "two"]
+
+
+async def test_a_session_deleted_by_another_worker_is_not_found(engine: AsyncEngine) -> None:
+    a, b = worker(engine), worker(engine)
+    sid = await new_session(a)
+    first = await admitted(a, sid, "one")
+    await handlers.delete_session(b, TENANT, sid, None, None)
+    with pytest.raises(SessionNotFound):
+        await step(a, sid, "two", previous=first)
+
+
+async def test_a_tool_call_id_reused_after_its_answer_is_refused_on_a_warm_cache(
+    engine: AsyncEngine,
+) -> None:
+    """The cache knows the open calls, not every call ever made: the reused id fails the commit
+    on its key, and the step runs again on a fresh read, which refuses it."""
+    a = worker(engine)
+    sid = await new_session(a)
+    first = await admitted(a, sid, "one")
+    call = Message(Role.ASSISTANT, (ToolCall("c1", "read", "{}"),))
+    answered = (ToolResult("c1", (Text("body"),)),)
+    second = await admitted(a, sid, "two", previous=first, assistant=call, results=answered)
+    hits = cache_of(a).hits
+    with pytest.raises(InvalidArgument) as refused:
+        await step(a, sid, "three", previous=second, assistant=call)
+    assert "taken" in str(refused.value)
+    assert cache_of(a).hits == hits + 1  # refused after a warm attempt, not before
+    # Nothing of the refused step stayed; the next step is right.
+    third = await admitted(a, sid, "three", previous=second)
+    assert third.revision == second.revision + 2
+
+
+async def test_a_repeated_request_id_replays_on_a_warm_cache(engine: AsyncEngine) -> None:
+    a = worker(engine)
+    sid = await new_session(a)
+    first = await admitted(a, sid, "one")
+    reply = await step(a, sid, "two", previous=first, request_id="r-2")
+    assert reply.result is not None and reply.encoded is not None
+    again = await step(a, sid, "two", previous=first, request_id="r-2")
+    assert again.result is None  # replayed, not run again
+    assert again.encoded == reply.encoded
+    assert await users_on_surface(a, sid) == ["one", "two"]
+
+
+class CancelAt:
+    """Phase hooks that cancel the first Admit reaching ``phase``."""
+
+    def __init__(self, phase: Phase) -> None:
+        self.phase, self.armed = phase, False
+
+    async def reached(self, method: str, phase: Phase) -> None:
+        if self.armed and method == "Admit" and phase is self.phase:
+            self.armed = False
+            raise asyncio.CancelledError
+
+
+@pytest.mark.parametrize(
+    "phase", [Phase.LOAD, Phase.VALIDATE, Phase.PROJECT, Phase.DERIVE, Phase.COMMIT]
+)
+async def test_a_step_on_a_warm_cache_cancelled_at_any_phase_commits_nothing(
+    engine: AsyncEngine, phase: Phase
+) -> None:
+    hooks = CancelAt(phase)
+    a = worker(engine, hooks=hooks)
+    sid = await new_session(a)
+    first = await admitted(a, sid, "one")
+    hits = cache_of(a).hits
+    hooks.armed = True
+    with pytest.raises(asyncio.CancelledError):
+        await step(a, sid, "two", previous=first)
+    assert cache_of(a).hits == hits + 1  # the cancelled step ran on the cache
+    assert await users_on_surface(a, sid) == ["one"]
+    second = await admitted(a, sid, "two", previous=first)
+    assert second.revision == first.revision + 2
+    assert await users_on_surface(a, sid) == ["one", "two"]
