@@ -77,15 +77,27 @@ async def serve(listen: str, database_url: str, pool_size: int, max_overflow: in
 Step = Callable[[api.RecordRequest, Any], Awaitable[api.RecordResponse]]
 
 
-async def serve_step(listen: str, step: Step) -> None:
-    """Serve ``step`` as ``/bench.Floor/Step`` until SIGTERM or SIGINT; print ``ready`` once
-    listening (the benchmark waits for that line). Shared by both floors."""
+def print_ready() -> None:
+    print("ready", flush=True)  # noqa: T201 (the parent process waits for this line)
+
+
+async def serve_step(
+    listen: str,
+    step: Step,
+    *,
+    share_port: bool = False,
+    ready: Callable[[], None] = print_ready,
+) -> None:
+    """Serve ``step`` as ``/bench.Floor/Step`` until SIGTERM or SIGINT; call ``ready`` once
+    listening (by default print ``ready``: the benchmark waits for that line). Shared by both
+    floors. ``share_port``: bind with ``SO_REUSEPORT``, as the service's workers do, so several
+    processes serve one port (``bench/physical_floor.py --processes``)."""
     handler = grpc.unary_unary_rpc_method_handler(
         step,
         request_deserializer=api.RecordRequest.FromString,
         response_serializer=api.RecordResponse.SerializeToString,
     )
-    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 1 if share_port else 0)])
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler("bench.Floor", {"Step": handler}),)
     )
@@ -95,7 +107,7 @@ async def serve_step(listen: str, step: Step) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    print("ready", flush=True)  # noqa: T201 (the parent process waits for this line)
+    ready()
     await stop.wait()
     await server.stop(1)
 

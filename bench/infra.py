@@ -217,26 +217,38 @@ def _wait_line(server: ServerProcess, timeout: float) -> None:
 
 
 def start_service(
-    database_url: str, log_dir: Path, pool_size: int = 10, env: dict[str, str] | None = None
+    database_url: str,
+    log_dir: Path,
+    pool_size: int = 10,
+    env: dict[str, str] | None = None,
+    *,
+    prepared_statements: bool | None = True,
+    name: str = "service",
 ) -> ServerProcess:
     """``admission-service serve`` on a free port against ``database_url`` (migrating it);
-    ``env`` adds to or overrides its environment."""
+    ``env`` adds to or overrides its environment. ``prepared_statements`` sets
+    ``PAS_DB_PREPARED_STATEMENTS``; ``None`` leaves it unset, so the service takes its own
+    default for a ``DATABASE_URL`` (off: a transaction-mode pooler may sit in between), as
+    deployments run it. ``name`` names its log (``<name>.log``) when several run at once."""
     port = free_port()
-    log = log_dir / "service.log"
-    env = {
+    log = log_dir / f"{name}.log"
+    base = {
         **os.environ,
         "DATABASE_URL": database_url,
         "PAS_LISTEN": f"127.0.0.1:{port}",
         "PAS_DB_POOL_SIZE": str(pool_size),
         "PAS_LOG_LEVEL": "WARNING",
         "PAS_MIGRATE_ON_START": "true",
-        # Connected directly, as the floors are (they prepare after the fifth run too).
-        "PAS_DB_PREPARED_STATEMENTS": "true",
         # S3 measures FULL requests of 100 000 nodes (28 MB) on purpose: above the default
         # response bound, which exists to steer harnesses to the DELTA view.
         "PAS_LIMIT_MAX_RESPONSE_BYTES": str(256 * 1024 * 1024),
-        **(env or {}),
     }
+    base.pop("PAS_DB_PREPARED_STATEMENTS", None)
+    if prepared_statements is not None:
+        # True by default: connected directly, as the floors are (they prepare after the
+        # fifth run too).
+        base["PAS_DB_PREPARED_STATEMENTS"] = "true" if prepared_statements else "false"
+    env = {**base, **(env or {})}
     with log.open("wb") as out:
         process = subprocess.Popen(
             [sys.executable, "-c", SERVE, "serve"],
@@ -245,7 +257,7 @@ def start_service(
             stderr=subprocess.STDOUT,
             cwd=REPO,
         )
-    server = ServerProcess("service", process, f"127.0.0.1:{port}", log)
+    server = ServerProcess(name, process, f"127.0.0.1:{port}", log)
     try:
         _wait_healthy(server, 60)
     except BaseException:
@@ -255,10 +267,18 @@ def start_service(
 
 
 def start_floor(
-    database_url: str, log_dir: Path, pool_size: int = 10, module: str = "bench.floor"
+    database_url: str,
+    log_dir: Path,
+    pool_size: int = 10,
+    module: str = "bench.floor",
+    processes: int = 1,
 ) -> ServerProcess:
-    """A floor server (``bench.floor``, the service's stack, or ``bench.physical_floor``)."""
+    """A floor server (``bench.floor``, the service's stack, or ``bench.physical_floor``).
+    ``processes`` > 1 (the physical floor only): that many processes sharing the port, as the
+    service's workers do, each with a pool of ``pool_size``."""
     arguments = ["--database-url", database_url, "--pool-size", str(pool_size)]
+    if processes > 1:
+        arguments += ["--processes", str(processes)]
     return start_module(module, arguments, log_dir)
 
 

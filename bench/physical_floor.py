@@ -7,13 +7,25 @@ revision and next seq) and inserts one event row with the request's payload. One
 one durable commit (the server's own, fsync on), psycopg's prepared statement after the first
 few calls. Every target of the benchmark is a ratio to this, measured in the same run.
 
-    python -m bench.physical_floor --listen 127.0.0.1:PORT --database-url URL
+With ``--processes N`` (the benchmark passes the service's worker count) N such processes
+serve one port, each with its own event loop and pool, bound with ``SO_REUSEPORT`` as the
+service's workers are (``admission_service/api/workers.py``): the kernel hands each new
+connection to one of them. One process is the floor of one worker; the service's S2 throughput
+uses every core it has, so its floor must too.
+
+    python -m bench.physical_floor --listen 127.0.0.1:PORT --database-url URL [--processes N]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import ctypes
+import multiprocessing
+import os
+import signal
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -21,7 +33,7 @@ from promptadmission.v1 import admission_service_pb2 as api
 from psycopg_pool import AsyncConnectionPool
 from sqlalchemy.engine import make_url
 
-from bench.floor import serve_step
+from bench.floor import print_ready, serve_step
 
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS physical_sessions ("
@@ -53,11 +65,23 @@ def libpq_url(database_url: str) -> str:
     return make_url(database_url).set(drivername="postgresql").render_as_string(hide_password=False)
 
 
-async def serve(listen: str, database_url: str, pool_size: int) -> None:
-    conninfo = libpq_url(database_url)
-    async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as connection:
+def create_schema(conninfo: str) -> None:
+    """The floor's two tables, once (before any process serves)."""
+    with psycopg.connect(conninfo, autocommit=True) as connection:
         for statement in SCHEMA:
-            await connection.execute(statement)
+            connection.execute(statement)
+
+
+async def serve(
+    listen: str,
+    database_url: str,
+    pool_size: int,
+    *,
+    share_port: bool = False,
+    ready: Callable[[], None] = print_ready,
+) -> None:
+    """One process of the floor: its pool, its event loop, the one RPC."""
+    conninfo = libpq_url(database_url)
     pool = AsyncConnectionPool(
         conninfo,
         min_size=pool_size,
@@ -76,18 +100,65 @@ async def serve(listen: str, database_url: str, pool_size: int) -> None:
         return api.RecordResponse(revision=row[0])
 
     try:
-        await serve_step(listen, step)
+        await serve_step(listen, step, share_port=share_port, ready=ready)
     finally:
         await pool.close()
+
+
+def _process_main(listen: str, database_url: str, pool_size: int, started: Any) -> None:
+    """A forked process of a multi-process floor: serve the shared port until SIGTERM, and
+    die with the parent (``prctl(PR_SET_PDEATHSIG)``), so no orphan keeps serving the port
+    and loading the machine after a killed benchmark."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    asyncio.run(
+        serve(
+            listen, database_url, pool_size, share_port=True, ready=lambda: started.put(os.getpid())
+        )
+    )
+
+
+def serve_processes(listen: str, database_url: str, pool_size: int, processes: int) -> None:
+    """``processes`` forked floor processes on one port; print ``ready`` once every one
+    listens, and stop them all on SIGTERM or SIGINT. The parent serves nothing itself (as the
+    service's supervising parent): it creates no event loop, gRPC object or connection that
+    the processes would inherit."""
+    context = multiprocessing.get_context("fork")
+    started = context.Queue()
+    children = [
+        context.Process(target=_process_main, args=(listen, database_url, pool_size, started))
+        for _ in range(processes)
+    ]
+    for child in children:
+        child.start()
+    try:
+        for _ in children:
+            started.get(timeout=60)
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+        print_ready()
+        signal.sigwait({signal.SIGTERM, signal.SIGINT})
+    finally:
+        for child in children:
+            if child.is_alive():
+                child.terminate()  # SIGTERM: serve_step stops the server
+        for child in children:
+            child.join(15)
+            if child.is_alive():
+                child.kill()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--listen", required=True)
     parser.add_argument("--database-url", required=True)
-    parser.add_argument("--pool-size", type=int, default=10)
+    parser.add_argument("--pool-size", type=int, default=10, help="connections per process")
+    parser.add_argument("--processes", type=int, default=1, help="processes sharing the port")
     args = parser.parse_args()
-    asyncio.run(serve(args.listen, args.database_url, args.pool_size))
+    create_schema(libpq_url(args.database_url))
+    if args.processes > 1:
+        serve_processes(args.listen, args.database_url, args.pool_size, args.processes)
+    else:
+        asyncio.run(serve(args.listen, args.database_url, args.pool_size))
 
 
 if __name__ == "__main__":

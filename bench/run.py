@@ -21,10 +21,17 @@ from bench import scenarios, trace
 from bench.infra import REPO, bench_database, postgres_version, start_floor, start_service
 
 TARGETS = {
-    # Issue 14: one call per step against the physical floor.
+    # Issue 22 (issue 14's, revised): one call per step against the physical floor (with as
+    # many processes as the service has workers, one connection per caller), in both of the
+    # service's configurations: prepared statements on (connected directly, as the floors are)
+    # and as deployments run it (``_as_deployed``: PAS_DB_PREPARED_STATEMENTS unset, so the
+    # service's default for a DATABASE_URL, off).
     "s1_step_p50_ratio_physical": ("<=", 2.0),
-    "s1_step_p99_ratio_physical": ("<=", 2.0),
-    "s2_steps_ratio_physical": (">=", 0.5),
+    "s1_step_p99_ratio_physical": ("<=", 2.5),
+    "s2_steps_ratio_physical": (">=", 0.4),
+    "s1_step_p50_ratio_physical_as_deployed": ("<=", 2.0),
+    "s1_step_p99_ratio_physical_as_deployed": ("<=", 2.5),
+    "s2_steps_ratio_physical_as_deployed": (">=", 0.4),
     # Issue 7: against the same-stack floor.
     "s1_p50_ratio": ("<=", 1.5),
     "s1_p99_ratio": ("<=", 1.5),
@@ -75,6 +82,11 @@ def py_spy() -> str:
     return shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
 
 
+def deployed_profile(profile: Path) -> Path:
+    """Where ``--profile`` records the as-deployed service: beside the first service's file."""
+    return profile.with_name(f"{profile.stem}-as-deployed{profile.suffix}")
+
+
 def start_profiler(pid: int, out: Path) -> subprocess.Popen[bytes]:
     """py-spy (sampling, from PyPI) on the server process, collapsed stacks in ``out``."""
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -106,8 +118,19 @@ async def run(
     with bench_database() as (url, where):
         results["machine"]["postgres"] = f"{postgres_version(url)} ({where})"
         service = start_service(url, log_dir)
+        # The service as deployments run it (S1 and S2 only): PAS_DB_PREPARED_STATEMENTS
+        # unset, so its default for a DATABASE_URL (the benchmark always passes one, even to
+        # the embedded server's database).
+        deployed = (
+            start_service(url, log_dir, prepared_statements=None, name="service-as-deployed")
+            if only & {"S1", "S2"}
+            else None
+        )
         floor = start_floor(url, log_dir)
-        physical = start_floor(url, log_dir, module="bench.physical_floor")
+        # The physical floor with as many processes as the service has workers (SO_REUSEPORT).
+        physical = start_floor(
+            url, log_dir, module="bench.physical_floor", processes=len(service.workers())
+        )
         # The lean step prototypes on the service's schema (migrated by the service's start):
         # two pipelined round trips, and one (the same statements in a PL/pgSQL function).
         leans = {
@@ -115,16 +138,26 @@ async def run(
             "lean_function": start_floor(url, log_dir, module="bench.lean_function"),
         }
         results["machine"]["service_workers"] = len(service.workers())
-        profiler = start_profiler(service.pid, profile) if profile else None
+        results["machine"]["physical_floor_processes"] = len(physical.workers())
+        results["machine"]["service_prepared_statements"] = "true"
+        if deployed is not None:
+            results["machine"]["service_as_deployed_prepared_statements"] = (
+                "unset (the service's default for a DATABASE_URL: off)"
+            )
+        profilers = []
+        if profile:
+            profilers.append(start_profiler(service.pid, profile))
+            if deployed is not None:
+                profilers.append(start_profiler(deployed.pid, deployed_profile(profile)))
         try:
             results["machine"]["service_rss_idle_mib"] = round(service.rss_mib(), 1)
             if "S1" in only:
                 results["s1"] = await scenarios.s1_sequential(
-                    service, floor, physical, plan, leans=leans
+                    service, floor, physical, plan, leans=leans, deployed=deployed
                 )
             if "S2" in only:
                 results["s2"], results["s6"] = await scenarios.s2_throughput_and_s6_memory(
-                    service, floor, physical, plan, leans=leans
+                    service, floor, physical, plan, leans=leans, deployed=deployed
                 )
             if "S3" in only:
                 results["s3"] = await scenarios.s3_length_and_s4_inspect(service, plan, url)
@@ -140,10 +173,13 @@ async def run(
                     "replace": await trace.replay(service.target, "replace", steps, window),
                 }
         finally:
-            if profiler is not None:
+            for profiler in profilers:
                 profiler.send_signal(2)  # py-spy writes its output on SIGINT
+            for profiler in profilers:
                 profiler.wait(60)
             service.stop()
+            if deployed is not None:
+                deployed.stop()
             floor.stop()
             physical.stop()
             for server in leans.values():
@@ -174,6 +210,13 @@ def headline(results: dict[str, Any]) -> dict[str, Any]:
             "floor_cpu_ms_per_call": s1["floor_cpu_ms_per_call"],
             "s1_admit_cpu_ms_per_call": s1["admit_cpu_ms_per_call"],
         }
+        for measure in ("p50_ms", "p99_ms", "cpu_ms_per_call"):
+            if f"step_as_deployed_{measure}" in s1:
+                out[f"s1_step_as_deployed_{measure}"] = s1[f"step_as_deployed_{measure}"]
+        for quantile in ("p50", "p99"):
+            key = f"step_as_deployed_{quantile}_ratio_physical"
+            if key in s1:
+                out[f"s1_step_{quantile}_ratio_physical_as_deployed"] = s1[key]
         for name in ("lean_step", "lean_function"):
             for measure in (
                 "p50_ms",
@@ -197,6 +240,11 @@ def headline(results: dict[str, Any]) -> dict[str, Any]:
             "s6_uss_mib": results["s6"]["uss_after_mib"],
             "s6_server_pss_mib": results["s6"]["server_pss_after_mib"],
         }
+        if "steps_per_s_as_deployed" in results["s2"]:
+            out["s2_steps_per_s_16_as_deployed"] = results["s2"]["steps_per_s_as_deployed"]
+            out["s2_steps_ratio_physical_as_deployed"] = results["s2"][
+                "steps_ratio_physical_as_deployed"
+            ]
     for name in ("lean_step", "lean_function"):
         if f"{name}_ratio_physical" in results.get("s2", {}):
             out[f"s2_{name}_ratio_physical"] = results["s2"][f"{name}_ratio_physical"]
@@ -225,16 +273,16 @@ def headline(results: dict[str, Any]) -> dict[str, Any]:
 
 
 def table(results: dict[str, Any], flat: dict[str, Any]) -> str:
-    lines = [f"{'measure':<36} {'value':>12}  {'target':<10} verdict", "-" * 72]
+    lines = [f"{'measure':<40} {'value':>12}  {'target':<10} verdict", "-" * 76]
     for key, (op, target) in TARGETS.items():
         if key not in flat:
             continue
         goal = "report" if op == "report" else f"{op} {target}"
-        lines.append(f"{key:<36} {flat[key]:>12}  {goal:<10} {_verdict(key, flat[key])}")
-    lines.append("-" * 72)
+        lines.append(f"{key:<40} {flat[key]:>12}  {goal:<10} {_verdict(key, flat[key])}")
+    lines.append("-" * 76)
     for key, value in flat.items():
         if key not in TARGETS:
-            lines.append(f"{key:<36} {value:>12}")
+            lines.append(f"{key:<40} {value:>12}")
     if "s3" in results:
         lines.append("")
         lines.append(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import statistics
 import time
 import uuid
@@ -64,10 +65,12 @@ def ms(seconds: float) -> float:
 
 
 class Floor:
-    """A client of the floor server's one RPC."""
+    """One caller of a floor server's one RPC, on a connection of its own (as each of the
+    service's callers is): with a multi-process floor the kernel hands each connection to one
+    process, so callers sharing one connection would load only one of them."""
 
     def __init__(self, target: str) -> None:
-        self.channel = channel(target)
+        self.channel = channel(target, own_connection=True)
         self.step = self.channel.unary_unary(
             "/bench.Floor/Step",
             request_serializer=api.RecordRequest.SerializeToString,
@@ -125,14 +128,18 @@ async def s1_sequential(
     physical_server: ServerProcess,
     plan: Plan,
     leans: dict[str, ServerProcess] | None = None,
+    deployed: ServerProcess | None = None,
 ) -> dict[str, Any]:
     """One caller, steady state, four kinds of call in alternating blocks: the physical floor's
     call, the same-stack floor's call, an Admit (continuing in-history series, unchanged prompt,
     one 200-character user message, FULL derived request of a ~50-node surface) and a one-call
-    step (the previous output + the next admission, DELTA); and one more kind per server in
+    step (the previous output + the next admission, DELTA); one more kind per server in
     ``leans`` (name → server: the lean step prototypes, ``bench/lean_step.py``), reported
-    under ``<name>_*``."""
-    async with channel(service.target) as ch:
+    under ``<name>_*``; and with ``deployed`` (the service as deployments run it: its default
+    prepared-statement setting for a ``DATABASE_URL``) the same one-call step on it, reported
+    under ``step_as_deployed_*``. Every kind's caller has a connection of its own."""
+    async with contextlib.AsyncExitStack() as stack:
+        ch = await stack.enter_async_context(channel(service.target, own_connection=True))
         admission = stub(ch)
         floor = Floor(floor_server.target)
         physical = Floor(physical_server.target)
@@ -147,9 +154,20 @@ async def s1_sequential(
         warm = await Session.create(admission)
         await warm.grow_to(10)
         warm_steps = await _step_sessions(admission, 1, 10)
+        # The as-deployed service's caller: its own channel, sessions and warm-up alike.
+        deployed_steppers: list[Session] = []
+        deployed_warm: list[Session] = []
+        if deployed is not None:
+            dch = await stack.enter_async_context(channel(deployed.target, own_connection=True))
+            deployed_steppers = await _step_sessions(
+                stub(dch), sessions_needed, 50 - plan.s1_per_session
+            )
+            deployed_warm = await _step_sessions(stub(dch), 1, 10)
         for i in range(30):
             await warm.admit(PROMPT, [user(text(USER_CHARS, f"w{i}"))])
             await one_call_step(warm_steps[0], f"w{i}")
+            for session in deployed_warm:
+                await one_call_step(session, f"w{i}")
             await floor.call("s1-warm")
             await physical.call("s1-warm")
             for client in lean_clients.values():
@@ -158,10 +176,9 @@ async def s1_sequential(
         blocks = 10
         per_block = plan.s1_samples // blocks or 1
         nodes: list[int] = []
-        cpu = {"service": 0.0, "step": 0.0, "floor": 0.0, "physical": 0.0}
+        cpu = {"service": 0.0, "step": 0.0, "deployed": 0.0, "floor": 0.0, "physical": 0.0}
         cpu |= {name: 0.0 for name in lean_clients}
         admits = iter(range(plan.s1_samples * 2))
-        steps = iter(range(plan.s1_samples * 2))
 
         async def admit_block() -> list[float]:
             started = service.cpu_seconds()
@@ -175,15 +192,22 @@ async def s1_sequential(
             cpu["service"] += service.cpu_seconds() - started
             return out
 
-        async def step_block() -> list[float]:
-            started = service.cpu_seconds()
-            out = []
-            for _ in range(per_block):
-                i = next(steps)
-                session = steppers[min(i // plan.s1_per_session, len(steppers) - 1)]
-                out.append(await one_call_step(session, f"t{i}"))
-            cpu["step"] += service.cpu_seconds() - started
-            return out
+        def step_block(
+            server: ServerProcess, sessions: list[Session], key: str
+        ) -> Callable[[], Any]:
+            steps = iter(range(plan.s1_samples * 2))
+
+            async def block() -> list[float]:
+                started = server.cpu_seconds()
+                out = []
+                for _ in range(per_block):
+                    i = next(steps)
+                    session = sessions[min(i // plan.s1_per_session, len(sessions) - 1)]
+                    out.append(await one_call_step(session, f"t{i}"))
+                cpu[key] += server.cpu_seconds() - started
+                return out
+
+            return block
 
         def floor_block(client: Floor, server: ServerProcess, key: str) -> Callable[[], Any]:
             async def block() -> list[float]:
@@ -198,13 +222,17 @@ async def s1_sequential(
             floor_block(physical, physical_server, "physical"),
             floor_block(floor, floor_server, "floor"),
             admit_block,
-            step_block,
+            step_block(service, steppers, "step"),
         ]
+        if deployed is not None:
+            kinds.append(step_block(deployed, deployed_steppers, "deployed"))
         for name, client in lean_clients.items():
             kinds.append(floor_block(client, (leans or {})[name], name))
-        physical_lat, floor_lat, service_lat, step_lat, *lean_lat = await _timed_blocks(
+        physical_lat, floor_lat, service_lat, step_lat, *others = await _timed_blocks(
             blocks, *kinds
         )
+        deployed_lat = others.pop(0) if deployed is not None else []
+        lean_lat = others
         await floor.close()
         await physical.close()
         for client in lean_clients.values():
@@ -229,8 +257,19 @@ async def s1_sequential(
             f"{name}_p99_ratio_physical": round(l99 / p99, 3),
             f"{name}_cpu_ms_per_call": per_call(name, samples),
         }
+    deployed_figures: dict[str, float] = {}
+    if deployed_lat:
+        d50, d99 = percentile(deployed_lat, 50), percentile(deployed_lat, 99)
+        deployed_figures = {
+            "step_as_deployed_p50_ms": ms(d50),
+            "step_as_deployed_p99_ms": ms(d99),
+            "step_as_deployed_p50_ratio_physical": round(d50 / p50, 3),
+            "step_as_deployed_p99_ratio_physical": round(d99 / p99, 3),
+            "step_as_deployed_cpu_ms_per_call": per_call("deployed", deployed_lat),
+        }
     return {
         **lean_figures,
+        **deployed_figures,
         "samples": len(service_lat),
         "surface_nodes_mean": round(statistics.mean(nodes), 1),
         "physical_floor_p50_ms": ms(p50),
@@ -282,17 +321,42 @@ async def _throughput(
     return counted / elapsed
 
 
-async def _floor_rate(server: ServerProcess, plan: Plan, workers: int) -> float:
-    """A floor's calls/s with ``workers`` concurrent callers, each on its own session."""
-    client = Floor(server.target)
+def _cpu_spent(before: dict[int, float], after: dict[int, float]) -> list[float]:
+    """Each process's CPU seconds between two ``cpu_by_worker`` readings: whether every
+    process served its share."""
+    return [round(after[pid] - before.get(pid, 0.0), 2) for pid in sorted(after)]
+
+
+async def _floor_rate(server: ServerProcess, plan: Plan, workers: int) -> tuple[float, list[float]]:
+    """A floor's calls/s with ``workers`` concurrent callers, each on its own session and its
+    own connection (as the service's callers); and each of its processes' CPU seconds."""
+    clients = [Floor(server.target) for _ in range(workers)]
     ids = [f"s2-{uuid.uuid4().hex}" for _ in range(workers)]
 
     async def call(worker: int) -> None:
-        await client.call(ids[worker])
+        await clients[worker].call(ids[worker])
 
+    cpu_before = server.cpu_by_worker()
     rate = await _throughput(workers, min(plan.s2_seconds, 20.0), plan.s2_warmup, call)
-    await client.close()
-    return rate
+    cpu = _cpu_spent(cpu_before, server.cpu_by_worker())
+    for client in clients:
+        await client.close()
+    return rate, cpu
+
+
+async def _one_call_rate(
+    server: ServerProcess, sessions: list[Session], plan: Plan
+) -> tuple[float, list[float]]:
+    """The one-call step's steps/s with one concurrent caller per session (each on its own
+    connection); and each of the server's workers' CPU seconds over the run."""
+
+    async def service_step(worker: int) -> None:
+        session = sessions[worker]
+        await one_call_step(session, str(session.step))
+
+    cpu_before = server.cpu_by_worker()
+    rate = await _throughput(len(sessions), plan.s2_seconds, plan.s2_warmup, service_step)
+    return rate, _cpu_spent(cpu_before, server.cpu_by_worker())
 
 
 async def s2_throughput_and_s6_memory(
@@ -302,27 +366,33 @@ async def s2_throughput_and_s6_memory(
     plan: Plan,
     workers: int = 16,
     leans: dict[str, ServerProcess] | None = None,
+    deployed: ServerProcess | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """16 concurrent callers on 16 sessions, one call per step (the previous output + the next
     admission, DELTA view: harness workers keep the prefix), against both floors' calls/s at
-    16 callers; then, for comparison, the two-call loop (Admit + Record) for a third of the
-    time. The service's RSS is sampled throughout the one-call run (S6)."""
-    physical_rate = await _floor_rate(physical_server, plan, workers)
-    floor_rate = await _floor_rate(floor_server, plan, workers)
+    16 callers (every caller on a connection of its own, to the floors too); with ``deployed``
+    (the service as deployments run it) the same on it, right after; then, for comparison, the
+    two-call loop (Admit + Record) for a third of the time. The service's RSS is sampled
+    throughout its one-call run (S6)."""
+    physical_rate, physical_cpu = await _floor_rate(physical_server, plan, workers)
+    floor_rate, _ = await _floor_rate(floor_server, plan, workers)
     lean_rates = {
-        name: await _floor_rate(server, plan, workers) for name, server in (leans or {}).items()
+        name: (await _floor_rate(server, plan, workers))[0]
+        for name, server in (leans or {}).items()
     }
 
     # One connection per caller, as 16 harnesses would open: the kernel hands each connection
     # to one of the service's workers (SO_REUSEPORT), so one shared channel would load only one.
     channels = [channel(service.target, own_connection=True) for _ in range(workers)]
+    deployed_channels = (
+        []
+        if deployed is None
+        else [channel(deployed.target, own_connection=True) for _ in channels]
+    )
     try:
         sessions = [(await _step_sessions(stub(ch), 1, 10))[0] for ch in channels]
         pairs = [(await _step_sessions(stub(ch), 1, 10))[0] for ch in channels]
-
-        async def service_step(worker: int) -> None:
-            session = sessions[worker]
-            await one_call_step(session, str(session.step))
+        deployed_sessions = [(await _step_sessions(stub(ch), 1, 10))[0] for ch in deployed_channels]
 
         async def two_call_step(worker: int) -> None:
             session = pairs[worker]
@@ -339,17 +409,23 @@ async def s2_throughput_and_s6_memory(
 
         sampler = asyncio.create_task(sample_rss())
         rss_before = service.rss_mib()
-        cpu_before = service.cpu_by_worker()
-        rate = await _throughput(workers, plan.s2_seconds, plan.s2_warmup, service_step)
+        rate, worker_cpu = await _one_call_rate(service, sessions, plan)
         sampler.cancel()
         rss_after = service.rss_mib()
         memory_after = service.memory()
-        cpu_after = service.cpu_by_worker()
+        deployed_figures: dict[str, Any] = {}
+        if deployed is not None:
+            deployed_rate, deployed_cpu = await _one_call_rate(deployed, deployed_sessions, plan)
+            deployed_figures = {
+                "steps_per_s_as_deployed": round(deployed_rate, 1),
+                "steps_ratio_physical_as_deployed": round(deployed_rate / physical_rate, 3),
+                "worker_cpu_seconds_as_deployed": deployed_cpu,
+            }
         two_call_rate = await _throughput(
             workers, plan.s2_seconds / 3, plan.s2_warmup, two_call_step
         )
     finally:
-        for ch in channels:
+        for ch in [*channels, *deployed_channels]:
             await ch.close(None)
     half = [value for at, value in rss if at >= (plan.s2_seconds + plan.s2_warmup) / 2]
     s2 = {
@@ -358,6 +434,9 @@ async def s2_throughput_and_s6_memory(
         "seconds": plan.s2_seconds,
         "view": "DELTA",
         "physical_floor_calls_per_s": round(physical_rate, 1),
+        # Each physical floor process's CPU seconds over its run: every process served.
+        "physical_floor_processes": len(physical_server.workers()),
+        "physical_floor_cpu_seconds": physical_cpu,
         "floor_calls_per_s": round(floor_rate, 1),
         "steps_per_s": round(rate, 1),
         "throughput_ratio": round(rate / floor_rate, 3),
@@ -371,9 +450,8 @@ async def s2_throughput_and_s6_memory(
             for name, rate in lean_rates.items()
         },
         # Each worker's CPU seconds over the one-call run: every worker served its share.
-        "worker_cpu_seconds": [
-            round(cpu_after[pid] - cpu_before.get(pid, 0.0), 2) for pid in sorted(cpu_after)
-        ],
+        "worker_cpu_seconds": worker_cpu,
+        **deployed_figures,
     }
     s6 = {
         "rss_before_mib": round(rss_before, 1),
