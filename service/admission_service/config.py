@@ -111,11 +111,11 @@ from admission_service.app.limits import (
     IDEMPOTENCY_RETENTION_SECONDS,
     IDEMPOTENCY_SWEEP_SECONDS,
     MIB,
+    SESSION_CACHE_BYTES,
     Limits,
     Quotas,
 )
 from admission_service.app.page_tokens import MIN_KEY_CHARS as PAGE_TOKEN_KEY_CHARS
-from admission_service.storage.transactions import DEFAULT_SESSION_CACHE_BYTES
 from admission_service.telemetry.logs import LOG_FORMATS
 from admission_service.telemetry.tracing import TRACING_EXPORTERS
 from admission_service.token_hashes import is_token_hash
@@ -171,7 +171,7 @@ class Settings:
     db_max_overflow: int = 10
     # None: on for the embedded PostgreSQL (a direct connection), off with DATABASE_URL.
     db_prepared_statements: bool | None = None
-    session_cache_bytes: int = DEFAULT_SESSION_CACHE_BYTES
+    session_cache_bytes: int = SESSION_CACHE_BYTES
     db_app_role: str | None = None
     health_probe_seconds: float = 2.0
     shutdown_grace_seconds: float = 10.0
@@ -227,7 +227,7 @@ class Settings:
             db_max_overflow=reader.integer("PAS_DB_MAX_OVERFLOW", 10, minimum=0),
             db_prepared_statements=reader.optional_boolean("PAS_DB_PREPARED_STATEMENTS"),
             session_cache_bytes=reader.integer(
-                "PAS_SESSION_CACHE_BYTES", DEFAULT_SESSION_CACHE_BYTES, minimum=0
+                "PAS_SESSION_CACHE_BYTES", SESSION_CACHE_BYTES, minimum=0
             ),
             db_app_role=reader.role_name("PAS_DB_APP_ROLE"),
             health_probe_seconds=reader.number("PAS_HEALTH_PROBE_SECONDS", 2.0),

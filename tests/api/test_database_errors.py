@@ -14,6 +14,11 @@ transaction is open (paused at a phase hook):
 
 All three are ABORTED with ``CONCURRENT_MODIFICATION``: the transaction was rolled back, and a
 retry with the same ``request_id`` is safe (both clients retry it).
+
+These calls read their session under its lock (the server runs without its session cache). On
+a session the worker cached, nothing is locked before the commit: a key stored first by someone
+else fails the commit, and the call runs again on a fresh read, which finds that key (the last
+test; the cache's other conflicts: tests/integration/test_session_cache.py).
 """
 
 from __future__ import annotations
@@ -61,10 +66,16 @@ async def second_connection(database_url: str) -> Any:
 
 
 async def admit_during(
-    start_api: StartApi, database_url: str, phase: Phase, act: Callable[[str, str], Any]
+    start_api: StartApi,
+    database_url: str,
+    phase: Phase,
+    act: Callable[[str, str], Any],
+    session_cache_bytes: int = 0,
 ) -> grpc.aio.AioRpcError:
     hooks = ActAt("Admit", phase)
-    client = await start_api(hooks=hooks, database_url=database_url)
+    client = await start_api(
+        hooks=hooks, database_url=database_url, session_cache_bytes=session_cache_bytes
+    )
     sid = await create_session(client.stub)
     request_id = str(uuid.uuid4())
     hooks.action = lambda: act(sid, request_id)
@@ -144,6 +155,24 @@ async def test_a_unique_violation_is_aborted_concurrent_modification(
 
     error = await admit_during(start_api, database_url, Phase.DERIVE, someone_stores_the_key_first)
     assert_concurrent_modification(error)
+
+
+async def test_on_a_cached_session_a_key_stored_first_is_found_by_the_call_run_again(
+    start_api: StartApi, database_url: str
+) -> None:
+    async def someone_stores_the_key_first(sid: str, request_id: str) -> None:
+        await insert_the_calls_key(database_url, sid, request_id)
+
+    error = await admit_during(
+        start_api,
+        database_url,
+        Phase.DERIVE,
+        someone_stores_the_key_first,
+        session_cache_bytes=1 << 24,
+    )
+    # The stored key is for another request (its digest): the retry-safe answer to a reuse.
+    assert error.code() is grpc.StatusCode.ALREADY_EXISTS, error.details()
+    assert rich_error(error).reason == "REQUEST_ID_REUSED"
 
 
 async def test_a_serialization_failure_is_aborted_concurrent_modification(

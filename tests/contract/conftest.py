@@ -4,6 +4,7 @@ migrations, ``tests/conftest.py``): one suite, two adapters of the app's storage
 from __future__ import annotations
 
 import pytest
+from admission_service.app.limits import SESSION_CACHE_BYTES
 from admission_service.app.ports import Storage
 from admission_service.storage.transactions import PostgresStorage
 
@@ -14,4 +15,4 @@ from tests.fakes.storage import FakeStorage
 def storage(request: pytest.FixtureRequest) -> Storage:
     if request.param == "fake":
         return FakeStorage()
-    return PostgresStorage(request.getfixturevalue("engine"))
+    return PostgresStorage(request.getfixturevalue("engine"), SESSION_CACHE_BYTES)

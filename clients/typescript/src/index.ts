@@ -12,8 +12,13 @@
  *   response instead of committing twice (`REVISION_MISMATCH` and `STALE_COMPACTION_PLAN` are
  *   not retried: they fail the same way until the caller re-reads);
  * - `authorization: Bearer <token>` when a token is given;
+ * - `x-pas-session: <sessionId>` on a call about one session (balancer affinity, a hint);
  * - `errorInfo(err)` / `errorReason(err)` / `fieldViolations(err)` to read the service's
- *   `google.rpc.ErrorInfo` and `BadRequest` from a `ConnectError`.
+ *   `google.rpc.ErrorInfo` and `BadRequest` from a `ConnectError`;
+ * - `admitStreamed(client, request)` / `reconcileStreamed(client, request)`: Admit and
+ *   Reconcile for responses of any size (StreamAdmit, StreamReconcile), reassembled and checked
+ *   against their SHA-256 (`./streaming.ts`);
+ * - `readMaxBytes` / `writeMaxBytes`: the transport's message limits.
  */
 import { randomUUID } from "node:crypto";
 
@@ -35,6 +40,7 @@ export * from "./gen/promptadmission/v1/trajectory_pb.js";
 export * from "./promptFold.js";
 export * from "./trajectory.js";
 export * from "./reasoningContent.js";
+export * from "./streaming.js";
 export * from "./gen/promptadmission/v1/error_reason_pb.js";
 export {
   BadRequestSchema,
@@ -89,6 +95,14 @@ export interface AdmissionClientOptions {
   retryMaxDelayMs?: number;
   /** More interceptors, run inside this client's own (once per attempt). */
   interceptors?: Interceptor[];
+  /**
+   * The largest message the client accepts, in bytes (Connect's default: no limit below 4 GiB).
+   * A unary Admit or Reconcile response is at most the service's `PAS_LIMIT_MAX_RESPONSE_BYTES`
+   * (4 MiB by default); a streamed one comes in chunks of at most 1 MiB.
+   */
+  readMaxBytes?: number;
+  /** The largest message the client sends, in bytes (the service accepts 16 MiB by default). */
+  writeMaxBytes?: number;
 }
 
 /** The transport `createAdmissionClient` uses, for callers that build their own clients. */
@@ -98,6 +112,7 @@ export function createAdmissionTransport(options: AdmissionClientOptions): Trans
     throw new RangeError("timeoutMs must not be negative");
   }
   const interceptors: Interceptor[] = [
+    sessionAffinityInterceptor(),
     requestIdInterceptor(),
     retryInterceptor({
       retries: options.retries ?? DEFAULT_RETRIES,
@@ -113,6 +128,8 @@ export function createAdmissionTransport(options: AdmissionClientOptions): Trans
     baseUrl: options.baseUrl,
     defaultTimeoutMs: timeoutMs > 0 ? timeoutMs : undefined,
     interceptors,
+    ...(options.readMaxBytes === undefined ? {} : { readMaxBytes: options.readMaxBytes }),
+    ...(options.writeMaxBytes === undefined ? {} : { writeMaxBytes: options.writeMaxBytes }),
   });
 }
 
@@ -171,6 +188,26 @@ export function isRetryable(err: unknown): boolean {
 export function bearerTokenInterceptor(token: string): Interceptor {
   return (next) => async (req) => {
     req.header.set("authorization", `Bearer ${token}`);
+    return next(req);
+  };
+}
+
+/** The header a balancer keys session affinity on (`sessionAffinityInterceptor`). */
+export const SESSION_HEADER = "x-pas-session";
+
+/**
+ * Sets `x-pas-session: <sessionId>` on a call about one session, so that a balancer with
+ * session affinity (the compose topology's nginx: docs/SCALING.md) sends a session's calls to
+ * the replica whose session cache knows it. Only a hint: any replica answers any call.
+ */
+export function sessionAffinityInterceptor(): Interceptor {
+  return (next) => async (req) => {
+    if (!req.stream) {
+      const sessionId = (req.message as Record<string, unknown>)["sessionId"];
+      if (typeof sessionId === "string" && sessionId !== "") {
+        req.header.set(SESSION_HEADER, sessionId);
+      }
+    }
     return next(req);
   };
 }

@@ -197,6 +197,20 @@ test("the bearer token goes out as authorization metadata", async () => {
   assert.deepEqual(seen, ["Bearer s3cret", null]);
 });
 
+test("a call about one session names it in x-pas-session (balancer affinity)", async () => {
+  const seen: (string | null)[] = [];
+  const interceptor: Interceptor = (next) => async (req) => {
+    seen.push(req.header.get("x-pas-session"));
+    return next(req);
+  };
+  const sessionId = await newSession();
+
+  await client({ interceptors: [interceptor] }).getSession({ sessionId });
+  await client({ interceptors: [interceptor] }).listSessions({ pageSize: 1 });
+
+  assert.deepEqual(seen, [sessionId, null]);
+});
+
 test("a client can be built on a given transport", async () => {
   const transport = createAdmissionTransport({ baseUrl: server.baseUrl, timeoutMs: 5_000 });
   const sessionId = await newSession();

@@ -11,12 +11,17 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from admission_service.app.gate import SessionGate
 from admission_service.app.hooks import NO_HOOKS, PhaseHooks
-from admission_service.app.limits import IDEMPOTENCY_RETENTION_SECONDS, Limits, Quotas
+from admission_service.app.limits import (
+    IDEMPOTENCY_RETENTION_SECONDS,
+    SESSION_CACHE_BYTES,
+    Limits,
+    Quotas,
+)
 from admission_service.app.page_tokens import PageTokens
 from admission_service.app.ports import Storage
 from admission_service.app.quotas import TenantQuotas
 from admission_service.domain.catalog import Catalog
-from admission_service.storage.transactions import DEFAULT_SESSION_CACHE_BYTES, PostgresStorage
+from admission_service.storage.transactions import PostgresStorage
 
 # Each mutating RPC's response encoder, by method (``Call.method``): the API edge's, given at
 # composition. The unit of work stores its bytes for a request_id and replays them verbatim.
@@ -54,7 +59,7 @@ class Deps:
         storage: Storage | None = None,
         encoders: ResponseEncoders,
         idempotency_retention_seconds: float = IDEMPOTENCY_RETENTION_SECONDS,
-        session_cache_bytes: int = DEFAULT_SESSION_CACHE_BYTES,
+        session_cache_bytes: int = SESSION_CACHE_BYTES,
     ) -> Deps:
         """On PostgreSQL through ``engine`` (with a session cache of ``session_cache_bytes``),
         or on another ``storage`` (the tests' fake)."""

@@ -74,3 +74,10 @@ class Quotas:
 # Idempotency keys (app/sweeper.py): a retry within the retention window replays (AIP-155).
 IDEMPOTENCY_RETENTION_SECONDS = 24 * 3600.0
 IDEMPOTENCY_SWEEP_SECONDS = 60.0
+
+# The default bound of a worker's session cache (storage/session_cache.py,
+# PAS_SESSION_CACHE_BYTES):
+# an entry is a session's indexed state (its system nodes, open calls, last admission and the
+# frames since its last request), a few KiB for most; 16 MiB keeps thousands and holds a
+# worker's memory well under its budget (docs/BENCHMARKS.md, S6).
+SESSION_CACHE_BYTES = 16 * MIB

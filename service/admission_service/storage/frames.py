@@ -130,22 +130,9 @@ class FrameReads(SessionScope):
         if known is not None and not known.lost:
             frames = known.frames_since_request(from_position, split_position)
             if frames is None:
-                row = await self._execute_raw(
-                    _FRAMES,
-                    self._frame_params(from_position, split_position),
-                    binary=True,
-                    flush=True,
-                )
-                assert row is not None
-                frames = _frames(row)
+                frames = _frames(await self._read(_FRAMES, from_position, split_position, True))
             return known.system_nodes, frames, tuple(known.open_calls)
-        row = await self._execute_raw(
-            _FRAMES_SYSTEM_AND_OPEN,
-            self._frame_params(from_position, split_position),
-            binary=True,
-            flush=True,
-        )
-        assert row is not None
+        row = await self._read(_FRAMES_SYSTEM_AND_OPEN, from_position, split_position, True)
         system, calls = system_and_open(row[5:])
         return system, _frames(row[:5]), calls
 
@@ -155,11 +142,17 @@ class FrameReads(SessionScope):
         their count and price, and the count and price of those before ``split_position``.
 
         Deferred nodes are not read (no flush): ``write_events`` returns them as its tail."""
-        row = await self._execute_raw(
-            _FRAMES, self._frame_params(from_position, split_position), binary=True
-        )
+        return _frames(await self._read(_FRAMES, from_position, split_position, False))
+
+    async def _read(
+        self, sql: str, from_position: int, split_position: int | None, flush: bool
+    ) -> tuple[Any, ...]:
+        """The row of a read of the frames (``sql``: psycopg placeholders, binary results);
+        ``flush``: after the deferred writes, in the same round trip."""
+        params = self._frame_params(from_position, split_position)
+        row = await self._execute_raw(sql, params, binary=True, flush=flush)
         assert row is not None
-        return _frames(row)
+        return row  # type: ignore[no-any-return]
 
     async def frames_as_of(self, through_seq: int, first_message: int) -> bytes | None:
         """The derived messages from index ``first_message`` on of the surface as it was after

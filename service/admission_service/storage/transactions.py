@@ -18,12 +18,6 @@ from admission_service.storage.raw import RawStatement
 from admission_service.storage.repository import SessionStore, list_sessions
 from admission_service.storage.session_cache import CachedSession, SessionCache
 
-# The default bound of a worker's session cache: an entry is a session's indexed state (its
-# system nodes, open calls, last admission and the frames since its last request), a few KiB
-# for most; 16 MiB keeps thousands and holds a worker's memory well under its budget
-# (docs/BENCHMARKS.md, S6).
-DEFAULT_SESSION_CACHE_BYTES = 16 * 1024 * 1024
-
 _BEGIN = RawStatement("BEGIN")
 _BEGIN_SNAPSHOT = RawStatement("BEGIN ISOLATION LEVEL REPEATABLE READ")
 
@@ -168,7 +162,7 @@ class PostgresUnit:
 class PostgresStorage:
     """Units on ``engine``, with a session cache of ``cache_bytes`` (0: none)."""
 
-    def __init__(self, engine: AsyncEngine, cache_bytes: int = DEFAULT_SESSION_CACHE_BYTES) -> None:
+    def __init__(self, engine: AsyncEngine, cache_bytes: int) -> None:
         self.engine = engine
         self.cache = SessionCache(cache_bytes) if cache_bytes > 0 else None
 
