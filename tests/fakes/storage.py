@@ -24,8 +24,8 @@ from admission_service.domain.messages import Message, Tool
 from admission_service.domain.projection import SystemNode
 from admission_service.domain.series import SeriesState
 from admission_service.domain.session import Frames, Session, Shadowed, Written
+from admission_service.domain.stored import AdmissionRecord, Growth, StoredResponse
 from admission_service.storage import codec
-from admission_service.storage.repository import AdmissionRecord, Growth, StoredResponse
 
 _PROMPT_KINDS = (EventKind.SYSTEM_MESSAGE, EventKind.REQUEST_HEADER, EventKind.REQUEST_CONTEXT)
 

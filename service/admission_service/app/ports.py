@@ -23,7 +23,7 @@ from admission_service.domain.events import Event
 from admission_service.domain.messages import Message, Tool
 from admission_service.domain.projection import SystemNode
 from admission_service.domain.session import Frames, Session, Written
-from admission_service.storage.repository import AdmissionRecord, Growth, StoredResponse
+from admission_service.domain.stored import AdmissionRecord, Growth, StoredResponse
 
 
 class SurfaceNode(Protocol):

@@ -7,9 +7,9 @@ from typing import Any
 
 from admission_service.domain import codec
 from admission_service.domain.messages import Tool
+from admission_service.domain.stored import AdmissionRecord
 from admission_service.storage.batch import param
 from admission_service.storage.raw import RawStatement
-from admission_service.storage.rows import AdmissionRecord
 from admission_service.storage.scope import NOT_READ, SessionScope
 
 _ADMISSION = (

@@ -18,16 +18,14 @@ many round trips as the irreducible lock, read, write and commit.
 
 from __future__ import annotations
 
+from admission_service.domain.stored import AdmissionRecord, Growth, StoredResponse
 from admission_service.storage.admissions import AdmissionWrites
 from admission_service.storage.frames import FrameReads
 from admission_service.storage.inspection import InspectionReads
 from admission_service.storage.rows import (
-    AdmissionRecord,
-    Growth,
     LedgerRow,
     NodeRecord,
     StoredEvent,
-    StoredResponse,
     SystemNodeDetail,
 )
 from admission_service.storage.session_rows import SessionRows, list_sessions

@@ -3,7 +3,8 @@
 The rows a caller reads further (``StoredEvent``, ``NodeRecord``, ``SystemNodeDetail``,
 ``LedgerRow``) keep their columns' names and decode themselves into domain values
 (``event()``, ``decoded()``, ``update``), so no caller knows a stored encoding; the others are
-the values of the idempotency keys, admissions and running sizes. The session row is the
+the domain's values of the idempotency keys, admissions and running sizes (``domain/stored.py``).
+The session row is the
 domain's aggregate (``domain.session.Session``), with the frames it derives requests from.
 """
 
@@ -17,49 +18,8 @@ from sqlalchemy import Column, Table
 
 from admission_service.domain import codec as json_codec
 from admission_service.domain.events import Append, Event, EventKind, Replace, SurfaceOp
-from admission_service.domain.messages import Message, Tool
+from admission_service.domain.messages import Message
 from admission_service.storage import codec
-
-
-@dataclass(slots=True)
-class Growth:
-    """What a transaction's writes added to a session's running sizes (negative: removed)."""
-
-    surface_bytes: int = 0
-    surface_nodes: int = 0
-    log_bytes: int = 0
-    events: int = 0
-
-    def minus(self, other: Growth) -> Growth:
-        return Growth(
-            self.surface_bytes - other.surface_bytes,
-            self.surface_nodes - other.surface_nodes,
-            self.log_bytes - other.log_bytes,
-            self.events - other.events,
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class StoredResponse:
-    method: str
-    request_digest: bytes
-    response: bytes
-    # Where the response's derived request comes from, when ``response`` leaves it out
-    # (app/replay.py); None: ``response`` is the whole response.
-    derived_request: bytes | None = None
-    # Seconds since it was stored, by the database's clock (the sweeper's): past the retention
-    # window the key is expired, even before the sweeper deletes it.
-    age_seconds: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class AdmissionRecord:
-    admission_id: str
-    turn: int
-    step: int
-    rendered_prompt: str
-    tools: tuple[Tool, ...]
-    attempts: int
 
 
 @dataclass(frozen=True, slots=True)

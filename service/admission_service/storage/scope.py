@@ -12,10 +12,10 @@ from sqlalchemy import ColumnElement, Executable, Table, and_
 from sqlalchemy.engine import CursorResult
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from admission_service.domain.stored import Growth
 from admission_service.storage.batch import StatementBatch, Write, param
 from admission_service.storage.failures import SessionMoved, moved
 from admission_service.storage.raw import RawStatement, execute_flight
-from admission_service.storage.rows import Growth
 from admission_service.storage.session_cache import CachedSession, KnownSession, SessionCache
 
 COMMIT = RawStatement("COMMIT")

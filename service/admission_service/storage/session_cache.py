@@ -31,8 +31,8 @@ from dataclasses import dataclass, replace
 from admission_service.domain.events import Append, Event
 from admission_service.domain.projection import SystemNode
 from admission_service.domain.session import NO_FRAMES, Frames, Session, Written
+from admission_service.domain.stored import AdmissionRecord, Growth
 from admission_service.domain.surface import fold_system_nodes
-from admission_service.storage.rows import AdmissionRecord, Growth
 
 SessionKey = tuple[str, str]  # (tenant, session_id)
 

@@ -16,11 +16,11 @@ from admission_service.domain import codec
 from admission_service.domain.accounting import PreviousRequest, RequestKey
 from admission_service.domain.series import SeriesState
 from admission_service.domain.session import RequestPrefix, Session, Shadowed
+from admission_service.domain.stored import StoredResponse
 from admission_service.storage.admissions import admission_record, admission_statement
 from admission_service.storage.batch import param
 from admission_service.storage.frames import system_and_open, system_and_open_statement
 from admission_service.storage.raw import RawStatement
-from admission_service.storage.rows import StoredResponse
 from admission_service.storage.scope import NOT_READ, SessionScope
 from admission_service.storage.session_cache import KnownSession
 from admission_service.storage.surface_writes import known_calls_statement
