@@ -31,7 +31,11 @@ RPCS = {
     "Inspect",
     "ListEvents",
     "ListTrajectory",
+    "StreamAdmit",
+    "StreamReconcile",
 }
+# The RPCs whose response is a stream of chunks (responses of any size).
+STREAMED_RPCS = {"StreamAdmit", "StreamReconcile"}
 
 
 def _read_files(directory: Path) -> dict[str, bytes]:
@@ -108,7 +112,7 @@ def test_the_service_exposes_every_rpc_with_its_own_request_and_response() -> No
         assert method.input_type.full_name == f"promptadmission.v1.{method.name}Request"
         assert method.output_type.full_name == f"promptadmission.v1.{method.name}Response"
         assert not method.client_streaming
-        assert not method.server_streaming
+        assert method.server_streaming is (method.name in STREAMED_RPCS)
         assert callable(getattr(admission_service_pb2_grpc.AdmissionServiceServicer, method.name))
     assert callable(admission_service_pb2_grpc.add_AdmissionServiceServicer_to_server)
 

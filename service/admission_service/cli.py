@@ -241,7 +241,12 @@ def _channel(args: argparse.Namespace, target: str) -> grpc.Channel:
 
 def _inspect(args: argparse.Namespace, out: TextIO) -> int:
     target = args.target or _default_target()
-    request = api.InspectRequest(session_id=args.session_id, wire_format=WIRE_FORMATS[args.wire])
+    # An operator sees both: each message, and the body the harness posts.
+    request = api.InspectRequest(
+        session_id=args.session_id,
+        wire_format=WIRE_FORMATS[args.wire],
+        content=pb.REQUEST_CONTENT_BOTH,
+    )
     metadata = (("authorization", f"Bearer {args.token}"),) if args.token else None
     with _channel(args, target) as channel:
         stub = api_grpc.AdmissionServiceStub(channel)

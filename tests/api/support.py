@@ -63,9 +63,21 @@ class DefaultDeadline(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[typ
     """Gives every call without a deadline ``DEFAULT_CALL_SECONDS``."""
 
     async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
-        if details.timeout is None:
-            details = details._replace(timeout=DEFAULT_CALL_SECONDS)
-        return await continuation(details, request)
+        return await continuation(_with_deadline(details), request)
+
+
+class DefaultStreamDeadline(grpc.aio.UnaryStreamClientInterceptor):  # type: ignore[type-arg]
+    """``DefaultDeadline`` for server-streaming calls (grpc.aio files an interceptor under one
+    kind of call only)."""
+
+    async def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
+        return await continuation(_with_deadline(details), request)
+
+
+def _with_deadline(details: Any) -> Any:
+    if details.timeout is None:
+        return details._replace(timeout=DEFAULT_CALL_SECONDS)
+    return details
 
 
 class MetadataInterceptor(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[type-arg]
@@ -79,11 +91,27 @@ class MetadataInterceptor(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore
         return await continuation(details._replace(metadata=metadata), request)
 
 
+class StreamMetadataInterceptor(grpc.aio.UnaryStreamClientInterceptor):  # type: ignore[type-arg]
+    """``MetadataInterceptor`` for server-streaming calls."""
+
+    def __init__(self, metadata: tuple[tuple[str, str], ...]) -> None:
+        self._metadata = metadata
+
+    async def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
+        metadata = tuple(details.metadata or ()) + self._metadata
+        return await continuation(details._replace(metadata=metadata), request)
+
+
 def channel_with_metadata(target: str, *metadata: tuple[str, str]) -> grpc.aio.Channel:
     """A plaintext channel to ``target`` that sends ``metadata`` with every call."""
     return grpc.aio.insecure_channel(
         target,
-        interceptors=[MetadataInterceptor(metadata), DefaultDeadline()],  # type: ignore[list-item]
+        interceptors=[
+            MetadataInterceptor(metadata),  # type: ignore[list-item]
+            StreamMetadataInterceptor(metadata),  # type: ignore[list-item]
+            DefaultDeadline(),  # type: ignore[list-item]
+            DefaultStreamDeadline(),  # type: ignore[list-item]
+        ],
     )
 
 
@@ -92,7 +120,10 @@ def async_stub(channel: grpc.aio.Channel) -> api_grpc.AdmissionServiceAsyncStub:
 
 
 def connect(server: RunningServer) -> ApiClient:
-    channel = grpc.aio.insecure_channel(server.target, interceptors=[DefaultDeadline()])  # type: ignore[list-item]
+    channel = grpc.aio.insecure_channel(
+        server.target,
+        interceptors=[DefaultDeadline(), DefaultStreamDeadline()],  # type: ignore[list-item]
+    )
     return ApiClient(server, channel, async_stub(channel))
 
 

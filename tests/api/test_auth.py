@@ -108,6 +108,21 @@ def calls(alpha: Alpha) -> dict[str, Callable[[Stub], Awaitable[Any]]]:
         "Inspect": lambda s: s.Inspect(api.InspectRequest(session_id=sid)),
         "ListEvents": lambda s: s.ListEvents(api.ListEventsRequest(session_id=sid)),
         "ListTrajectory": lambda s: s.ListTrajectory(api.ListTrajectoryRequest(session_id=sid)),
+        # A streamed call's status comes with its first read.
+        "StreamAdmit": lambda s: s.StreamAdmit(
+            api.StreamAdmitRequest(
+                request=admit_request(sid, "beta's prompt", "beta's user", turn=9)
+            )
+        ).read(),
+        "StreamReconcile": lambda s: s.StreamReconcile(
+            api.StreamReconcileRequest(
+                request=api.ReconcileRequest(
+                    session_id=sid,
+                    admission_id=alpha.admission_id,
+                    route=admit_request("", "").route,
+                )
+            )
+        ).read(),
     }
 
 
@@ -204,6 +219,8 @@ SESSION_RPCS = [
     "Inspect",
     "ListEvents",
     "ListTrajectory",
+    "StreamAdmit",
+    "StreamReconcile",
 ]
 
 

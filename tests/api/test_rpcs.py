@@ -121,6 +121,7 @@ async def test_a_session_from_admission_to_compaction(
             turn=2,
             tools=[READ_TOOL],
             wire_format=pb.WIRE_FORMAT_OPENAI_CHAT,
+            content=pb.REQUEST_CONTENT_BOTH,  # the body, and the messages the retry compares
             expected_revision=recorded.revision,
         )
     )

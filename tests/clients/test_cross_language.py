@@ -153,7 +153,7 @@ async def test_one_session_driven_alternately_from_typescript_and_python(
             )
         )
         view = await inspect_from_both()
-        assert len(view.request.messages) == 3
+        assert view.request.total_messages == 3
 
         # Python admits prompt B on the in-history route: appended after the cached history.
         second = await python.admit(

@@ -280,7 +280,11 @@ async def test_record_refuses_what_no_format_can_express(
 async def test_a_reasoning_signature_round_trips(stub: Stub) -> None:
     session_id, _ = await one_step(stub, ANTHROPIC_ROUTE, [reasoning("r", "c2ln"), text("a")])
     inspected = await stub.Inspect(
-        api.InspectRequest(session_id=session_id, wire_format=pb.WIRE_FORMAT_ANTHROPIC_MESSAGES)
+        api.InspectRequest(
+            session_id=session_id,
+            wire_format=pb.WIRE_FORMAT_ANTHROPIC_MESSAGES,
+            content=pb.REQUEST_CONTENT_BOTH,
+        )
     )
     assert inspected.request.messages[-1].content[0].reasoning.signature == "c2ln"
     assert '{"type":"thinking","thinking":"r","signature":"c2ln"}' in inspected.request.body_json

@@ -113,6 +113,11 @@ _DIVERGENCE_REASONS = _named(DivergenceReason, pb.DivergenceReason.Value, "DIVER
 _REQUEST_VIEWS_OUT = _named(RequestView, pb.RequestView.Value, "REQUEST_VIEW_")
 _REQUEST_VIEWS = _inbound(_REQUEST_VIEWS_OUT, RequestView.FULL)
 _EVENT_KINDS = _named(EventKind, pb.EventKind.Value, "EVENT_KIND_")
+_REQUEST_CONTENTS_OUT = _named(app.RequestContent, pb.RequestContent.Value, "REQUEST_CONTENT_")
+_REQUEST_CONTENTS: dict[int, app.RequestContent | None] = {
+    0: None,
+    **{int(value): member for member, value in _REQUEST_CONTENTS_OUT.items()},
+}
 
 # Block kinds (the ContentBlock oneof names) each kind of inbound message may carry.
 USER_BLOCKS = frozenset({"text", "image"})
@@ -155,6 +160,25 @@ def selection_from_proto(
     if held.message_count < 0:
         raise InvalidArgument("held_prefix.message_count", "must not be negative")
     return RequestSelection(view, HeldPrefix(held.message_count, held.digest))
+
+
+def delivery_from_proto(
+    request: api.AdmitRequest | api.ReconcileRequest | api.InspectRequest,
+    *,
+    streamed: bool = False,
+) -> app.Delivery:
+    """The requested content (REQUEST_CONTENT_UNSPECIFIED: the wire format's one form); a
+    NEUTRAL request has no body to carry alone."""
+    content = _enum_in(_REQUEST_CONTENTS, request.content, "content", "RequestContent")
+    neutral = request.wire_format in (pb.WIRE_FORMAT_UNSPECIFIED, pb.WIRE_FORMAT_NEUTRAL)
+    if content is app.RequestContent.BODY and neutral:
+        raise InvalidArgument(
+            "content",
+            "REQUEST_CONTENT_BODY needs a provider wire_format: WIRE_FORMAT_NEUTRAL has no body",
+        )
+    if content is None and not streamed:
+        return app.DEFAULT_DELIVERY
+    return app.Delivery(content, streamed)
 
 
 # ---- requests: idempotency ----------------------------------------------------------------
@@ -279,7 +303,7 @@ def route_from_proto(request: api.AdmitRequest | api.ReconcileRequest) -> app.Ro
 # ---- requests: commands -------------------------------------------------------------------
 
 
-def admit_command(request: api.AdmitRequest) -> app.AdmitCommand:
+def admit_command(request: api.AdmitRequest, *, streamed: bool = False) -> app.AdmitCommand:
     return app.AdmitCommand(
         session_id=request.session_id,
         turn=request.turn,
@@ -298,10 +322,13 @@ def admit_command(request: api.AdmitRequest) -> app.AdmitCommand:
         selection=selection_from_proto(request),
         previous_output=_previous_output(request),
         config=canonical_config(request.config),
+        delivery=delivery_from_proto(request, streamed=streamed),
     )
 
 
-def reconcile_command(request: api.ReconcileRequest) -> app.ReconcileCommand:
+def reconcile_command(
+    request: api.ReconcileRequest, *, streamed: bool = False
+) -> app.ReconcileCommand:
     return app.ReconcileCommand(
         session_id=request.session_id,
         admission_id=request.admission_id,
@@ -310,6 +337,7 @@ def reconcile_command(request: api.ReconcileRequest) -> app.ReconcileCommand:
         validate_only=request.validate_only,
         expected_revision=_expected_revision(request),
         selection=selection_from_proto(request),
+        delivery=delivery_from_proto(request, streamed=streamed),
     )
 
 
@@ -507,6 +535,7 @@ def derived_request_to_proto(
         first_message_index=view.first_message_index,
         total_messages=view.total_messages,
         digest=view.digest,
+        content=_REQUEST_CONTENTS_OUT[view.content],
     )
     if view.render_error is not None:
         error = view.render_error

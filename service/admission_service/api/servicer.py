@@ -11,6 +11,7 @@ never parsed and encoded again.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -24,6 +25,7 @@ from admission_service.app import handlers
 from admission_service.app.commands import Idempotency
 from admission_service.app.deps import Deps
 from admission_service.app.unit_of_work import Reply
+from admission_service.domain.errors import fields_under
 
 Context = grpc.aio.ServicerContext[Any, Any]
 Command = TypeVar("Command")
@@ -33,6 +35,10 @@ SERVICE = api.DESCRIPTOR.services_by_name["AdmissionService"]
 # A mutating use case's handler: (deps, tenant, command, idempotency) -> its reply (result and
 # response bytes).
 UseCase = Callable[[Deps, str, Command, Idempotency | None], Awaitable[Reply[Any]]]
+# A streamed response's chunks carry at most this many bytes of the encoded response: far below
+# gRPC's default 4 MiB receive limit and the buffers of proxies on the way (deploy/nginx).
+CHUNK_BYTES = 1024 * 1024
+Chunk = api.StreamAdmitResponse | api.StreamReconcileResponse
 # A paged read of one session: (deps, tenant, session_id, page_size, page_token) -> the page.
 PageRead = Callable[[Deps, str, str, int, str], Awaitable[Paged]]
 
@@ -87,6 +93,32 @@ class AdmissionServicer:
             context, request, "Reconcile", convert.reconcile_command, handlers.reconcile
         )
 
+    async def StreamAdmit(
+        self, request: api.StreamAdmitRequest, context: Context
+    ) -> convert.EncodedResponse:
+        """Admit, its response sent in chunks (``_stream``)."""
+        with fields_under("request"):
+            response = await self._write(
+                context, request.request, "Admit", _streamed(convert.admit_command), handlers.admit
+            )
+        await _stream(context, response.data, api.StreamAdmitResponse)
+        return response
+
+    async def StreamReconcile(
+        self, request: api.StreamReconcileRequest, context: Context
+    ) -> convert.EncodedResponse:
+        """Reconcile, its response sent in chunks (``_stream``)."""
+        with fields_under("request"):
+            response = await self._write(
+                context,
+                request.request,
+                "Reconcile",
+                _streamed(convert.reconcile_command),
+                handlers.reconcile,
+            )
+        await _stream(context, response.data, api.StreamReconcileResponse)
+        return response
+
     async def Record(self, request: api.RecordRequest, context: Context) -> convert.EncodedResponse:
         return await self._write(
             context, request, "Record", convert.record_command, handlers.record
@@ -116,6 +148,7 @@ class AdmissionServicer:
             request.session_id,
             convert.wire_format_from_proto(request.wire_format),
             convert.selection_from_proto(request),
+            convert.delivery_from_proto(request),
         )
         return convert.inspect_response(result)
 
@@ -160,6 +193,28 @@ class AdmissionServicer:
         return convert.encoded_response(method, await use_case(self._deps, tenant, command, key))
 
 
+def _streamed(to_command: Callable[..., Command]) -> Callable[[Any], Command]:
+    def streamed(request: Any) -> Command:
+        return to_command(request, streamed=True)
+
+    return streamed
+
+
+async def _stream(context: Context, data: bytes, chunk: type[Chunk]) -> None:
+    """Send an encoded response in chunks of at most ``CHUNK_BYTES``, the first carrying the
+    whole size and SHA-256 the caller checks the reassembled bytes against. The response is
+    committed (and stored for its request_id) before the first chunk leaves."""
+    view = memoryview(data)
+    first = chunk(
+        data=bytes(view[:CHUNK_BYTES]),
+        total_bytes=len(data),
+        sha256=hashlib.sha256(data).digest(),
+    )
+    await context.write(first)
+    for offset in range(CHUNK_BYTES, len(data), CHUNK_BYTES):
+        await context.write(chunk(data=bytes(view[offset : offset + CHUNK_BYTES])))
+
+
 def _session_id(request: api.CreateSessionRequest | api.DeleteSessionRequest) -> str:
     return request.session_id
 
@@ -170,19 +225,24 @@ def _as_is(response: convert.EncodedResponse) -> bytes:
 
 def add_to_server(servicer: AdmissionServicer, server: grpc.aio.Server) -> None:
     """Register every ``AdmissionService`` method of ``servicer`` on ``server``: a mutation's
-    response bytes pass through unchanged, a read's message is serialized by gRPC."""
-    handlers = {
-        method.name: grpc.unary_unary_rpc_method_handler(
-            getattr(servicer, method.name),
-            request_deserializer=GetMessageClass(method.input_type).FromString,
-            response_serializer=(
-                _as_is
-                if method.name in convert.WRITES
-                else GetMessageClass(method.output_type).SerializeToString
-            ),
-        )
-        for method in SERVICE.methods
-    }
+    response bytes pass through unchanged, a read's message is serialized by gRPC. A streamed
+    method (StreamAdmit, StreamReconcile) is a coroutine that writes its chunks itself, so the
+    interceptors wrap it as they wrap a unary one (``api/unary.py``)."""
+    handlers = {}
+    for method in SERVICE.methods:
+        behavior = getattr(servicer, method.name)
+        deserializer = GetMessageClass(method.input_type).FromString
+        serializer = GetMessageClass(method.output_type).SerializeToString
+        if method.server_streaming:
+            handlers[method.name] = grpc.unary_stream_rpc_method_handler(
+                behavior, request_deserializer=deserializer, response_serializer=serializer
+            )
+        else:
+            handlers[method.name] = grpc.unary_unary_rpc_method_handler(
+                behavior,
+                request_deserializer=deserializer,
+                response_serializer=_as_is if method.name in convert.WRITES else serializer,
+            )
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(SERVICE.full_name, handlers),)
     )

@@ -59,40 +59,64 @@ def _check_surface(
         )
 
 
-def check_derived_request_size(size: int, limits: Limits) -> None:
-    """Refuse to return a derived request (message frames and rendered body) larger than a
-    client can receive: gRPC clients refuse messages over 4 MiB unless configured otherwise,
-    and would be left unable to read their own session."""
+def check_derived_request_size(size: int, limits: Limits, *, streamed: bool = False) -> None:
+    """Refuse to return a derived request (what the response carries of it: message frames,
+    rendered body or both) larger than a client can receive: gRPC clients refuse messages over
+    4 MiB unless configured otherwise, and would be left unable to read their own session. A
+    streamed response (StreamAdmit, StreamReconcile) travels in chunks of at most 1 MiB, so
+    only the streamed bound, sized for a session at its surface bound, applies to it."""
+    if streamed:
+        if size > limits.max_streamed_response_bytes:
+            _response_too_large(
+                f"the derived request is {size} bytes, over the streamed response bound of "
+                f"{limits.max_streamed_response_bytes} "
+                "(PAS_LIMIT_MAX_STREAMED_RESPONSE_BYTES): ask for one content "
+                "(REQUEST_CONTENT_MESSAGES or REQUEST_CONTENT_BODY), a DELTA view, or compact "
+                "the session",
+                size,
+                limits,
+                bound="max_streamed_response_bytes",
+            )
+        return
     if size > limits.max_response_bytes:
         _response_too_large(
             f"the derived request is {size} bytes, over the response bound of "
-            f"{limits.max_response_bytes} (PAS_LIMIT_MAX_RESPONSE_BYTES): ask for "
-            "view=REQUEST_VIEW_DELTA with the held_prefix of your previous response to receive "
-            "only the messages since, or compact the session",
+            f"{limits.max_response_bytes} (PAS_LIMIT_MAX_RESPONSE_BYTES): receive it in chunks "
+            "with StreamAdmit or StreamReconcile (the clients' admit_streamed, "
+            "reconcile_streamed), ask for one content (REQUEST_CONTENT_MESSAGES or "
+            "REQUEST_CONTENT_BODY) or view=REQUEST_VIEW_DELTA with the held_prefix of your "
+            "previous response, or compact the session",
             size,
             limits,
         )
 
 
-def check_new_content_size(chars: int, limits: Limits) -> None:
+def check_new_content_size(chars: int, limits: Limits, *, streamed: bool = False) -> None:
     """Refuse up front a step whose new content alone (``chars`` characters, each at least a
-    byte of the response) is over the response bound, before its costly counting: the derived
-    request carries it whatever the view."""
-    if chars > limits.max_response_bytes:
+    byte of the response) is over the response bound (the streamed one for a streamed call),
+    before its costly counting: the derived request carries it whatever the view."""
+    bound = limits.max_streamed_response_bytes if streamed else limits.max_response_bytes
+    if chars > bound:
+        name = "max_streamed_response_bytes" if streamed else "max_response_bytes"
         _response_too_large(
             f"the step's new messages hold {chars} characters, over the response bound of "
-            f"{limits.max_response_bytes} bytes (PAS_LIMIT_MAX_RESPONSE_BYTES) whatever the "
-            "view: send the content in several steps, or raise the bound",
+            f"{bound} bytes (PAS_LIMIT_{name.upper()}) whatever the view: send the content "
+            "in several steps"
+            + ("" if streamed else ", receive the request with StreamAdmit")
+            + ", or raise the bound",
             chars,
             limits,
+            bound=name,
         )
 
 
-def _response_too_large(message: str, value: int, limits: Limits) -> NoReturn:
+def _response_too_large(
+    message: str, value: int, limits: Limits, *, bound: str = "max_response_bytes"
+) -> NoReturn:
     raise ResponseTooLarge(
         message,
-        bound="max_response_bytes",
-        limit=str(limits.max_response_bytes),
+        bound=bound,
+        limit=str(getattr(limits, bound)),
         value=str(value),
     )
 

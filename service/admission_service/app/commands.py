@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from enum import Enum
 from typing import Generic, TypeVar, overload
 
 from admission_service.domain.accounting import (
@@ -50,6 +51,44 @@ class Idempotency:
     request_digest: bytes
 
 
+class RequestContent(Enum):
+    """Which forms of a derived request a response carries. The typed messages and the
+    rendered provider body are the same conversation: a response carries one of them unless
+    the caller asks for both (issue 23)."""
+
+    MESSAGES = "messages"
+    BODY = "body"
+    BOTH = "both"
+
+    @property
+    def messages(self) -> bool:
+        return self is not RequestContent.BODY
+
+    @property
+    def body(self) -> bool:
+        return self is not RequestContent.MESSAGES
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """What of a derived request a response carries (``content``; None: the wire format's one
+    form) and how it travels: ``streamed`` responses (StreamAdmit, StreamReconcile) go out in
+    chunks, so they are bounded by the streamed bound instead of a message's."""
+
+    content: RequestContent | None = None
+    streamed: bool = False
+
+    def content_for(self, wire: WireFormat) -> RequestContent:
+        """The content asked for, or the format's one form: a NEUTRAL request is its messages,
+        a provider format's is the body a harness posts."""
+        if self.content is not None:
+            return self.content
+        return RequestContent.MESSAGES if wire is WireFormat.NEUTRAL else RequestContent.BODY
+
+
+DEFAULT_DELIVERY = Delivery()
+
+
 @dataclass(frozen=True, slots=True)
 class AdmitCommand:
     session_id: str
@@ -70,6 +109,7 @@ class AdmitCommand:
     # The previous step's output, recorded in the same transaction before this admission (its
     # expected_revision is None: the Admit's applies to the whole call).
     previous_output: RecordCommand | None = None
+    delivery: Delivery = DEFAULT_DELIVERY
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +121,7 @@ class ReconcileCommand:
     validate_only: bool = False
     expected_revision: int | None = None
     selection: RequestSelection = FULL_VIEW
+    delivery: Delivery = DEFAULT_DELIVERY
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +258,9 @@ class DerivedRequestView:
     render_error: WireFormatError | None = None
     # The blocks body_json leaves out (the format has no place for them on this route).
     omitted: tuple[Omission, ...] = ()
+    # What the response carries: ``messages`` is empty without MESSAGES, ``body_json``
+    # without BODY.
+    content: RequestContent = RequestContent.BOTH
 
 
 @dataclass(frozen=True, slots=True)

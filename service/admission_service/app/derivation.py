@@ -6,7 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from admission_service.app import bounds
-from admission_service.app.commands import DerivedRequestView, EncodedMessages
+from admission_service.app.commands import (
+    DEFAULT_DELIVERY,
+    Delivery,
+    DerivedRequestView,
+    EncodedMessages,
+    RequestContent,
+)
 from admission_service.app.limits import Limits
 from admission_service.app.ports import SessionRepository
 from admission_service.domain.accounting import (
@@ -48,6 +54,7 @@ async def derive_request(
     tail: Frames = NO_FRAMES,
     read: Frames | None = None,
     degrade: bool = False,
+    delivery: Delivery = DEFAULT_DELIVERY,
 ) -> Derived:
     """The derived request (every message node in surface order): the domain's rules decide
     which stored frames it reads and what it is (``domain.session``: ``FramesQuery.plan``,
@@ -56,7 +63,9 @@ async def derive_request(
     formats). ``tail`` holds this transaction's appended nodes, whose rows are not written
     yet: they end the surface, after everything the database returns. ``read`` is the frames
     already read for exactly this query, if any. With ``degrade`` (Inspect) a body the wire
-    format cannot express is reported in the view instead of raised.
+    format cannot express is reported in the view instead of raised (and the messages are sent
+    in its place). ``delivery`` says what the response carries: a body nobody asked for is not
+    rendered, and the size bound counts only what is sent.
     """
     query = FramesQuery.plan(session, shadowed, selection, wire)
     if read is None:
@@ -67,25 +76,31 @@ async def derive_request(
     # edge's one join; the digest hashed them where they lie. A long surface's frames are
     # never copied here.
     body = EncodedMessages(read.frames, tail.frames)
+    content = delivery.content_for(wire)
     rendered = NOTHING
     render_error = None
-    try:
-        rendered = render_body(
-            body,
-            wire,
-            in_history=route.in_history,
-            provider=route.provider,
-            tools=tools,
-            offset=first_index,
-        )
-    except WireFormatError as error:
-        if not degrade:
-            raise
-        render_error = error
-    bounds.check_derived_request_size(body.size + len(rendered.body_json), limits)
+    if content.body:
+        try:
+            rendered = render_body(
+                body,
+                wire,
+                in_history=route.in_history,
+                provider=route.provider,
+                tools=tools,
+                offset=first_index,
+            )
+        except WireFormatError as error:
+            if not degrade:
+                raise
+            render_error = error
+            content = RequestContent.MESSAGES  # the request is still shown, as its messages
+    messages = body if content.messages else EncodedMessages()
+    bounds.check_derived_request_size(
+        messages.size + _utf8_size(rendered.body_json), limits, streamed=delivery.streamed
+    )
     view = DerivedRequestView(
         wire,
-        body,
+        messages,
         rendered.body_json,
         tools,
         view=RequestView.DELTA if first_index else RequestView.FULL,
@@ -94,8 +109,14 @@ async def derive_request(
         digest=derived.digest,
         render_error=render_error,
         omitted=rendered.omitted,
+        content=content,
     )
     return Derived(view, derived.totals, derived.prefix)
+
+
+def _utf8_size(text: str) -> int:
+    """The bytes ``text`` is sent as (a body holds unescaped non-ASCII text)."""
+    return len(text) if text.isascii() else len(text.encode())
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,9 +48,14 @@ class Limits:
     # Session bounds (app/bounds.py): the surviving surface's frame bytes and node count.
     max_session_surface_bytes: int = 256 * MIB
     max_session_surface_nodes: int = 1_000_000
-    # Largest derived request (its message frames and rendered body) a response carries; gRPC
-    # clients receive 4 MiB by default. Larger FULL requests are refused, pointing at DELTA.
+    # Largest derived request (what a response carries of it: message frames, rendered body
+    # or both) a unary response carries; gRPC clients receive 4 MiB by default. Larger ones are
+    # refused, pointing at StreamAdmit, one content and DELTA.
     max_response_bytes: int = 4 * MIB
+    # The same for a streamed response (StreamAdmit, StreamReconcile: chunks of 1 MiB), sized
+    # for a session at its surface bound returned in both forms, a body's JSON escaping
+    # included.
+    max_streamed_response_bytes: int = 1024 * MIB
     # ListEvents pages stop at this many bytes of events (and at page_size events); an event
     # larger than the budget still comes out, alone on its page.
     max_events_page_bytes: int = MIB

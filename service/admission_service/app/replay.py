@@ -5,7 +5,8 @@ carries the derived request, which for a FULL view is the whole surface: storing
 session's records grow with the square of its length. So the record keeps the response *head*
 (everything but the derived request's messages and rendered body; the API edge encodes a
 response as head + body, ``SplitEncoder``) and a ``Recipe``: the event seq as of which the
-request was derived, the index of its first message, and what rendering the body needs.
+request was derived, the index of its first message, what rendering the body needs, and which
+of the two the response carried (``RequestContent``).
 
 The surface as of an event seq is reproducible byte for byte: every surface node's stored frame
 is ``storage.codec.frame`` of its event's derived message, the event log is append-only, and a node
@@ -22,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from admission_service.app.commands import AttemptResult, EncodedMessages
+from admission_service.app.commands import AttemptResult, EncodedMessages, RequestContent
 from admission_service.app.ports import SessionRepository
 from admission_service.domain import codec
 from admission_service.domain.errors import DomainError, WireFormatError
@@ -63,6 +64,9 @@ class Recipe:
     provider: str
     admission_id: str  # whose stored tool set the rendered body lists
     response_sha256: bytes
+    # What the response carried: the messages (its frames), the rendered body or both.
+    # Recipes stored before the choice existed carried both.
+    content: RequestContent = RequestContent.BOTH
 
     def to_json(self) -> bytes:
         return codec.dumps(
@@ -74,6 +78,7 @@ class Recipe:
                 "provider": self.provider,
                 "admission_id": self.admission_id,
                 "response_sha256": self.response_sha256.hex(),
+                "content": self.content.value,
             }
         )
 
@@ -88,6 +93,7 @@ class Recipe:
             value["provider"],
             value["admission_id"],
             bytes.fromhex(value["response_sha256"]),
+            RequestContent(value.get("content", RequestContent.BOTH.value)),
         )
 
 
@@ -111,6 +117,7 @@ def stored_form(
         result.route.provider,
         result.admission_id,
         hashlib.sha256(payload).digest(),
+        request.content,
     )
     return encode.head(result), recipe.to_json()
 
@@ -127,8 +134,10 @@ async def replayed(store: SessionRepository, stored: StoredResponse, encode: obj
         log = SessionLog(row.event() for row in rows)
         messages = log.derived_messages()[recipe.first_message_index :]
         frames = b"".join(storage_codec.frame(message) for message in messages)
-    body_json = await _rendered(store, recipe, frames)
-    payload = encode.splice(stored.response, body_json, (frames,))  # the frames' one copy
+    content = recipe.content
+    body_json = await _rendered(store, recipe, frames) if content.body else ""
+    sent = (frames,) if content.messages else ()
+    payload = encode.splice(stored.response, body_json, sent)  # the frames' one copy
     if hashlib.sha256(payload).digest() != recipe.response_sha256:
         raise ReplayMismatch("a replayed response differs from the one first sent")
     return payload

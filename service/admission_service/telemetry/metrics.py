@@ -159,7 +159,10 @@ class Metrics:
         self.latency.labels(service, method).observe(seconds)
 
     def observe_response(self, request: Any, response: Any) -> None:
-        """Admission metrics from a successful call's request and response."""
+        """Admission metrics from a successful call's request and response (a streamed call's
+        by its wrapped request: StreamAdmit is an Admit)."""
+        if isinstance(request, api.StreamAdmitRequest | api.StreamReconcileRequest):
+            request = request.request
         if isinstance(response, api.AdmitResponse | api.ReconcileResponse):
             if request.validate_only:
                 return

@@ -15,6 +15,7 @@ from promptadmission.client import (
 )
 from promptadmission.errors import ERROR_DOMAIN, AdmissionError, FieldViolation, Reason
 from promptadmission.messages import assistant_message, text_message, user_message
+from promptadmission.streaming import StreamedResponseError, reassemble
 from promptadmission.trajectory import Trajectory
 
 __all__ = [
@@ -26,9 +27,11 @@ __all__ = [
     "FieldViolation",
     "Reason",
     "RetryPolicy",
+    "StreamedResponseError",
     "SyncAdmissionClient",
     "Trajectory",
     "assistant_message",
+    "reassemble",
     "text_message",
     "user_message",
     "with_request_id",

@@ -11,7 +11,13 @@ What they add to the stubs:
   ``STALE_COMPACTION_PLAN`` are not retried: they fail the same way until the caller re-reads);
 - ``authorization: Bearer <token>`` metadata when a token is given;
 - ``AdmissionError`` (code, ErrorInfo reason and metadata, field violations) instead of
-  ``grpc.RpcError``.
+  ``grpc.RpcError``;
+- ``admit_streamed`` and ``reconcile_streamed``: Admit and Reconcile for responses of any size
+  (StreamAdmit, StreamReconcile), their chunks reassembled and checked against their SHA-256
+  (``promptadmission.streaming``), retried like the unary calls (a retry replays the stored
+  response by its ``request_id``);
+- ``max_receive_message_bytes`` and ``max_send_message_bytes``: the channel's message limits
+  (gRPC's defaults: 4 MiB received, unlimited sent).
 
 The caller's request messages are never modified; a generated ``request_id`` goes on a copy.
 """
@@ -33,6 +39,7 @@ import grpc.aio
 from google.protobuf.message import Message
 
 from promptadmission.errors import AdmissionError
+from promptadmission.streaming import reassemble
 from promptadmission.trajectory import Trajectory
 from promptadmission.v1 import admission_service_pb2 as pb
 from promptadmission.v1 import admission_service_pb2_grpc as pb_grpc
@@ -126,7 +133,11 @@ class _Attempts:
     a failure either the wait before the next attempt or the ``AdmissionError`` to raise."""
 
     def __init__(
-        self, client: _Client[Any], rpc: _Rpc[Any, Any], request: Any, timeout: float | None
+        self,
+        client: _Client[Any],
+        rpc: _Rpc[Any, Any] | _Streamed[Any, Any],
+        request: Any,
+        timeout: float | None,
     ) -> None:
         settings = client._settings
         budget = settings.timeout if timeout is None else timeout
@@ -136,9 +147,12 @@ class _Attempts:
         self._stub_method = getattr(client.stub, rpc.stub_method)
         self._request = rpc.prepare(request)
         self._attempt = 0
+        # A streamed RPC's chunks to its response; None: a unary RPC.
+        self.assemble = rpc.assemble if isinstance(rpc, _Streamed) else None
 
     def call(self) -> Any:
-        """Starts the next attempt: the stub's response (an awaitable of it on grpc.aio)."""
+        """Starts the next attempt: the stub's response (an awaitable of it on grpc.aio; for a
+        streamed RPC, an iterator of its chunks, asynchronous on grpc.aio)."""
         self._attempt += 1
         timeout = None
         if self._deadline is not None:
@@ -200,6 +214,35 @@ class _Rpc(Generic[_Req, _Resp]):
         return self if client is None else functools.partial(client._call, self)
 
 
+@dataclass(frozen=True, slots=True)
+class _Streamed(Generic[_Req, _Resp]):
+    """A server-streaming RPC (StreamAdmit, StreamReconcile) as a client method that takes and
+    returns what its unary twin does: ``client.admit_streamed(admit_request)`` returns the
+    ``AdmitResponse``, its chunks reassembled and verified."""
+
+    stub_method: str
+    request_type: type[_Req]
+    wrapper_type: type[Message]
+    response_type: type[_Resp]
+
+    def prepare(self, request: _Req | None) -> Message:
+        request = self.request_type() if request is None else request
+        return self.wrapper_type(request=with_request_id(cast("Any", request)))
+
+    def assemble(self, chunks: Sequence[Any]) -> _Resp:
+        return reassemble(chunks, self.response_type)
+
+    @overload
+    def __get__(self, client: None, owner: type[Any]) -> _Streamed[_Req, _Resp]: ...
+    @overload
+    def __get__(self, client: AdmissionClient, owner: type[Any]) -> _AsyncCall[_Req, _Resp]: ...
+    @overload
+    def __get__(self, client: SyncAdmissionClient, owner: type[Any]) -> _SyncCall[_Req, _Resp]: ...
+
+    def __get__(self, client: _Client[Any] | None, owner: type[Any]) -> Any:
+        return self if client is None else functools.partial(client._call, self)
+
+
 class _Client(Generic[_Channel]):
     """The constructor and the methods both flavours share; ``_open`` and ``_run`` are the
     flavour's own (a grpc or grpc.aio channel; the attempts of a call run blocking or awaited).
@@ -218,6 +261,12 @@ class _Client(Generic[_Channel]):
     inspect = _Rpc("Inspect", pb.InspectRequest, pb.InspectResponse)
     list_events = _Rpc("ListEvents", pb.ListEventsRequest, pb.ListEventsResponse)
     list_trajectory = _Rpc("ListTrajectory", pb.ListTrajectoryRequest, pb.ListTrajectoryResponse)
+    admit_streamed = _Streamed(
+        "StreamAdmit", pb.AdmitRequest, pb.StreamAdmitRequest, pb.AdmitResponse
+    )
+    reconcile_streamed = _Streamed(
+        "StreamReconcile", pb.ReconcileRequest, pb.StreamReconcileRequest, pb.ReconcileResponse
+    )
 
     def __init__(
         self,
@@ -230,11 +279,18 @@ class _Client(Generic[_Channel]):
         channel: _Channel | None = None,
         metadata: Sequence[tuple[str, str]] = (),
         options: Sequence[tuple[str, str | int]] = (),
+        max_receive_message_bytes: int | None = None,
+        max_send_message_bytes: int | None = None,
     ) -> None:
         self._settings = _Settings(token, timeout, retry or RetryPolicy(), metadata)
         self._owns_channel = channel is None
+        channel_options = list(options)
+        if max_receive_message_bytes is not None:
+            channel_options.append(("grpc.max_receive_message_length", max_receive_message_bytes))
+        if max_send_message_bytes is not None:
+            channel_options.append(("grpc.max_send_message_length", max_send_message_bytes))
         self.channel: _Channel = (
-            self._open(target, credentials, list(options)) if channel is None else channel
+            self._open(target, credentials, channel_options) if channel is None else channel
         )
         self.stub = pb_grpc.AdmissionServiceStub(self.channel)
 
@@ -247,7 +303,11 @@ class _Client(Generic[_Channel]):
         raise NotImplementedError
 
     def _call(
-        self, rpc: _Rpc[Any, Any], request: Any = None, *, timeout: float | None = None
+        self,
+        rpc: _Rpc[Any, Any] | _Streamed[Any, Any],
+        request: Any = None,
+        *,
+        timeout: float | None = None,
     ) -> Any:
         return self._run(_Attempts(self, rpc, request, timeout))
 
@@ -333,7 +393,9 @@ class AdmissionClient(_Client[grpc.aio.Channel]):
     async def _run(self, attempts: _Attempts) -> Any:
         while True:
             try:
-                return await attempts.call()
+                if attempts.assemble is None:
+                    return await attempts.call()
+                return attempts.assemble([chunk async for chunk in attempts.call()])
             except grpc.aio.AioRpcError as exc:
                 await asyncio.sleep(attempts.wait_after(exc))
 
@@ -388,7 +450,9 @@ class SyncAdmissionClient(_Client[grpc.Channel]):
     def _run(self, attempts: _Attempts) -> Any:
         while True:
             try:
-                return attempts.call()
+                if attempts.assemble is None:
+                    return attempts.call()
+                return attempts.assemble(list(attempts.call()))
             except grpc.RpcError as exc:
                 time.sleep(attempts.wait_after(exc))
 

@@ -55,6 +55,7 @@ async def admit(
     bounds.check_new_content_size(
         sum(len(text) for user in command.users for text in counted_texts(user.content)),
         deps.limits,
+        streamed=command.delivery.streamed,
     )
     route = await _route(deps.catalog, command.route)
     # Its large texts counted now, in a thread, so their pricing below is a lookup.
@@ -199,6 +200,7 @@ async def _attempt(
         end_position=written.next_position,
         tail=written.tail,
         read=early if written.shadowed is None else None,
+        delivery=command.delivery,
     )
     predicted = forecast_totals(
         session.last_request, key, derived.totals, starts_series=outcome.starts_series

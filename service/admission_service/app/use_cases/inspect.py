@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from admission_service.app.commands import (
+    DEFAULT_DELIVERY,
+    Delivery,
     EventView,
     InspectResult,
     LedgerEntry,
@@ -62,10 +64,12 @@ async def inspect(
     session_id: str,
     wire: WireFormat,
     selection: RequestSelection = FULL_VIEW,
+    delivery: Delivery = DEFAULT_DELIVERY,
 ) -> InspectResult:
     """What the model sees and why. Reads the session row, the system nodes and the ledger;
     the token breakdown comes from the session's running price, and only the derived request
-    reads the surface (just the tail for a DELTA with a current held prefix)."""
+    reads the surface (just the tail for a DELTA with a current held prefix); ``delivery``:
+    which of its forms the result carries."""
     async with snapshot(deps, tenant, session_id) as (sessions, session):
         if selection is SINCE_LAST_REQUEST and session.prefix is not None:
             held = HeldPrefix(session.prefix.messages, session.prefix.digest)
@@ -93,6 +97,7 @@ async def inspect(
             selection,
             end_position=session.next_position,
             degrade=True,
+            delivery=delivery,
         )
         ledger = tuple(ledger_entry_of(row) for row in await sessions.ledger(LEDGER_ROWS))
     system_nodes = tuple(

@@ -237,6 +237,7 @@ class AdmitRequest(google.protobuf.message.Message):
     HELD_PREFIX_FIELD_NUMBER: builtins.int
     CONFIG_FIELD_NUMBER: builtins.int
     PREVIOUS_OUTPUT_FIELD_NUMBER: builtins.int
+    CONTENT_FIELD_NUMBER: builtins.int
     session_id: builtins.str
     """session_id is the id of the session. Required."""
     request_id: builtins.str
@@ -275,6 +276,12 @@ class AdmitRequest(google.protobuf.message.Message):
     """
     view: promptadmission.v1.session_pb2.RequestView.ValueType
     """view selects FULL (the default) or DELTA: only the messages after held_prefix."""
+    content: promptadmission.v1.session_pb2.RequestContent.ValueType
+    """content selects what the derived request carries: its typed messages, the rendered
+    provider body, or both. Optional: unspecified means the wire format's one form
+    (REQUEST_CONTENT_MESSAGES for WIRE_FORMAT_NEUTRAL, REQUEST_CONTENT_BODY otherwise);
+    REQUEST_CONTENT_BODY with WIRE_FORMAT_NEUTRAL is INVALID_ARGUMENT.
+    """
     @property
     def tools(self) -> google.protobuf.internal.containers.RepeatedCompositeFieldContainer[promptadmission.v1.session_pb2.Tool]:
         """tools is the tool set visible to the model for this step, stored with the admission. At
@@ -342,9 +349,10 @@ class AdmitRequest(google.protobuf.message.Message):
         held_prefix: promptadmission.v1.session_pb2.HeldPrefix | None = ...,
         config: collections.abc.Mapping[builtins.str, builtins.str] | None = ...,
         previous_output: global___StepOutput | None = ...,
+        content: promptadmission.v1.session_pb2.RequestContent.ValueType = ...,
     ) -> None: ...
     def HasField(self, field_name: typing.Literal["_expected_revision", b"_expected_revision", "expected_revision", b"expected_revision", "held_prefix", b"held_prefix", "previous_output", b"previous_output", "route", b"route"]) -> builtins.bool: ...
-    def ClearField(self, field_name: typing.Literal["_expected_revision", b"_expected_revision", "config", b"config", "expected_revision", b"expected_revision", "held_prefix", b"held_prefix", "previous_output", b"previous_output", "rendered_prompt", b"rendered_prompt", "request_id", b"request_id", "resume", b"resume", "route", b"route", "session_id", b"session_id", "starts_request_series", b"starts_request_series", "step", b"step", "tools", b"tools", "turn", b"turn", "users", b"users", "validate_only", b"validate_only", "view", b"view", "wire_format", b"wire_format"]) -> None: ...
+    def ClearField(self, field_name: typing.Literal["_expected_revision", b"_expected_revision", "config", b"config", "content", b"content", "expected_revision", b"expected_revision", "held_prefix", b"held_prefix", "previous_output", b"previous_output", "rendered_prompt", b"rendered_prompt", "request_id", b"request_id", "resume", b"resume", "route", b"route", "session_id", b"session_id", "starts_request_series", b"starts_request_series", "step", b"step", "tools", b"tools", "turn", b"turn", "users", b"users", "validate_only", b"validate_only", "view", b"view", "wire_format", b"wire_format"]) -> None: ...
     def WhichOneof(self, oneof_group: typing.Literal["_expected_revision", b"_expected_revision"]) -> typing.Literal["expected_revision"] | None: ...
 
 global___AdmitRequest = AdmitRequest
@@ -503,6 +511,7 @@ class ReconcileRequest(google.protobuf.message.Message):
     VALIDATE_ONLY_FIELD_NUMBER: builtins.int
     VIEW_FIELD_NUMBER: builtins.int
     HELD_PREFIX_FIELD_NUMBER: builtins.int
+    CONTENT_FIELD_NUMBER: builtins.int
     session_id: builtins.str
     """session_id is the id of the session. Required."""
     request_id: builtins.str
@@ -526,6 +535,12 @@ class ReconcileRequest(google.protobuf.message.Message):
     """validate_only, when true, computes and returns the same answer but commits nothing."""
     view: promptadmission.v1.session_pb2.RequestView.ValueType
     """view selects FULL (the default) or DELTA: only the messages after held_prefix."""
+    content: promptadmission.v1.session_pb2.RequestContent.ValueType
+    """content selects what the derived request carries: its typed messages, the rendered
+    provider body, or both. Optional: unspecified means the wire format's one form
+    (REQUEST_CONTENT_MESSAGES for WIRE_FORMAT_NEUTRAL, REQUEST_CONTENT_BODY otherwise);
+    REQUEST_CONTENT_BODY with WIRE_FORMAT_NEUTRAL is INVALID_ARGUMENT.
+    """
     @property
     def route(self) -> promptadmission.v1.session_pb2.Route:
         """route is the route as re-prepared for this attempt. Required."""
@@ -550,9 +565,10 @@ class ReconcileRequest(google.protobuf.message.Message):
         validate_only: builtins.bool = ...,
         view: promptadmission.v1.session_pb2.RequestView.ValueType = ...,
         held_prefix: promptadmission.v1.session_pb2.HeldPrefix | None = ...,
+        content: promptadmission.v1.session_pb2.RequestContent.ValueType = ...,
     ) -> None: ...
     def HasField(self, field_name: typing.Literal["_expected_revision", b"_expected_revision", "expected_revision", b"expected_revision", "held_prefix", b"held_prefix", "route", b"route"]) -> builtins.bool: ...
-    def ClearField(self, field_name: typing.Literal["_expected_revision", b"_expected_revision", "admission_id", b"admission_id", "expected_revision", b"expected_revision", "held_prefix", b"held_prefix", "request_id", b"request_id", "route", b"route", "session_id", b"session_id", "validate_only", b"validate_only", "view", b"view", "wire_format", b"wire_format"]) -> None: ...
+    def ClearField(self, field_name: typing.Literal["_expected_revision", b"_expected_revision", "admission_id", b"admission_id", "content", b"content", "expected_revision", b"expected_revision", "held_prefix", b"held_prefix", "request_id", b"request_id", "route", b"route", "session_id", b"session_id", "validate_only", b"validate_only", "view", b"view", "wire_format", b"wire_format"]) -> None: ...
     def WhichOneof(self, oneof_group: typing.Literal["_expected_revision", b"_expected_revision"]) -> typing.Literal["expected_revision"] | None: ...
 
 global___ReconcileRequest = ReconcileRequest
@@ -935,6 +951,7 @@ class InspectRequest(google.protobuf.message.Message):
     WIRE_FORMAT_FIELD_NUMBER: builtins.int
     VIEW_FIELD_NUMBER: builtins.int
     HELD_PREFIX_FIELD_NUMBER: builtins.int
+    CONTENT_FIELD_NUMBER: builtins.int
     session_id: builtins.str
     """session_id is the id of the session. Required."""
     wire_format: promptadmission.v1.session_pb2.WireFormat.ValueType
@@ -943,6 +960,12 @@ class InspectRequest(google.protobuf.message.Message):
     """
     view: promptadmission.v1.session_pb2.RequestView.ValueType
     """view selects FULL (the default) or DELTA: only the messages after held_prefix."""
+    content: promptadmission.v1.session_pb2.RequestContent.ValueType
+    """content selects what the derived request carries: its typed messages, the rendered
+    provider body, or both. Optional: unspecified means the wire format's one form
+    (REQUEST_CONTENT_MESSAGES for WIRE_FORMAT_NEUTRAL, REQUEST_CONTENT_BODY otherwise);
+    REQUEST_CONTENT_BODY with WIRE_FORMAT_NEUTRAL is INVALID_ARGUMENT.
+    """
     @property
     def held_prefix(self) -> promptadmission.v1.session_pb2.HeldPrefix:
         """held_prefix is the prefix of the derived request the caller holds, for
@@ -958,9 +981,10 @@ class InspectRequest(google.protobuf.message.Message):
         wire_format: promptadmission.v1.session_pb2.WireFormat.ValueType = ...,
         view: promptadmission.v1.session_pb2.RequestView.ValueType = ...,
         held_prefix: promptadmission.v1.session_pb2.HeldPrefix | None = ...,
+        content: promptadmission.v1.session_pb2.RequestContent.ValueType = ...,
     ) -> None: ...
     def HasField(self, field_name: typing.Literal["held_prefix", b"held_prefix"]) -> builtins.bool: ...
-    def ClearField(self, field_name: typing.Literal["held_prefix", b"held_prefix", "session_id", b"session_id", "view", b"view", "wire_format", b"wire_format"]) -> None: ...
+    def ClearField(self, field_name: typing.Literal["content", b"content", "held_prefix", b"held_prefix", "session_id", b"session_id", "view", b"view", "wire_format", b"wire_format"]) -> None: ...
 
 global___InspectRequest = InspectRequest
 
@@ -1161,3 +1185,115 @@ class ListTrajectoryResponse(google.protobuf.message.Message):
     def ClearField(self, field_name: typing.Literal["entries", b"entries", "next_page_token", b"next_page_token", "system_prompts", b"system_prompts", "tool_sets", b"tool_sets"]) -> None: ...
 
 global___ListTrajectoryResponse = ListTrajectoryResponse
+
+@typing.final
+class StreamAdmitRequest(google.protobuf.message.Message):
+    """StreamAdmitRequest is the request of StreamAdmit."""
+
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    REQUEST_FIELD_NUMBER: builtins.int
+    @property
+    def request(self) -> global___AdmitRequest:
+        """request is the AdmitRequest, exactly as Admit takes it (its fields are named under
+        `request` in errors).
+        """
+
+    def __init__(
+        self,
+        *,
+        request: global___AdmitRequest | None = ...,
+    ) -> None: ...
+    def HasField(self, field_name: typing.Literal["request", b"request"]) -> builtins.bool: ...
+    def ClearField(self, field_name: typing.Literal["request", b"request"]) -> None: ...
+
+global___StreamAdmitRequest = StreamAdmitRequest
+
+@typing.final
+class StreamAdmitResponse(google.protobuf.message.Message):
+    """StreamAdmitResponse is one chunk of StreamAdmit's response: the data of every chunk, in order, is
+    the deterministic encoding of the AdmitResponse, which the caller parses once it holds
+    all of it.
+    """
+
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    DATA_FIELD_NUMBER: builtins.int
+    TOTAL_BYTES_FIELD_NUMBER: builtins.int
+    SHA256_FIELD_NUMBER: builtins.int
+    data: builtins.bytes
+    """data is the next piece of the encoded AdmitResponse: 1 byte to 1 MiB."""
+    total_bytes: builtins.int
+    """total_bytes is the size of the whole encoded AdmitResponse; set in the first chunk
+    only (0 in the others).
+    """
+    sha256: builtins.bytes
+    """sha256 is the SHA-256 of the whole encoded AdmitResponse; set in the first chunk only.
+    The caller checks the reassembled bytes against it before parsing them.
+    """
+    def __init__(
+        self,
+        *,
+        data: builtins.bytes = ...,
+        total_bytes: builtins.int = ...,
+        sha256: builtins.bytes = ...,
+    ) -> None: ...
+    def ClearField(self, field_name: typing.Literal["data", b"data", "sha256", b"sha256", "total_bytes", b"total_bytes"]) -> None: ...
+
+global___StreamAdmitResponse = StreamAdmitResponse
+
+@typing.final
+class StreamReconcileRequest(google.protobuf.message.Message):
+    """StreamReconcileRequest is the request of StreamReconcile."""
+
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    REQUEST_FIELD_NUMBER: builtins.int
+    @property
+    def request(self) -> global___ReconcileRequest:
+        """request is the ReconcileRequest, exactly as Reconcile takes it (its fields are named under
+        `request` in errors).
+        """
+
+    def __init__(
+        self,
+        *,
+        request: global___ReconcileRequest | None = ...,
+    ) -> None: ...
+    def HasField(self, field_name: typing.Literal["request", b"request"]) -> builtins.bool: ...
+    def ClearField(self, field_name: typing.Literal["request", b"request"]) -> None: ...
+
+global___StreamReconcileRequest = StreamReconcileRequest
+
+@typing.final
+class StreamReconcileResponse(google.protobuf.message.Message):
+    """StreamReconcileResponse is one chunk of StreamReconcile's response: the data of every chunk, in order, is
+    the deterministic encoding of the ReconcileResponse, which the caller parses once it holds
+    all of it.
+    """
+
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    DATA_FIELD_NUMBER: builtins.int
+    TOTAL_BYTES_FIELD_NUMBER: builtins.int
+    SHA256_FIELD_NUMBER: builtins.int
+    data: builtins.bytes
+    """data is the next piece of the encoded ReconcileResponse: 1 byte to 1 MiB."""
+    total_bytes: builtins.int
+    """total_bytes is the size of the whole encoded ReconcileResponse; set in the first chunk
+    only (0 in the others).
+    """
+    sha256: builtins.bytes
+    """sha256 is the SHA-256 of the whole encoded ReconcileResponse; set in the first chunk only.
+    The caller checks the reassembled bytes against it before parsing them.
+    """
+    def __init__(
+        self,
+        *,
+        data: builtins.bytes = ...,
+        total_bytes: builtins.int = ...,
+        sha256: builtins.bytes = ...,
+    ) -> None: ...
+    def ClearField(self, field_name: typing.Literal["data", b"data", "sha256", b"sha256", "total_bytes", b"total_bytes"]) -> None: ...
+
+global___StreamReconcileResponse = StreamReconcileResponse

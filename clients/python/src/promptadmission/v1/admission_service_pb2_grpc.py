@@ -116,6 +116,16 @@ class AdmissionServiceStub(object):
                 request_serializer=promptadmission_dot_v1_dot_admission__service__pb2.ListTrajectoryRequest.SerializeToString,
                 response_deserializer=promptadmission_dot_v1_dot_admission__service__pb2.ListTrajectoryResponse.FromString,
                 _registered_method=True)
+        self.StreamAdmit = channel.unary_stream(
+                '/promptadmission.v1.AdmissionService/StreamAdmit',
+                request_serializer=promptadmission_dot_v1_dot_admission__service__pb2.StreamAdmitRequest.SerializeToString,
+                response_deserializer=promptadmission_dot_v1_dot_admission__service__pb2.StreamAdmitResponse.FromString,
+                _registered_method=True)
+        self.StreamReconcile = channel.unary_stream(
+                '/promptadmission.v1.AdmissionService/StreamReconcile',
+                request_serializer=promptadmission_dot_v1_dot_admission__service__pb2.StreamReconcileRequest.SerializeToString,
+                response_deserializer=promptadmission_dot_v1_dot_admission__service__pb2.StreamReconcileResponse.FromString,
+                _registered_method=True)
 
 
 class AdmissionServiceServicer(object):
@@ -240,6 +250,28 @@ class AdmissionServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StreamAdmit(self, request, context):
+        """StreamAdmit is Admit for a response of any size: the same call (the same checks, one
+        transaction, the same request_id replay: a request_id first used with Admit replays here,
+        and the other way round), its AdmitResponse sent encoded, in chunks of at most 1 MiB, so
+        that a FULL derived request up to the session bound passes default gRPC message limits
+        and proxies. Its derived request is bounded by `PAS_LIMIT_MAX_STREAMED_RESPONSE_BYTES`
+        (default 1 GiB) instead of `PAS_LIMIT_MAX_RESPONSE_BYTES`. The response is committed
+        before its first chunk is sent: a stream broken afterwards is resumed by repeating the call
+        with the same request_id, which replays it. The clients reassemble and verify it
+        (`admit_streamed`, `admitStreamed`).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StreamReconcile(self, request, context):
+        """StreamReconcile is Reconcile for a response of any size, as StreamAdmit is Admit's.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdmissionServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -302,6 +334,16 @@ def add_AdmissionServiceServicer_to_server(servicer, server):
                     servicer.ListTrajectory,
                     request_deserializer=promptadmission_dot_v1_dot_admission__service__pb2.ListTrajectoryRequest.FromString,
                     response_serializer=promptadmission_dot_v1_dot_admission__service__pb2.ListTrajectoryResponse.SerializeToString,
+            ),
+            'StreamAdmit': grpc.unary_stream_rpc_method_handler(
+                    servicer.StreamAdmit,
+                    request_deserializer=promptadmission_dot_v1_dot_admission__service__pb2.StreamAdmitRequest.FromString,
+                    response_serializer=promptadmission_dot_v1_dot_admission__service__pb2.StreamAdmitResponse.SerializeToString,
+            ),
+            'StreamReconcile': grpc.unary_stream_rpc_method_handler(
+                    servicer.StreamReconcile,
+                    request_deserializer=promptadmission_dot_v1_dot_admission__service__pb2.StreamReconcileRequest.FromString,
+                    response_serializer=promptadmission_dot_v1_dot_admission__service__pb2.StreamReconcileResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -650,6 +692,60 @@ class AdmissionService(object):
             '/promptadmission.v1.AdmissionService/ListTrajectory',
             promptadmission_dot_v1_dot_admission__service__pb2.ListTrajectoryRequest.SerializeToString,
             promptadmission_dot_v1_dot_admission__service__pb2.ListTrajectoryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StreamAdmit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/promptadmission.v1.AdmissionService/StreamAdmit',
+            promptadmission_dot_v1_dot_admission__service__pb2.StreamAdmitRequest.SerializeToString,
+            promptadmission_dot_v1_dot_admission__service__pb2.StreamAdmitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StreamReconcile(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/promptadmission.v1.AdmissionService/StreamReconcile',
+            promptadmission_dot_v1_dot_admission__service__pb2.StreamReconcileRequest.SerializeToString,
+            promptadmission_dot_v1_dot_admission__service__pb2.StreamReconcileResponse.FromString,
             options,
             channel_credentials,
             insecure,

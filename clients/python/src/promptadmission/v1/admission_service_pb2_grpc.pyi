@@ -135,6 +135,27 @@ class AdmissionServiceStub:
     carries each distinct one once and is bounded in bytes. It is a read: it commits nothing.
     """
 
+    StreamAdmit: grpc.UnaryStreamMultiCallable[
+        promptadmission.v1.admission_service_pb2.StreamAdmitRequest,
+        promptadmission.v1.admission_service_pb2.StreamAdmitResponse,
+    ]
+    """StreamAdmit is Admit for a response of any size: the same call (the same checks, one
+    transaction, the same request_id replay: a request_id first used with Admit replays here,
+    and the other way round), its AdmitResponse sent encoded, in chunks of at most 1 MiB, so
+    that a FULL derived request up to the session bound passes default gRPC message limits
+    and proxies. Its derived request is bounded by `PAS_LIMIT_MAX_STREAMED_RESPONSE_BYTES`
+    (default 1 GiB) instead of `PAS_LIMIT_MAX_RESPONSE_BYTES`. The response is committed
+    before its first chunk is sent: a stream broken afterwards is resumed by repeating the call
+    with the same request_id, which replays it. The clients reassemble and verify it
+    (`admit_streamed`, `admitStreamed`).
+    """
+
+    StreamReconcile: grpc.UnaryStreamMultiCallable[
+        promptadmission.v1.admission_service_pb2.StreamReconcileRequest,
+        promptadmission.v1.admission_service_pb2.StreamReconcileResponse,
+    ]
+    """StreamReconcile is Reconcile for a response of any size, as StreamAdmit is Admit's."""
+
 class AdmissionServiceAsyncStub:
     """AdmissionService is the one authority that decides, per step, how a rendered system prompt
     and the step's user messages enter a session's model-visible history, commits that decision
@@ -251,6 +272,27 @@ class AdmissionServiceAsyncStub:
     forecast and observed usage. Entries name prompts and tool sets by version id; each page
     carries each distinct one once and is bounded in bytes. It is a read: it commits nothing.
     """
+
+    StreamAdmit: grpc.aio.UnaryStreamMultiCallable[
+        promptadmission.v1.admission_service_pb2.StreamAdmitRequest,
+        promptadmission.v1.admission_service_pb2.StreamAdmitResponse,
+    ]
+    """StreamAdmit is Admit for a response of any size: the same call (the same checks, one
+    transaction, the same request_id replay: a request_id first used with Admit replays here,
+    and the other way round), its AdmitResponse sent encoded, in chunks of at most 1 MiB, so
+    that a FULL derived request up to the session bound passes default gRPC message limits
+    and proxies. Its derived request is bounded by `PAS_LIMIT_MAX_STREAMED_RESPONSE_BYTES`
+    (default 1 GiB) instead of `PAS_LIMIT_MAX_RESPONSE_BYTES`. The response is committed
+    before its first chunk is sent: a stream broken afterwards is resumed by repeating the call
+    with the same request_id, which replays it. The clients reassemble and verify it
+    (`admit_streamed`, `admitStreamed`).
+    """
+
+    StreamReconcile: grpc.aio.UnaryStreamMultiCallable[
+        promptadmission.v1.admission_service_pb2.StreamReconcileRequest,
+        promptadmission.v1.admission_service_pb2.StreamReconcileResponse,
+    ]
+    """StreamReconcile is Reconcile for a response of any size, as StreamAdmit is Admit's."""
 
 class AdmissionServiceServicer(metaclass=abc.ABCMeta):
     """AdmissionService is the one authority that decides, per step, how a rendered system prompt
@@ -392,5 +434,30 @@ class AdmissionServiceServicer(metaclass=abc.ABCMeta):
         forecast and observed usage. Entries name prompts and tool sets by version id; each page
         carries each distinct one once and is bounded in bytes. It is a read: it commits nothing.
         """
+
+    @abc.abstractmethod
+    def StreamAdmit(
+        self,
+        request: promptadmission.v1.admission_service_pb2.StreamAdmitRequest,
+        context: _ServicerContext,
+    ) -> typing.Union[collections.abc.Iterator[promptadmission.v1.admission_service_pb2.StreamAdmitResponse], collections.abc.AsyncIterator[promptadmission.v1.admission_service_pb2.StreamAdmitResponse]]:
+        """StreamAdmit is Admit for a response of any size: the same call (the same checks, one
+        transaction, the same request_id replay: a request_id first used with Admit replays here,
+        and the other way round), its AdmitResponse sent encoded, in chunks of at most 1 MiB, so
+        that a FULL derived request up to the session bound passes default gRPC message limits
+        and proxies. Its derived request is bounded by `PAS_LIMIT_MAX_STREAMED_RESPONSE_BYTES`
+        (default 1 GiB) instead of `PAS_LIMIT_MAX_RESPONSE_BYTES`. The response is committed
+        before its first chunk is sent: a stream broken afterwards is resumed by repeating the call
+        with the same request_id, which replays it. The clients reassemble and verify it
+        (`admit_streamed`, `admitStreamed`).
+        """
+
+    @abc.abstractmethod
+    def StreamReconcile(
+        self,
+        request: promptadmission.v1.admission_service_pb2.StreamReconcileRequest,
+        context: _ServicerContext,
+    ) -> typing.Union[collections.abc.Iterator[promptadmission.v1.admission_service_pb2.StreamReconcileResponse], collections.abc.AsyncIterator[promptadmission.v1.admission_service_pb2.StreamReconcileResponse]]:
+        """StreamReconcile is Reconcile for a response of any size, as StreamAdmit is Admit's."""
 
 def add_AdmissionServiceServicer_to_server(servicer: AdmissionServiceServicer, server: typing.Union[grpc.Server, grpc.aio.Server]) -> None: ...

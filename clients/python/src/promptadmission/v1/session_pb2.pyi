@@ -255,6 +255,57 @@ with the session's length. With WIRE_FORMAT_ANTHROPIC_MESSAGES the response is a
 """
 global___RequestView = RequestView
 
+class _RequestContent:
+    ValueType = typing.NewType("ValueType", builtins.int)
+    V: typing_extensions.TypeAlias = ValueType
+
+class _RequestContentEnumTypeWrapper(google.protobuf.internal.enum_type_wrapper._EnumTypeWrapper[_RequestContent.ValueType], builtins.type):
+    DESCRIPTOR: google.protobuf.descriptor.EnumDescriptor
+    REQUEST_CONTENT_UNSPECIFIED: _RequestContent.ValueType  # 0
+    """REQUEST_CONTENT_UNSPECIFIED is the zero value and means the wire format's one form:
+    REQUEST_CONTENT_MESSAGES for WIRE_FORMAT_NEUTRAL (its messages are the request) and
+    REQUEST_CONTENT_BODY for a provider format (its body is what a harness posts).
+    """
+    REQUEST_CONTENT_MESSAGES: _RequestContent.ValueType  # 1
+    """REQUEST_CONTENT_MESSAGES carries DerivedRequest.messages only; body_json is empty and
+    omitted lists nothing (no body is rendered).
+    """
+    REQUEST_CONTENT_BODY: _RequestContent.ValueType  # 2
+    """REQUEST_CONTENT_BODY carries DerivedRequest.body_json (with omitted) only; messages is
+    empty. Not for WIRE_FORMAT_NEUTRAL, which has no body (INVALID_ARGUMENT naming
+    `content`). When Inspect cannot render the body (render_error), it carries the messages
+    instead, so the response still shows the request.
+    """
+    REQUEST_CONTENT_BOTH: _RequestContent.ValueType  # 3
+    """REQUEST_CONTENT_BOTH carries the messages and the rendered body: the conversation twice."""
+
+class RequestContent(_RequestContent, metaclass=_RequestContentEnumTypeWrapper):
+    """RequestContent selects which forms of the derived request a response carries: the typed
+    messages, the provider body rendered from them, or both. The two carry the same
+    conversation, so a response carries one of them unless both are asked for; the response
+    bound (`PAS_LIMIT_MAX_RESPONSE_BYTES`) counts only what is sent, and a body that is not asked
+    for is not rendered.
+    """
+
+REQUEST_CONTENT_UNSPECIFIED: RequestContent.ValueType  # 0
+"""REQUEST_CONTENT_UNSPECIFIED is the zero value and means the wire format's one form:
+REQUEST_CONTENT_MESSAGES for WIRE_FORMAT_NEUTRAL (its messages are the request) and
+REQUEST_CONTENT_BODY for a provider format (its body is what a harness posts).
+"""
+REQUEST_CONTENT_MESSAGES: RequestContent.ValueType  # 1
+"""REQUEST_CONTENT_MESSAGES carries DerivedRequest.messages only; body_json is empty and
+omitted lists nothing (no body is rendered).
+"""
+REQUEST_CONTENT_BODY: RequestContent.ValueType  # 2
+"""REQUEST_CONTENT_BODY carries DerivedRequest.body_json (with omitted) only; messages is
+empty. Not for WIRE_FORMAT_NEUTRAL, which has no body (INVALID_ARGUMENT naming
+`content`). When Inspect cannot render the body (render_error), it carries the messages
+instead, so the response still shows the request.
+"""
+REQUEST_CONTENT_BOTH: RequestContent.ValueType  # 3
+"""REQUEST_CONTENT_BOTH carries the messages and the rendered body: the conversation twice."""
+global___RequestContent = RequestContent
+
 class _CommitOperation:
     ValueType = typing.NewType("ValueType", builtins.int)
     V: typing_extensions.TypeAlias = ValueType
@@ -935,14 +986,16 @@ class DerivedRequest(google.protobuf.message.Message):
     DIGEST_FIELD_NUMBER: builtins.int
     RENDER_ERROR_FIELD_NUMBER: builtins.int
     OMITTED_FIELD_NUMBER: builtins.int
+    CONTENT_FIELD_NUMBER: builtins.int
     wire_format: global___WireFormat.ValueType
     """wire_format is the format body_json is in; never WIRE_FORMAT_UNSPECIFIED."""
     body_json: builtins.str
     """body_json is, for a non-neutral wire format, the JSON object with the conversation
     fields of the provider request body (messages, system, input and tools, as the format
-    names them), ready to merge with the harness's model and sampling fields. It is empty for
-    WIRE_FORMAT_NEUTRAL. On a route that is not in-history it never carries a non-leading
-    system message.
+    names them), ready to merge with the harness's model and sampling fields, when content
+    carries it (REQUEST_CONTENT_BODY, the default for a provider format, or
+    REQUEST_CONTENT_BOTH); otherwise empty. It is always empty for WIRE_FORMAT_NEUTRAL. On a
+    route that is not in-history it never carries a non-leading system message.
     """
     view: global___RequestView.ValueType
     """view is what this response carries: REQUEST_VIEW_FULL (every message) or
@@ -961,9 +1014,18 @@ class DerivedRequest(google.protobuf.message.Message):
     chained from the previous request's digest over the messages appended since). It is opaque:
     pass it with total_messages as HeldPrefix in a later DELTA request.
     """
+    content: global___RequestContent.ValueType
+    """content is what this response carries: REQUEST_CONTENT_MESSAGES, REQUEST_CONTENT_BODY or
+    REQUEST_CONTENT_BOTH (the request's content, its default resolved); never
+    REQUEST_CONTENT_UNSPECIFIED. Inspect answers REQUEST_CONTENT_MESSAGES when the body it was
+    asked for could not be rendered (render_error).
+    """
     @property
     def messages(self) -> google.protobuf.internal.containers.RepeatedCompositeFieldContainer[global___Message]:
-        """messages is the derived conversation as typed messages; always set, whatever the format."""
+        """messages is the derived conversation as typed messages, when content carries them
+        (REQUEST_CONTENT_MESSAGES, the default for WIRE_FORMAT_NEUTRAL, or REQUEST_CONTENT_BOTH);
+        otherwise empty (see content).
+        """
 
     @property
     def tools(self) -> google.protobuf.internal.containers.RepeatedCompositeFieldContainer[global___Tool]:
@@ -999,9 +1061,10 @@ class DerivedRequest(google.protobuf.message.Message):
         digest: builtins.bytes = ...,
         render_error: global___RenderError | None = ...,
         omitted: collections.abc.Iterable[global___OmittedBlock] | None = ...,
+        content: global___RequestContent.ValueType = ...,
     ) -> None: ...
     def HasField(self, field_name: typing.Literal["render_error", b"render_error"]) -> builtins.bool: ...
-    def ClearField(self, field_name: typing.Literal["body_json", b"body_json", "digest", b"digest", "first_message_index", b"first_message_index", "messages", b"messages", "omitted", b"omitted", "render_error", b"render_error", "tools", b"tools", "total_messages", b"total_messages", "view", b"view", "wire_format", b"wire_format"]) -> None: ...
+    def ClearField(self, field_name: typing.Literal["body_json", b"body_json", "content", b"content", "digest", b"digest", "first_message_index", b"first_message_index", "messages", b"messages", "omitted", b"omitted", "render_error", b"render_error", "tools", b"tools", "total_messages", b"total_messages", "view", b"view", "wire_format", b"wire_format"]) -> None: ...
 
 global___DerivedRequest = DerivedRequest
 

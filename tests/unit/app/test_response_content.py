@@ -1,0 +1,159 @@
+"""What a derived request's response carries (issue 23 item 1), on the in-memory storage: the
+wire format's one form by default, both only when asked; a body nobody asked for is never
+rendered; the bound counts only what is sent; a replay rebuilds each choice byte for byte, and
+a recipe stored before the choice existed reads as both."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from admission_service.api import convert
+from admission_service.app import derivation, handlers
+from admission_service.app.commands import (
+    AdmitCommand,
+    CompactCommand,
+    Delivery,
+    Idempotency,
+    PlanCompactionCommand,
+    RequestContent,
+)
+from admission_service.app.deps import Deps
+from admission_service.app.limits import Limits
+from admission_service.app.replay import Recipe
+from admission_service.domain import codec
+from admission_service.domain.errors import ResponseTooLarge
+from admission_service.domain.wire import WireFormat
+from promptadmission.v1 import admission_service_pb2 as api
+from promptadmission.v1 import session_pb2 as pb
+
+from tests.app_support import CATALOG, ROUTE, user
+from tests.fakes.storage import FakeStorage
+from tests.unit.app.test_use_cases import TOKENS
+
+
+def make_app(storage: FakeStorage, **kwargs: Any) -> Deps:
+    return Deps.compose(
+        None, CATALOG, page_tokens=TOKENS, storage=storage, encoders=convert.ENCODERS, **kwargs
+    )
+
+
+async def admit_encoded(
+    deps: Deps, sid: str, turn: int, wire: WireFormat, content: RequestContent | None, key: str
+) -> tuple[AdmitCommand, Idempotency, bytes]:
+    command = AdmitCommand(
+        sid,
+        turn,
+        1,
+        "A",
+        (),
+        ROUTE,
+        (user(f"turn {turn} \U0001f600"),),
+        wire_format=wire,
+        delivery=Delivery(content),
+    )
+    idempotency = Idempotency(key, b"digest")
+    reply = await handlers.admit(deps, "t", command, idempotency)
+    assert reply.encoded is not None
+    return command, idempotency, reply.encoded
+
+
+@pytest.mark.parametrize(
+    ("wire", "content", "expected"),
+    [
+        (WireFormat.NEUTRAL, None, pb.REQUEST_CONTENT_MESSAGES),
+        (WireFormat.OPENAI_CHAT, None, pb.REQUEST_CONTENT_BODY),
+        (WireFormat.ANTHROPIC_MESSAGES, None, pb.REQUEST_CONTENT_BODY),
+        (WireFormat.OPENAI_RESPONSES, RequestContent.MESSAGES, pb.REQUEST_CONTENT_MESSAGES),
+        (WireFormat.OPENAI_RESPONSES, RequestContent.BOTH, pb.REQUEST_CONTENT_BOTH),
+        (WireFormat.NEUTRAL, RequestContent.BOTH, pb.REQUEST_CONTENT_BOTH),
+    ],
+)
+async def test_a_response_carries_what_was_asked(
+    wire: WireFormat, content: RequestContent | None, expected: int
+) -> None:
+    deps = make_app(FakeStorage())
+    await handlers.create_session(deps, "t", "s", None)
+    _, _, encoded = await admit_encoded(deps, "s", 1, wire, content, "r1")
+    request = api.AdmitResponse.FromString(encoded).request
+    assert request.content == expected
+    messages = expected != pb.REQUEST_CONTENT_BODY
+    body = expected != pb.REQUEST_CONTENT_MESSAGES and wire is not WireFormat.NEUTRAL
+    assert len(request.messages) == (2 if messages else 0)
+    assert bool(request.body_json) is body
+    assert request.total_messages == 2
+
+
+async def test_a_body_not_asked_for_is_not_rendered(monkeypatch: pytest.MonkeyPatch) -> None:
+    def render_body(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("rendered")
+
+    monkeypatch.setattr(derivation, "render_body", render_body)
+    deps = make_app(FakeStorage())
+    await handlers.create_session(deps, "t", "s", None)
+    _, _, encoded = await admit_encoded(
+        deps, "s", 1, WireFormat.OPENAI_CHAT, RequestContent.MESSAGES, "r1"
+    )
+    assert len(api.AdmitResponse.FromString(encoded).request.messages) == 2
+
+
+async def test_the_bound_counts_only_what_is_sent() -> None:
+    """Messages and body of about 60 KB each: one fits a 100 KB bound, both do not; a
+    streamed call has its own bound."""
+    limits = replace(Limits(), max_response_bytes=100_000, max_streamed_response_bytes=110_000)
+    deps = make_app(FakeStorage(), limits=limits)
+    await handlers.create_session(deps, "t", "s", None)
+    text = "\u00e9" * 30_000  # 60 000 bytes in the frames and in the body
+    for content in (RequestContent.MESSAGES, RequestContent.BODY):
+        command = AdmitCommand(
+            "s",
+            1,
+            1,
+            "A",
+            (),
+            ROUTE,
+            (user(text),),
+            wire_format=WireFormat.OPENAI_CHAT,
+            validate_only=True,
+            delivery=Delivery(content),
+        )
+        await handlers.admit(deps, "t", command, None)
+    both = replace(command, delivery=Delivery(RequestContent.BOTH))
+    with pytest.raises(ResponseTooLarge) as refused:
+        await handlers.admit(deps, "t", both, None)
+    assert refused.value.metadata["bound"] == "max_response_bytes"
+    streamed = replace(command, delivery=Delivery(RequestContent.BOTH, streamed=True))
+    with pytest.raises(ResponseTooLarge) as refused:
+        await handlers.admit(deps, "t", streamed, None)
+    assert refused.value.metadata["bound"] == "max_streamed_response_bytes"
+
+
+async def test_each_content_replays_byte_for_byte() -> None:
+    """From the surface's nodes, and once a compaction shadowed them, from the log."""
+    deps = make_app(FakeStorage())
+    await handlers.create_session(deps, "t", "s", None)
+    sent = []
+    choices = [None, RequestContent.MESSAGES, RequestContent.BODY, RequestContent.BOTH]
+    for turn, content in enumerate(choices, start=1):
+        sent.append(
+            await admit_encoded(deps, "s", turn, WireFormat.OPENAI_RESPONSES, content, f"r{turn}")
+        )
+    for command, key, encoded in sent:
+        replayed = await handlers.admit(deps, "t", command, key)
+        assert replayed.result is None and replayed.encoded == encoded
+    plan = await handlers.plan_compaction(deps, "t", PlanCompactionCommand("s", retain_tokens=0))
+    await handlers.compact(deps, "t", CompactCommand("s", plan.plan_token, "summary"), None)
+    for command, key, encoded in sent:
+        replayed = await handlers.admit(deps, "t", command, key)
+        assert replayed.result is None and replayed.encoded == encoded
+
+
+def test_a_recipe_stored_before_the_choice_carried_both() -> None:
+    recipe = Recipe(3, 0, "openai_chat", False, "openai", "a", b"\x01" * 32)
+    stored = codec.loads(recipe.to_json())
+    assert stored.pop("content") == "both"
+    old = Recipe.from_json(codec.dumps(stored))
+    assert old == recipe and old.content is RequestContent.BOTH
+    body_only = replace(recipe, content=RequestContent.BODY)
+    assert Recipe.from_json(body_only.to_json()) == body_only
