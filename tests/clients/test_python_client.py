@@ -238,6 +238,7 @@ async def test_retries_give_up_at_the_deadline_and_send_the_bearer_token(
     assert 1 < len(faults.request_ids) < 100
     assert time.monotonic() - started < 1.0
     assert all(m.get("authorization") == "Bearer s3cret" for m in faults.metadata)
+    assert all("x-pas-session" not in m for m in faults.metadata)  # about no one session
 
 
 def test_the_blocking_client_retries_a_lost_response_with_the_same_request_id(
@@ -256,6 +257,8 @@ def test_the_blocking_client_retries_a_lost_response_with_the_same_request_id(
     assert len(faults.request_ids) == 2
     assert faults.request_ids[0] == faults.request_ids[1] != ""
     assert all(m.get("authorization") == "Bearer t" for m in faults.metadata)
+    # The session it is about, for a balancer's affinity (docs/SCALING.md).
+    assert all(m.get("x-pas-session") == session_id for m in faults.metadata)
     events = sync_client.all_events(session_id)
     assert [event.admission_id for event in events] == [admitted.admission_id] * 4
 

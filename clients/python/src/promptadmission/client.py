@@ -10,6 +10,9 @@ What they add to the stubs:
   stored response instead of committing twice (``REVISION_MISMATCH`` and
   ``STALE_COMPACTION_PLAN`` are not retried: they fail the same way until the caller re-reads);
 - ``authorization: Bearer <token>`` metadata when a token is given;
+- ``x-pas-session: <session_id>`` metadata on a call about one session, so that a balancer with
+  session affinity (the compose nginx, docs/SCALING.md) sends a session's calls to the replica
+  whose session cache knows it (a hint: any replica answers any call);
 - ``AdmissionError`` (code, ErrorInfo reason and metadata, field violations) instead of
   ``grpc.RpcError``;
 - ``admit_streamed`` and ``reconcile_streamed``: Admit and Reconcile for responses of any size
@@ -127,6 +130,15 @@ class _Settings:
         self.metadata: tuple[tuple[str, str], ...] = tuple(call_metadata)
 
 
+SESSION_HEADER = "x-pas-session"
+
+
+def session_affinity(request: Message) -> tuple[tuple[str, str], ...]:
+    """The metadata naming the session a request is about, if it is about one."""
+    session_id = getattr(request, "session_id", "")
+    return ((SESSION_HEADER, session_id),) if isinstance(session_id, str) and session_id else ()
+
+
 class _Attempts:
     """The call strategy of both flavours, without I/O: the request (a mutating one with its
     ``request_id``), each attempt's timeout within the call's deadline and metadata, and after
@@ -143,9 +155,9 @@ class _Attempts:
         budget = settings.timeout if timeout is None else timeout
         self._deadline = None if budget is None else time.monotonic() + budget
         self._retry = settings.retry
-        self._metadata = settings.metadata
         self._stub_method = getattr(client.stub, rpc.stub_method)
         self._request = rpc.prepare(request)
+        self._metadata = settings.metadata + session_affinity(self._request)
         self._attempt = 0
         # A streamed RPC's chunks to its response; None: a unary RPC.
         self.assemble = rpc.assemble if isinstance(rpc, _Streamed) else None
