@@ -2,9 +2,9 @@
 
 A worker keeps the sessions it recently wrote in memory (``storage/session_cache.py``) and sends
 a step's writes and its ``COMMIT`` in one round trip, without reading the session row first. The
-step's ``UPDATE`` of the session row is then its check: it matches only while ``row_version`` is
-the one the worker cached, and a step that matched no row fails whole (nothing is committed; the
-step runs again on a fresh read). ``revision`` cannot serve: it moves only when events are
+step's ``UPDATE`` of the session row is then its check: it fails (and with it the whole step:
+nothing is committed; the step runs again on a fresh read) unless ``row_version`` is the one the
+worker cached. ``revision`` cannot serve: it moves only when events are
 logged, and a retried attempt can change the row without logging any. ``row_version`` moves
 with every write of the row.
 

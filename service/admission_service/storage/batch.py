@@ -52,24 +52,16 @@ class StatementBatch:
 
         self.defer(build)
 
-    def take(self, checked: Write | None = None) -> tuple[str, list[Any]] | None:
-        """The deferred writes as one statement and its parameters, leaving the batch empty;
-        None when nothing is deferred.
-
-        ``checked``: a write that must change a row (its SQL ends ``RETURNING 1``), sent last:
-        the statement then ends by dividing by the number of rows it changed, so when it
-        changed none the whole statement fails (SQLSTATE 22012) and none of its writes stay."""
-        builds = [*self._writes, *([checked] if checked is not None else [])]
+    def take(self, last: Write | None = None) -> tuple[str, list[Any]] | None:
+        """The deferred writes (then ``last``, if given) as one statement and its parameters,
+        leaving the batch empty; None when there is nothing to send."""
+        builds = [*self._writes, *([last] if last is not None else [])]
         self._writes = []
         if not builds:
             return None
         params: list[Any] = []
-        parts = [build(params) for build in builds]
-        if checked is not None:
-            ctes = ", ".join(f"w{index} AS ({part})" for index, part in enumerate(parts))
-            return f"WITH {ctes} SELECT 1 / count(*)::int FROM w{len(parts) - 1}", params
-        *ahead, last = parts
+        *ahead, final = [build(params) for build in builds]
         if not ahead:
-            return last, params
+            return final, params
         ctes = ", ".join(f"w{index} AS ({part})" for index, part in enumerate(ahead))
-        return f"WITH {ctes} {last}", params
+        return f"WITH {ctes} {final}", params

@@ -62,9 +62,9 @@ UNIQUE_VIOLATION = "23505"
 # caller's input, and not retryable.
 _UNSTORABLE_CLASSES = ("22", "54")
 
-# How a commit on a cached session fails when the cache was stale (``session_rows.py``): its
-# row check divides by the count of rows at the cached version (none: 22012), a key it took
-# for new was written since (23505), the session row is gone (23503, a foreign key).
+# How a commit on a cached session fails when the cache was stale (``session_rows.py``): the
+# row's UPDATE divides by whether the row is at the cached version (it is not: 22012), a key it
+# took for new was written since (23505), the session row is gone (23503, a foreign key).
 _MOVED_SQLSTATES = frozenset({"22012", UNIQUE_VIOLATION, "23503"})
 
 # Citus (a distributed PostgreSQL, docs/SCALING.md) when a worker fails at COMMIT: the

@@ -45,7 +45,8 @@ class SessionScope:
         self._prelude = list(prelude)
         # The worker's cached sessions, and what this transaction knows of its session beyond
         # the row (session_cache.py); ``warm``: known from the cache, not read, so its row is
-        # checked by the commit (``_saved_row``: the session row's checked UPDATE, sent last).
+        # checked by the commit (``_saved_row``: the session row's checked UPDATE, sent last,
+        # after the other deferred writes, in the same statement).
         self.cache = cache
         self.entry: CachedSession | None = None  # the cache entry the transaction started from
         self.known: KnownSession | None = None
@@ -89,9 +90,9 @@ class SessionScope:
         *_, status = await self._flight(*self._deferred(self._saved_row), COMMIT)
         return str(status)
 
-    def _deferred(self, checked: Write | None = None) -> tuple[RawStatement, ...]:
+    def _deferred(self, last: Write | None = None) -> tuple[RawStatement, ...]:
         self.unsent_calls = {}
-        statement = self.batch.take(checked)
+        statement = self.batch.take(last)
         if statement is None:
             return ()
         sql, params = statement

@@ -6,11 +6,11 @@ from PostgreSQL, that is a round trip before the transition can run; kept here f
 before, it is none, and the step's writes and ``COMMIT`` travel alone (``transactions.py``).
 
 Nothing here is trusted: an entry carries the session row's ``row_version`` (migration 0008),
-and the step's ``UPDATE`` of the row matches only that version, in the same statement as the
-step's other writes, so a step on a stale entry fails whole and runs again on a fresh read
-(``failures.SessionMoved``). An entry is taken out for the step that uses it and put back only by a
-commit (what the commit left) or a rollback that checked it (``validate_only``): a failed or
-cancelled step leaves none, and the next one reads afresh.
+and the step's ``UPDATE`` of the row fails unless the row is at that version, in the same
+statement as the step's other writes, so a step on a stale entry fails whole and runs again on
+a fresh read (``failures.SessionMoved``). An entry is taken out for the step that uses it and
+put back only by a commit (what the commit left) or a rollback that checked it
+(``validate_only``): a failed or cancelled step leaves none, and the next one reads afresh.
 
 ``KnownSession`` is one transaction's view: started from an entry or a fresh read, moved by
 every write the transaction makes, and turned into the next entry when it commits. A write it

@@ -206,8 +206,9 @@ class SessionRows(SessionScope):
     async def save(self, session: Session) -> None:
         """Write the new counters, series state and revision, as the domain's transition left
         them (``domain.session.Session``); the running sizes move by what this transaction's
-        writes moved (``growth``). The row's UPDATE goes last, with the ``COMMIT``, and matches
-        only the row version this transaction read or cached (``flush_and_commit``)."""
+        writes moved (``growth``). The row's UPDATE goes last, with the ``COMMIT``, and fails
+        unless the row is at the version this transaction read or cached
+        (``flush_and_commit``)."""
         known = self.known
         assert known is not None, "a session is saved after it was read under its lock"
         known.saved(session)
@@ -245,10 +246,13 @@ class SessionRows(SessionScope):
                 f", {name} = {name} + {param(params, getattr(growth, name))}"
                 for name in _RUNNING_SIZES
             )
+            # The check: at another version, 0 / 0 fails the statement (SQLSTATE 22012) and so
+            # the whole transaction; a deleted row fails the other writes' foreign keys.
+            version = param(params, row_version)
             return (
-                f"UPDATE sessions SET {assignments}, row_version = row_version + 1,"
+                f"UPDATE sessions SET {assignments},"
+                f" row_version = row_version + 1 + 0 / (row_version = {version})::int,"
                 f" update_time = now() WHERE {self._where_mine(params)}"
-                f" AND row_version = {param(params, row_version)} RETURNING 1"
             )
 
         self._saved_row = build
