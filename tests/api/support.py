@@ -242,3 +242,27 @@ async def create_session(stub: api_grpc.AdmissionServiceAsyncStub) -> str:
     session_id = new_session_id()
     await stub.CreateSession(api.CreateSessionRequest(session_id=session_id))
     return session_id
+
+
+def tool_step(
+    session_id: str, step: int, admission_id: str, size: int, route: pb.Route
+) -> api.AdmitRequest:
+    """An Admit of turn 1's ``step`` that records the previous step's tool call (``admission_id``)
+    and its result of ``size`` characters (one letter, by step)."""
+    call_id = f"call_{step}"
+    call = pb.ToolCallBlock(call_id=call_id, name="read", arguments_json='{"path":"f"}')
+    result = pb.TextBlock(text=chr(97 + step) * size)
+    return api.AdmitRequest(
+        session_id=session_id,
+        turn=1,
+        step=step,
+        rendered_prompt="You read files.",
+        route=route,
+        previous_output=api.StepOutput(
+            admission_id=admission_id,
+            assistant=pb.Message(
+                role=pb.MESSAGE_ROLE_ASSISTANT, content=[pb.ContentBlock(tool_call=call)]
+            ),
+            tool_results=[pb.ToolResult(call_id=call_id, content=[pb.ContentBlock(text=result)])],
+        ),
+    )

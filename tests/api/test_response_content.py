@@ -32,6 +32,7 @@ from tests.api.support import (
     create_session,
     new_session_id,
     rich_error,
+    tool_step,
 )
 
 MIB = 1 << 20
@@ -163,37 +164,6 @@ async def test_the_bound_counts_only_what_is_sent(start_api: StartApi) -> None:
     assert json.loads(one.request.body_json)["messages"][1]["content"] == text
 
 
-def _tool_step(session_id: str, step: int, admission_id: str, size: int) -> api.AdmitRequest:
-    """A step that records the previous one's tool call and a ``size``-character result."""
-    call_id = f"call_{step}"
-    return api.AdmitRequest(
-        session_id=session_id,
-        turn=1,
-        step=step,
-        rendered_prompt="You read files.",
-        route=OTHER_ROUTE,
-        previous_output=api.StepOutput(
-            admission_id=admission_id,
-            assistant=pb.Message(
-                role=pb.MESSAGE_ROLE_ASSISTANT,
-                content=[
-                    pb.ContentBlock(
-                        tool_call=pb.ToolCallBlock(
-                            call_id=call_id, name="read", arguments_json='{"path":"f"}'
-                        )
-                    )
-                ],
-            ),
-            tool_results=[
-                pb.ToolResult(
-                    call_id=call_id,
-                    content=[pb.ContentBlock(text=pb.TextBlock(text=chr(97 + step) * size))],
-                )
-            ],
-        ),
-    )
-
-
 @pytest.mark.parametrize("wire_format", [pb.WIRE_FORMAT_NEUTRAL, pb.WIRE_FORMAT_ANTHROPIC_MESSAGES])
 async def test_a_full_request_over_4_mib_arrives_streamed(
     start_api: StartApi, wire_format: pb.WireFormat.ValueType
@@ -220,13 +190,13 @@ async def test_a_full_request_over_4_mib_arrives_streamed(
             )
         )
         for number in (1, 2):  # each a DELTA: only its new 2 MiB
-            request = _tool_step(session_id, number, step.admission_id, 2 * MIB)
+            request = tool_step(session_id, number, step.admission_id, 2 * MIB, OTHER_ROUTE)
             request.view = pb.REQUEST_VIEW_DELTA
             request.held_prefix.CopyFrom(
                 pb.HeldPrefix(message_count=step.request.total_messages, digest=step.request.digest)
             )
             step = await client.admit(request)
-        last = _tool_step(session_id, 3, step.admission_id, 2 * MIB)
+        last = tool_step(session_id, 3, step.admission_id, 2 * MIB, OTHER_ROUTE)
         last.wire_format = wire_format
         last.request_id = new_session_id()
         with pytest.raises(AdmissionError) as refused:

@@ -31,9 +31,19 @@ from typing import IO, Any
 
 import pytest
 from admission_service.storage.engine import libpq_url
-from promptadmission import RetryPolicy, SyncAdmissionClient
+from promptadmission import (
+    AdmissionError,
+    Reason,
+    RetryPolicy,
+    SyncAdmissionClient,
+    user_message,
+    with_request_id,
+)
+from promptadmission.v1 import admission_service_pb2 as api
+from promptadmission.v1 import session_pb2 as pb
 from sqlalchemy.engine import make_url
 
+from tests.api.support import tool_step
 from tests.conftest import TestDatabases
 from tests.deploy.sessions import SECRET, SERVICE, check_history, drive, scrape
 from tests.deploy.topology import (
@@ -335,3 +345,42 @@ def test_two_replicas_behind_nginx_and_pgbouncer_keep_every_session_exact(
         assert SECRET not in processes.log(name)
     [bouncer] = processes.scratch
     assert "login attempt: db=pas" in (bouncer / "pgbouncer.log").read_text()
+
+
+def test_a_response_over_4_mib_streams_through_nginx(
+    processes: Processes, test_databases: TestDatabases
+) -> None:
+    """StreamAdmit's 1 MiB chunks pass nginx (issue 23 item 2): a FULL request of five 1 MB
+    tool outputs reaches a client with gRPC's default 4 MiB receive limit, whole and verified;
+    the unary Admit of it is refused, pointing at StreamAdmit."""
+    database_url = test_databases.create(migrate=False)
+    topology = start_topology(processes, database_url, pooler=False)
+    route = pb.Route(provider="other", model="big", context_window=10_000_000)
+    with SyncAdmissionClient(topology.lb_target, token=DEMO_TOKEN, timeout=120) as client:
+        session_id = client.create_session().session.session_id
+        step = client.admit_streamed(
+            api.AdmitRequest(
+                session_id=session_id,
+                turn=1,
+                rendered_prompt="You read files.",
+                route=route,
+                users=[user_message("Read the five files.")],
+            )
+        )
+        for number in range(1, 5):
+            step = client.admit_streamed(
+                tool_step(session_id, number, step.admission_id, 1_000_000, route)
+            )
+        last = with_request_id(tool_step(session_id, 5, step.admission_id, 1_000_000, route))
+        with pytest.raises(AdmissionError) as refused:
+            client.admit(last)
+        assert refused.value.reason == Reason.RESPONSE_TOO_LARGE
+        streamed = client.admit_streamed(last)
+        assert streamed.ByteSize() > 4 * 1024 * 1024
+        results = [
+            message.content[0].tool_result.content[0].text.text
+            for message in streamed.request.messages
+            if message.role == pb.MESSAGE_ROLE_TOOL
+        ]
+        assert results == [chr(97 + n) * 1_000_000 for n in range(1, 6)]
+        assert client.admit_streamed(last) == streamed  # replayed through nginx

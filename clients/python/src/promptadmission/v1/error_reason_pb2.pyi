@@ -102,10 +102,14 @@ class _ErrorReasonEnumTypeWrapper(google.protobuf.internal.enum_type_wrapper._En
     nodes (`PAS_LIMIT_MAX_SESSION_SURFACE_NODES`, default 1 000 000).
     """
     RESPONSE_TOO_LARGE: _ErrorReason.ValueType  # 22
-    """RESPONSE_TOO_LARGE (RESOURCE_EXHAUSTED): the derived request (Admit, Reconcile, Inspect)
-    would exceed `PAS_LIMIT_MAX_RESPONSE_BYTES` (default 4 MiB, what gRPC clients receive by
-    default); nothing was written. Ask for `REQUEST_VIEW_DELTA` with the previous response's
-    `held_prefix` to receive only the new messages, or compact the session.
+    """RESPONSE_TOO_LARGE (RESOURCE_EXHAUSTED): what the response would carry of the derived
+    request (Admit, Reconcile, Inspect) would exceed `PAS_LIMIT_MAX_RESPONSE_BYTES` (default 4
+    MiB, what gRPC clients receive by default), or for StreamAdmit and StreamReconcile
+    `PAS_LIMIT_MAX_STREAMED_RESPONSE_BYTES` (default 1 GiB); nothing was written.
+    `ErrorInfo.metadata` names the `bound`. Receive it in chunks with StreamAdmit or
+    StreamReconcile, ask for one content (`REQUEST_CONTENT_MESSAGES` or `REQUEST_CONTENT_BODY`)
+    or for `REQUEST_VIEW_DELTA` with the previous response's `held_prefix`, or compact the
+    session.
     """
     SESSIONS_QUOTA_EXCEEDED: _ErrorReason.ValueType  # 23
     """SESSIONS_QUOTA_EXCEEDED (RESOURCE_EXHAUSTED): the tenant holds as many sessions as its
@@ -220,10 +224,14 @@ SESSION_SURFACE_NODES_EXCEEDED: ErrorReason.ValueType  # 21
 nodes (`PAS_LIMIT_MAX_SESSION_SURFACE_NODES`, default 1 000 000).
 """
 RESPONSE_TOO_LARGE: ErrorReason.ValueType  # 22
-"""RESPONSE_TOO_LARGE (RESOURCE_EXHAUSTED): the derived request (Admit, Reconcile, Inspect)
-would exceed `PAS_LIMIT_MAX_RESPONSE_BYTES` (default 4 MiB, what gRPC clients receive by
-default); nothing was written. Ask for `REQUEST_VIEW_DELTA` with the previous response's
-`held_prefix` to receive only the new messages, or compact the session.
+"""RESPONSE_TOO_LARGE (RESOURCE_EXHAUSTED): what the response would carry of the derived
+request (Admit, Reconcile, Inspect) would exceed `PAS_LIMIT_MAX_RESPONSE_BYTES` (default 4
+MiB, what gRPC clients receive by default), or for StreamAdmit and StreamReconcile
+`PAS_LIMIT_MAX_STREAMED_RESPONSE_BYTES` (default 1 GiB); nothing was written.
+`ErrorInfo.metadata` names the `bound`. Receive it in chunks with StreamAdmit or
+StreamReconcile, ask for one content (`REQUEST_CONTENT_MESSAGES` or `REQUEST_CONTENT_BODY`)
+or for `REQUEST_VIEW_DELTA` with the previous response's `held_prefix`, or compact the
+session.
 """
 SESSIONS_QUOTA_EXCEEDED: ErrorReason.ValueType  # 23
 """SESSIONS_QUOTA_EXCEEDED (RESOURCE_EXHAUSTED): the tenant holds as many sessions as its
