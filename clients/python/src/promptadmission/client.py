@@ -134,8 +134,10 @@ SESSION_HEADER = "x-pas-session"
 
 
 def session_affinity(request: Message) -> tuple[tuple[str, str], ...]:
-    """The metadata naming the session a request is about, if it is about one."""
-    session_id = getattr(request, "session_id", "")
+    """The metadata naming the session a request is about, if it is about one (a streamed
+    call's, StreamAdmitRequest's, is its wrapped request's)."""
+    inner = getattr(request, "request", None)
+    session_id = getattr(inner if isinstance(inner, Message) else request, "session_id", "")
     return ((SESSION_HEADER, session_id),) if isinstance(session_id, str) and session_id else ()
 
 
