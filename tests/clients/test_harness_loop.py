@@ -236,6 +236,25 @@ async def test_an_admit_whose_answer_was_lost_is_retried_under_the_same_request_
     assert (session.turn, session.step) == (1, 1)
 
 
+async def test_a_step_too_large_for_one_message_is_streamed(server_target: str) -> None:
+    """Five 1 MB files as a step's users, on an Anthropic body (always whole): the unary Admit
+    is refused RESPONSE_TOO_LARGE (committing nothing) and the kit makes it again as
+    StreamAdmit, the same request_id; its retry (Reconcile) likewise. Issue 23 item 2."""
+    files = [chr(97 + n) * 1_000_000 for n in range(5)]
+    async with AdmissionClient(server_target, timeout=120) as client:
+        route = pb.Route(provider="other", model="big-context")
+        session = await HarnessSession.open(client, route, pb.WIRE_FORMAT_ANTHROPIC_MESSAGES)
+        body = await session.admit(PROMPT, files)
+        assert body["system"] == PROMPT
+        assert [block["text"] for block in body["messages"][0]["content"]] == files
+        assert isinstance(session.last, api.AdmitResponse)
+        assert session.last.request.content == pb.REQUEST_CONTENT_BODY
+        assert not session.last.request.messages  # the conversation once, as the body
+        assert await session.retry() == body
+        events = await client.all_events(session.session_id)
+    assert sum(event.kind == pb.EVENT_KIND_USER_MESSAGE for event in events) == 5
+
+
 @pytest.mark.parametrize("option", ["openai", "openai-responses", "deepseek", "anthropic"])
 async def test_the_example_runs_on_the_recorded_replies(
     option: str, server_target: str, capsys: pytest.CaptureFixture[str]

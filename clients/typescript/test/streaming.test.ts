@@ -28,6 +28,7 @@ import {
   userMessage,
 } from "../src/index.js";
 import type { AdmitRequestSchema, AdmitResponse } from "../src/index.js";
+import { HarnessSession } from "../src/kit/index.js";
 import { startServer } from "./server.js";
 import type { RunningServer } from "./server.js";
 
@@ -158,4 +159,21 @@ test("reassemble checks the size and the SHA-256 the first chunk announces", () 
   const changed = [chunks[0]!, create(StreamAdmitResponseSchema, { data: new Uint8Array(data.length - 3) })];
   assert.throws(() => reassemble(changed, AdmitResponseSchema), /SHA-256/);
   assert.throws(() => reassemble([], AdmitResponseSchema), /before its first chunk/);
+});
+
+test("the kit makes a step too large for one message again as StreamAdmit", async () => {
+  const admission = client();
+  const session = await HarnessSession.open(admission, {
+    route: { provider: "other", model: "big-context" },
+    wireFormat: WireFormat.ANTHROPIC_MESSAGES,
+  });
+  const files = [0, 1, 2, 3, 4].map((n) => String.fromCharCode(97 + n).repeat(1_000_000));
+  const body = await session.admit({ prompt: "You read files.", users: files });
+  const first = (body["messages"] as { content: { text: string }[] }[])[0]!;
+  assert.deepEqual(
+    first.content.map((block) => block.text),
+    files,
+  );
+  assert.equal((session.last as AdmitResponse).request?.content, RequestContent.BODY);
+  assert.deepEqual(await session.retry(), body);
 });

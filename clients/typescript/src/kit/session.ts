@@ -11,6 +11,10 @@
  *   turn, a step after a response that made none starts the next turn;
  * - retries: a call that failed is repeated with the same `requestId`, and the output it carried
  *   stays pending until a call succeeds;
+ * - responses of any size: an Admit or Reconcile whose response is too large for one message
+ *   (`RESPONSE_TOO_LARGE`: an Anthropic body is always whole, and a step's new tool outputs may
+ *   be large) is made again as StreamAdmit / StreamReconcile (`admitStreamed`,
+ *   `reconcileStreamed`), the same request and `requestId` (the refused call committed nothing);
  * - `close()` records the pending output of the turn's last step (`Record`).
  */
 import { randomUUID } from "node:crypto";
@@ -18,6 +22,8 @@ import { randomUUID } from "node:crypto";
 import { create } from "@bufbuild/protobuf";
 
 import type { AdmissionClient } from "../index.js";
+import { Reason, errorReason } from "../index.js";
+import { admitStreamed, reconcileStreamed } from "../streaming.js";
 import {
   AdmitRequestSchema,
   StepOutputSchema,
@@ -153,7 +159,12 @@ export class HarnessSession<B = Body> {
       ),
       previousOutput: this.pendingOutput(),
     });
-    const response = await this.client.admit(request);
+    const response = await this.client.admit(request).catch((err: unknown) => {
+      if (errorReason(err) !== Reason.RESPONSE_TOO_LARGE) {
+        throw err;
+      }
+      return admitStreamed(this.client, request);
+    });
     this.succeeded("admit");
     this.last = response;
     [this.turnNumber, this.stepNumber] = [turn, step];
@@ -185,13 +196,19 @@ export class HarnessSession<B = Body> {
     if (route !== undefined) {
       this.route = create(RouteSchema, route);
     }
-    const response = await this.client.reconcile({
+    const request = {
       sessionId: this.sessionId,
       requestId: this.requestId("reconcile"),
       admissionId: this.admissionId,
       route: this.route,
       wireFormat: this.wireFormat,
       ...this.view(),
+    };
+    const response = await this.client.reconcile(request).catch((err: unknown) => {
+      if (errorReason(err) !== Reason.RESPONSE_TOO_LARGE) {
+        throw err;
+      }
+      return reconcileStreamed(this.client, request);
     });
     this.succeeded("reconcile");
     this.last = response;

@@ -13,6 +13,10 @@
 - retries: a call that failed is repeated with the same ``request_id`` (so an Admit that
   committed but lost its answer is answered from the service's record, not admitted twice),
   and the output it carried stays pending until a call succeeds;
+- responses of any size: an Admit or Reconcile whose response is too large for one message
+  (``RESPONSE_TOO_LARGE``: an Anthropic body is always whole, and a step's new tool outputs may
+  be large) is made again as StreamAdmit / StreamReconcile, the same request and
+  ``request_id`` (the refused call committed nothing), its chunks reassembled and verified;
 - ``close()`` records the pending output of the turn's last step (``Record``).
 
 It holds no lock and is not shared between tasks: one harness loop owns one session.
@@ -27,6 +31,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from promptadmission.client import AdmissionClient
+from promptadmission.errors import AdmissionError, Reason
 from promptadmission.kit.bodies import HeldRequest
 from promptadmission.kit.json_text import dumps
 from promptadmission.kit.outputs import ModelOutput, model_output
@@ -236,7 +241,12 @@ class HarnessSession:
     ) -> Body:
         """Admits the next step, recording the pending output first; the body to post."""
         request = self._steps.admit_request(prompt, users, tools, config, starts_series)
-        response = await self.client.admit(request)
+        try:
+            response = await self.client.admit(request)
+        except AdmissionError as error:
+            if error.reason != Reason.RESPONSE_TOO_LARGE:
+                raise
+            response = await self.client.admit_streamed(request)
         self.last = response
         return self._steps.admitted(request, response)
 
@@ -254,7 +264,13 @@ class HarnessSession:
 
     async def retry(self, route: pb.Route | None = None) -> Body:
         """The step again (``Reconcile``), for example on a fallback ``route``; the body."""
-        response = await self.client.reconcile(self._steps.reconcile_request(route))
+        request = self._steps.reconcile_request(route)
+        try:
+            response = await self.client.reconcile(request)
+        except AdmissionError as error:
+            if error.reason != Reason.RESPONSE_TOO_LARGE:
+                raise
+            response = await self.client.reconcile_streamed(request)
         self._steps.succeeded("reconcile")
         self.last = response
         return self._steps.derived(response.request)
