@@ -18,7 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from bench import scenarios, trace
-from bench.infra import REPO, bench_database, postgres_version, start_floor, start_service
+from bench.infra import (
+    REPO,
+    ServerProcess,
+    bench_database,
+    postgres_version,
+    start_floor,
+    start_service,
+)
 
 TARGETS = {
     # Issue 22 (issue 14's, revised): one call per step against the physical floor (with as
@@ -80,6 +87,11 @@ def _verdict(key: str, value: float) -> str:
 
 def py_spy() -> str:
     return shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+
+
+def stop_all(servers: list[ServerProcess]) -> None:
+    for server in servers:
+        server.stop()
 
 
 def deployed_profile(profile: Path) -> Path:
@@ -156,9 +168,19 @@ async def run(
                     service, floor, physical, plan, leans=leans, deployed=deployed
                 )
             if "S2" in only:
+                # Nothing after S2 uses the floors: stopped once measured (connections).
+                floors = [floor, physical, *leans.values()]
                 results["s2"], results["s6"] = await scenarios.s2_throughput_and_s6_memory(
-                    service, floor, physical, plan, leans=leans, deployed=deployed
+                    service,
+                    floor,
+                    physical,
+                    plan,
+                    leans=leans,
+                    deployed=deployed,
+                    floors_measured=lambda: stop_all(floors),
                 )
+            if deployed is not None:
+                deployed.stop()  # S3 onwards measure the first configuration only
             if "S3" in only:
                 results["s3"] = await scenarios.s3_length_and_s4_inspect(service, plan, url)
             if "S5" in only:

@@ -367,19 +367,27 @@ async def s2_throughput_and_s6_memory(
     workers: int = 16,
     leans: dict[str, ServerProcess] | None = None,
     deployed: ServerProcess | None = None,
+    floors_measured: Callable[[], None] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """16 concurrent callers on 16 sessions, one call per step (the previous output + the next
     admission, DELTA view: harness workers keep the prefix), against both floors' calls/s at
     16 callers (every caller on a connection of its own, to the floors too); with ``deployed``
     (the service as deployments run it) the same on it, right after; then, for comparison, the
     two-call loop (Admit + Record) for a third of the time. The service's RSS is sampled
-    throughout its one-call run (S6)."""
+    throughout its one-call run (S6). ``floors_measured`` is called once the floors are: the
+    caller may stop them, so that their pools' connections (the floors, the lean prototypes,
+    the physical floor's processes: up to ~70) do not count against the server's
+    ``max_connections`` (100 by default, shared with whoever else uses it) while both services
+    open theirs."""
+    physical_processes = len(physical_server.workers())
     physical_rate, physical_cpu = await _floor_rate(physical_server, plan, workers)
     floor_rate, _ = await _floor_rate(floor_server, plan, workers)
     lean_rates = {
         name: (await _floor_rate(server, plan, workers))[0]
         for name, server in (leans or {}).items()
     }
+    if floors_measured is not None:
+        floors_measured()
 
     # One connection per caller, as 16 harnesses would open: the kernel hands each connection
     # to one of the service's workers (SO_REUSEPORT), so one shared channel would load only one.
@@ -435,7 +443,7 @@ async def s2_throughput_and_s6_memory(
         "view": "DELTA",
         "physical_floor_calls_per_s": round(physical_rate, 1),
         # Each physical floor process's CPU seconds over its run: every process served.
-        "physical_floor_processes": len(physical_server.workers()),
+        "physical_floor_processes": physical_processes,
         "physical_floor_cpu_seconds": physical_cpu,
         "floor_calls_per_s": round(floor_rate, 1),
         "steps_per_s": round(rate, 1),
