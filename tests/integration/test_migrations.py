@@ -47,6 +47,7 @@ SESSION_TABLES = {
     "admissions",
     "requests",
     "idempotency_keys",
+    "frame_chunks",
 }
 TABLES = SESSION_TABLES | REFERENCE_TABLES
 GLOBAL_TABLES = ", ".join(f"'{name}'" for name in sorted(REFERENCE_TABLES))

@@ -17,6 +17,7 @@ from sqlalchemy import select
 
 from admission_service.domain.projection import SystemNode
 from admission_service.domain.session import Frames
+from admission_service.storage.frame_chunks import FULL_FRAMES, seal_statement
 from admission_service.storage.raw import RawStatement
 from admission_service.storage.rows import NodeRecord, columns
 from admission_service.storage.scope import SessionScope
@@ -130,7 +131,7 @@ class FrameReads(SessionScope):
         if known is not None and not known.lost:
             frames = known.frames_since_request(from_position, split_position)
             if frames is None:
-                frames = _frames(await self._read(_FRAMES, from_position, split_position, True))
+                frames = await self._frames(from_position, split_position, flush=True)
             return known.system_nodes, frames, tuple(known.open_calls)
         row = await self._read(_FRAMES_SYSTEM_AND_OPEN, from_position, split_position, True)
         system, calls = system_and_open(row[5:])
@@ -142,7 +143,18 @@ class FrameReads(SessionScope):
         their count and price, and the count and price of those before ``split_position``.
 
         Deferred nodes are not read (no flush): ``write_events`` returns them as its tail."""
-        return _frames(await self._read(_FRAMES, from_position, split_position, False))
+        return await self._frames(from_position, split_position, flush=False)
+
+    async def _frames(self, from_position: int, split_position: int | None, flush: bool) -> Frames:
+        """``frames``; ``flush``: after the deferred writes. A FULL request (from position 0)
+        reads the chunked frames and the nodes past them (``frame_chunks.py``), and leaves the
+        seal of what it found unsealed to go with the transaction's commit."""
+        if from_position > 0:
+            return _frames(await self._read(_FRAMES, from_position, split_position, flush))
+        row = await self._read(FULL_FRAMES, 0, split_position, flush)
+        sealed_upto, read_end = row[5:]
+        self.seal = seal_statement(self.tenant, self.session_id, sealed_upto, read_end)
+        return _frames(row[:5])
 
     async def _read(
         self, sql: str, from_position: int, split_position: int | None, flush: bool

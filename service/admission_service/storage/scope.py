@@ -55,6 +55,9 @@ class SessionScope:
         # The tool calls this transaction made whose rows are deferred, by id (an answer to one
         # goes into its row: a deferred update could not see it).
         self.unsent_calls: dict[str, dict[str, Any]] = {}
+        # The seal of the frame chunks a FULL read found unsealed, sent with the commit
+        # (frame_chunks.py); dropped by a replacement.
+        self.seal: RawStatement | None = None
         # What ``read(lock=True)`` read ahead with the lock, by (kind, key), until asked for.
         self._read_ahead: dict[tuple[str, object], Any] = {}
         # Everything this transaction's writes added to the running sizes.
@@ -83,11 +86,12 @@ class SessionScope:
         await self._flight(*self._deferred())
 
     async def flush_and_commit(self) -> str:
-        """The deferred writes, the session row's checked UPDATE and ``COMMIT`` in one round
-        trip; the COMMIT's status ("COMMIT", or "ROLLBACK" when the transaction had failed).
-        A transaction on a cached session whose cache was stale fails here whole
-        (``SessionMoved``)."""
-        *_, status = await self._flight(*self._deferred(self._saved_row), COMMIT)
+        """The seal of new frame chunks, the deferred writes, the session row's checked UPDATE
+        and ``COMMIT`` in one round trip; the COMMIT's status ("COMMIT", or "ROLLBACK" when the
+        transaction had failed). A transaction on a cached session whose cache was stale fails
+        here whole (``SessionMoved``)."""
+        seal = (self.seal,) if self.seal is not None else ()
+        *_, status = await self._flight(*seal, *self._deferred(self._saved_row), COMMIT)
         return str(status)
 
     def _deferred(self, last: Write | None = None) -> tuple[RawStatement, ...]:

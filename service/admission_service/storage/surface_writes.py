@@ -13,6 +13,7 @@ from admission_service.domain.events import Append, Event, Replace
 from admission_service.domain.session import Frames, Shadowed, Written
 from admission_service.storage import codec
 from admission_service.storage.batch import param
+from admission_service.storage.frame_chunks import drop_chunks
 from admission_service.storage.raw import RawStatement
 from admission_service.storage.scope import NOT_READ, SessionScope
 from admission_service.storage.tables import surface_nodes as nodes
@@ -160,6 +161,10 @@ class SurfaceWrites(SessionScope):
         )
         by_seq = {row.seq: Shadowed(row.position, row.is_system) for row in rows}
         start, end = by_seq[op.start_seq], by_seq[op.end_seq]
+        # The chunks reaching the shadowed run go (with the next flush), and none is sealed by
+        # this transaction: below its new chunks would be a hole (frame_chunks.py).
+        self.batch.defer(drop_chunks(self.tenant, self.session_id, start.position))
+        self.seal = None
         removed = (
             await self._execute(
                 delete(nodes)
@@ -197,6 +202,8 @@ class SurfaceWrites(SessionScope):
         """Set the stored price of each ``(seq, tokens)`` surface node, in one statement."""
         if self.known is not None:
             self.known.lost = True  # the frames it kept were priced with the old tokenizer
+        self.batch.defer(drop_chunks(self.tenant, self.session_id, 0))  # their prices too
+        self.seal = None
         await self._with_pairs(_REPRICE, ("seqs", "tokens"), prices)
 
     async def known_tool_calls(self, call_ids: Sequence[str]) -> set[str]:

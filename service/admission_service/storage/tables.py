@@ -198,6 +198,26 @@ class SurfaceNodeRow(SessionKeyed, Base):
     commit_time: Mapped[datetime] = mapped_column(server_default=_NOW)
 
 
+class FrameChunkRow(SessionKeyed, Base):
+    """The surface's message frames pre-concatenated by ranges of positions (migration 0009),
+    so a FULL request aggregates a few hundred chunks instead of one row per node.
+
+    A chunk covers the positions ``[first_position, first_position + FRAME_CHUNK)``
+    (``storage/frame_chunks.py``) and holds its message nodes' frames in position order, their
+    count and summed price. Every message node below the sessions' highest chunk end is in a
+    chunk; nodes at or past it are read one by one. A replacement deletes the chunks it
+    reaches, a repricing all of them; they are sealed again by the next FULL read's commit."""
+
+    __tablename__ = "frame_chunks"
+    __table_args__ = (_session_fk(),)
+
+    first_position: Mapped[int] = mapped_column(primary_key=True)
+    end_position: Mapped[int]
+    frames: Mapped[bytes]
+    messages: Mapped[int]
+    tokens: Mapped[int]
+
+
 class ToolCallRow(SessionKeyed, Base):
     """Every tool call an assistant node made, and the tool result that answered it.
 
@@ -285,6 +305,7 @@ sessions = cast(Table, SessionRow.__table__)
 events = cast(Table, EventRow.__table__)
 surface_nodes = cast(Table, SurfaceNodeRow.__table__)
 tool_calls = cast(Table, ToolCallRow.__table__)
+frame_chunks = cast(Table, FrameChunkRow.__table__)
 admissions = cast(Table, AdmissionRow.__table__)
 requests = cast(Table, RequestRow.__table__)
 idempotency_keys = cast(Table, IdempotencyKeyRow.__table__)

@@ -139,7 +139,6 @@ class PostgresUnit:
 
     async def __aexit__(self, *exc: Any) -> None:
         error = exc[1]
-        # Rollback by default (a no-op on the wire when no statement was sent, or after COMMIT).
         try:
             if isinstance(error, Exception) and classify(error) is None and not self._committed:
                 # A refusal (or any failure not the database's) made on a cached session is
@@ -150,13 +149,20 @@ class PostgresUnit:
                     raise moved from error
             if self._verified is not None and not self._committed and self._cache is not None:
                 self._cache.put(self._key, self._verified)  # nothing committed: still current
-            if not self._committed and not self._connection.invalidated:
-                raw = await self._connection.get_raw_connection()
-                driver = raw.driver_connection
-                if driver is not None and not driver.closed:
-                    await driver.rollback()
         finally:
-            await self._stack.__aexit__(*exc)
+            try:
+                await self._roll_back()
+            finally:
+                await self._stack.__aexit__(*exc)
+
+    async def _roll_back(self) -> None:
+        """Roll back unless committed (a no-op on the wire when no statement was sent)."""
+        if self._committed or self._connection.invalidated:
+            return
+        raw = await self._connection.get_raw_connection()
+        driver = raw.driver_connection
+        if driver is not None and not driver.closed:
+            await driver.rollback()
 
 
 class PostgresStorage:

@@ -1,0 +1,96 @@
+"""Chunked frames (migration 0009): a FULL request reads a few hundred rows, not one per node.
+
+A derived request is its message nodes' frames concatenated in position order. Read node by
+node, a FULL request of a long session makes PostgreSQL aggregate one row per node (S3: most of
+its cost). ``frame_chunks`` keeps the frames of every complete range of ``FRAME_CHUNK``
+positions below the highest chunk's end pre-concatenated, with their count and price; a FULL
+read aggregates those chunks and reads only the nodes past them (and those of a chunk that a
+split position falls inside, where the count before the split needs each node).
+
+The invariant every write keeps: every message node below the highest chunk end is in exactly
+one chunk, whose bytes are its current frame. Appends land past it (positions only grow); a
+replacement deletes every chunk reaching its first shadowed position (``surface_writes``); a
+repricing deletes them all. Chunks are sealed by the commit of a transaction that read a FULL
+request with at least a chunk's worth of positions unsealed (``seal_statement``), from the nodes
+as that commit sees them, unless the transaction replaced a node (its deleted chunks would leave
+a hole below the new ones).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from admission_service.storage.batch import Write, param
+from admission_service.storage.raw import RawStatement
+
+FRAME_CHUNK = 256  # positions per chunk: ~400 chunks for S3's 100 000 nodes
+
+_KEY = "tenant_id = %(t)s AND session_id = %(s)s"
+
+# The whole surface's frames (a FULL request), as ``frames.FRAMES`` answers them (with the
+# count and price before ``split``), then the end of the sealed chunks and the next position
+# past every node read (what a seal may cover).
+FULL_FRAMES = (
+    "WITH sealed AS (SELECT coalesce(max(end_position), 0) AS upto FROM frame_chunks"
+    f" WHERE {_KEY}),"
+    " straddling AS (SELECT first_position, end_position FROM frame_chunks"
+    f" WHERE {_KEY} AND first_position < %(split)s AND %(split)s < end_position),"
+    " parts AS ("
+    " SELECT first_position AS position, frames, messages, tokens,"
+    " end_position <= %(split)s AS before FROM frame_chunks"
+    f" WHERE {_KEY} AND NOT (first_position < %(split)s AND %(split)s < end_position)"
+    " UNION ALL"
+    " SELECT position, message_pb, 1, tokens, position < %(split)s FROM surface_nodes"
+    f" WHERE {_KEY} AND message_pb IS NOT NULL"
+    " AND position >= (SELECT upto FROM sealed)"
+    " UNION ALL"
+    " SELECT position, message_pb, 1, tokens, position < %(split)s FROM surface_nodes"
+    f" WHERE {_KEY} AND message_pb IS NOT NULL"
+    " AND position >= (SELECT first_position FROM straddling)"
+    " AND position < (SELECT end_position FROM straddling))"
+    " SELECT string_agg(frames, ''::bytea ORDER BY position),"
+    " coalesce(sum(messages), 0)::bigint, coalesce(sum(tokens), 0)::bigint,"
+    " coalesce(sum(messages) FILTER (WHERE before), 0)::bigint,"
+    " coalesce(sum(tokens) FILTER (WHERE before), 0)::bigint,"
+    " (SELECT upto FROM sealed),"
+    " coalesce(max(position) + 1, 0) AS read_end"
+    " FROM parts"
+)
+
+# Seal the complete ranges of positions in [%(from)s, %(to)s) that hold message nodes.
+_SEAL = (
+    "INSERT INTO frame_chunks"
+    " (tenant_id, session_id, first_position, end_position, frames, messages, tokens)"
+    f" SELECT %(t)s, %(s)s, position / {FRAME_CHUNK} * {FRAME_CHUNK},"
+    f" position / {FRAME_CHUNK} * {FRAME_CHUNK} + {FRAME_CHUNK},"
+    " string_agg(message_pb, ''::bytea ORDER BY position), count(*), sum(tokens)"
+    f" FROM surface_nodes WHERE {_KEY} AND message_pb IS NOT NULL"
+    " AND position >= %(from)s AND position < %(to)s"
+    f" GROUP BY position / {FRAME_CHUNK}"
+)
+
+
+def seal_statement(
+    tenant: str, session_id: str, sealed_upto: int, read_end: int
+) -> RawStatement | None:
+    """The seal of the complete chunks between the sealed end and ``read_end`` (the next
+    position past the nodes a FULL read found); None when not even one is complete."""
+    to = read_end // FRAME_CHUNK * FRAME_CHUNK
+    if to <= sealed_upto:
+        return None
+    params = {"t": tenant, "s": session_id, "from": sealed_upto, "to": to}
+    return RawStatement(_SEAL, params)
+
+
+def drop_chunks(tenant: str, session_id: str, from_position: int) -> Write:
+    """The deferred deletion of every chunk reaching ``from_position`` (0: all of them): a
+    replacement from there on, or a repricing, leaves their frames or prices stale."""
+
+    def build(params: list[Any]) -> str:
+        return (
+            f"DELETE FROM frame_chunks WHERE tenant_id = {param(params, tenant)}"
+            f" AND session_id = {param(params, session_id)}"
+            f" AND end_position > {param(params, from_position)}"
+        )
+
+    return build
