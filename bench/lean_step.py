@@ -240,7 +240,9 @@ async def serve(
             await connection.execute(FUNCTION.encode())
     pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
         libpq_url(database_url),
-        min_size=pool_size,
+        # One connection at first, up to pool_size as callers wait (during S2's warm-up): an
+        # idle floor holds one, not pool_size, of the server's max_connections.
+        min_size=1,
         max_size=pool_size,
         kwargs={"autocommit": True},
         open=False,

@@ -89,11 +89,6 @@ def py_spy() -> str:
     return shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
 
 
-def stop_all(servers: list[ServerProcess]) -> None:
-    for server in servers:
-        server.stop()
-
-
 def deployed_profile(profile: Path) -> Path:
     """Where ``--profile`` records the as-deployed service: beside the first service's file."""
     return profile.with_name(f"{profile.stem}-as-deployed{profile.suffix}")
@@ -168,8 +163,7 @@ async def run(
                     service, floor, physical, plan, leans=leans, deployed=deployed
                 )
             if "S2" in only:
-                # Nothing after S2 uses the floors: stopped once measured (connections).
-                floors = [floor, physical, *leans.values()]
+                # Nothing after S2 uses the floors: each stopped once measured (connections).
                 results["s2"], results["s6"] = await scenarios.s2_throughput_and_s6_memory(
                     service,
                     floor,
@@ -177,7 +171,7 @@ async def run(
                     plan,
                     leans=leans,
                     deployed=deployed,
-                    floors_measured=lambda: stop_all(floors),
+                    floor_measured=ServerProcess.stop,
                 )
             if deployed is not None:
                 deployed.stop()  # S3 onwards measure the first configuration only

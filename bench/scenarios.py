@@ -367,27 +367,27 @@ async def s2_throughput_and_s6_memory(
     workers: int = 16,
     leans: dict[str, ServerProcess] | None = None,
     deployed: ServerProcess | None = None,
-    floors_measured: Callable[[], None] | None = None,
+    floor_measured: Callable[[ServerProcess], None] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """16 concurrent callers on 16 sessions, one call per step (the previous output + the next
     admission, DELTA view: harness workers keep the prefix), against both floors' calls/s at
     16 callers (every caller on a connection of its own, to the floors too); with ``deployed``
     (the service as deployments run it) the same on it, right after; then, for comparison, the
     two-call loop (Admit + Record) for a third of the time. The service's RSS is sampled
-    throughout its one-call run (S6). ``floors_measured`` is called once the floors are: the
-    caller may stop them, so that their pools' connections (the floors, the lean prototypes,
-    the physical floor's processes: up to ~70) do not count against the server's
-    ``max_connections`` (100 by default, shared with whoever else uses it) while both services
-    open theirs."""
+    throughout its one-call run (S6). ``floor_measured`` is called with each floor once it is
+    measured: the caller may stop it, so that its pool's connections (up to 20) do not count
+    against the server's ``max_connections`` (100 by default, shared with whoever else uses it)
+    while the next floor and both services open theirs."""
+    measured = floor_measured or (lambda server: None)
     physical_processes = len(physical_server.workers())
     physical_rate, physical_cpu = await _floor_rate(physical_server, plan, workers)
+    measured(physical_server)
     floor_rate, _ = await _floor_rate(floor_server, plan, workers)
-    lean_rates = {
-        name: (await _floor_rate(server, plan, workers))[0]
-        for name, server in (leans or {}).items()
-    }
-    if floors_measured is not None:
-        floors_measured()
+    measured(floor_server)
+    lean_rates = {}
+    for name, server in (leans or {}).items():
+        lean_rates[name] = (await _floor_rate(server, plan, workers))[0]
+        measured(server)
 
     # One connection per caller, as 16 harnesses would open: the kernel hands each connection
     # to one of the service's workers (SO_REUSEPORT), so one shared channel would load only one.
