@@ -21,9 +21,11 @@ from typing import TypeVar
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from promptadmission import AdmissionError, RetryPolicy, SyncAdmissionClient
+from promptadmission import AdmissionError, RetryPolicy, SyncAdmissionClient, with_request_id
 from promptadmission.v1 import admission_service_pb2 as api
+from promptadmission.v1 import session_pb2 as pb
 
+from tests.api.support import tool_step
 from tests.deploy.sessions import SECRET, SERVICE, check_history, run_step, scrape
 from tests.deploy.topology import DEMO_TOKEN
 
@@ -201,6 +203,29 @@ def test_calls_keep_their_metadata_and_errors_through_the_balancer() -> None:
     with pytest.raises(AdmissionError) as anonymous:
         SyncAdmissionClient(LB_TARGET, retry=no_retry).list_sessions()
     assert anonymous.value.code.name == "UNAUTHENTICATED"
+
+
+def test_a_response_over_4_mib_streams_through_the_balancer() -> None:
+    """StreamAdmit's 1 MiB chunks pass nginx to a client with gRPC's default 4 MiB receive
+    limit (issue 23 item 2): five 1 MB tool outputs, FULL; the unary Admit of it is refused."""
+    route = pb.Route(provider="other", model="big-context")
+    with client(timeout=120) as caller:
+        session_id = caller.create_session().session.session_id
+        step = caller.admit_streamed(
+            api.AdmitRequest(session_id=session_id, turn=1, rendered_prompt="p", route=route)
+        )
+        for number in range(1, 5):
+            step = caller.admit_streamed(
+                tool_step(session_id, number, step.admission_id, 1_000_000, route)
+            )
+        last = with_request_id(tool_step(session_id, 5, step.admission_id, 1_000_000, route))
+        with pytest.raises(AdmissionError) as refused:
+            caller.admit(last)
+        assert refused.value.reason == "RESPONSE_TOO_LARGE"
+        streamed = caller.admit_streamed(last)
+        assert streamed.ByteSize() > 4 * 1024 * 1024
+        assert streamed.request.total_messages == 11  # the system message, 5 x (call, result)
+        caller.delete_session(api.DeleteSessionRequest(session_id=session_id))
 
 
 def test_sessions_stay_exact_across_both_replicas_and_one_stopped_mid_run() -> None:
