@@ -329,12 +329,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--profile", type=Path, help="record py-spy collapsed stacks of the service to this file"
     )
+    parser.add_argument(
+        "--logs", type=Path, help="keep the servers' logs in this directory (default: discarded)"
+    )
     args = parser.parse_args(argv)
     plan = scenarios.SMOKE if args.smoke else scenarios.FULL
     only = {part.strip().upper() for part in args.only.split(",") if part.strip()}
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="pas-bench-") as logs:
-        results = asyncio.run(run(plan, only, Path(logs), args.profile))
+    with contextlib.ExitStack() as stack:
+        if args.logs:
+            args.logs.mkdir(parents=True, exist_ok=True)
+            logs = args.logs
+        else:
+            logs = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="pas-bench-")))
+        results = asyncio.run(run(plan, only, logs, args.profile))
     flat = headline(results)
     results["elapsed_s"] = round(time.monotonic() - started, 1)
     document = {**flat, "targets": {k: _verdict(k, v) for k, v in flat.items() if k in TARGETS}}
