@@ -97,14 +97,14 @@ async def drive_one_session(recorder: Recorder, stub: Any) -> None:
     r = recorder.during
     await r("CreateSession", lambda: stub.CreateSession(api.CreateSessionRequest(session_id=sid)))
 
-    def admit(turn: int, prompt: str) -> Callable[[], Awaitable[Any]]:
+    def admit(turn: int, prompt: str, users: int = 1) -> Callable[[], Awaitable[Any]]:
         request = api.AdmitRequest(
             session_id=sid,
             request_id=str(uuid.uuid4()),
             turn=turn,
             rendered_prompt=prompt,
             route=IN_HISTORY_ROUTE,
-            users=[user(f"question {turn}")],
+            users=[user(f"question {turn}.{n}") for n in range(users)],
         )
         return lambda: stub.Admit(request)
 
@@ -131,6 +131,10 @@ async def drive_one_session(recorder: Recorder, stub: Any) -> None:
             )
         ),
     )
+    # Past a chunk's worth of positions: a FULL Admit's commit seals them (frame_chunks.py),
+    # and the next ones read the chunks.
+    for turn in range(2, 9):
+        await r("Admit", admit(turn, "You are a coding agent.", users=50))
     second = await r("Admit", admit(1, "You are a coding agent. Plan mode."))
     await r(
         "Reconcile",

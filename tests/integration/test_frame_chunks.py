@@ -53,7 +53,12 @@ async def both_ways(deps: Deps, sid: str, split: int | None) -> tuple[Frames, Fr
         store = unit.store
         assert isinstance(store, SessionStore)
         chunked = await store.frames(0, split)
-        params = {"t": TENANT, "s": sid, "from_position": 0, "split": -1 if split is None else split}
+        params = {
+            "t": TENANT,
+            "s": sid,
+            "from_position": 0,
+            "split": -1 if split is None else split,
+        }
         one_by_one = _frames(await store._execute_raw(_FRAMES, params, binary=True))
         chunks = await store._execute_raw(
             "SELECT count(*) FROM frame_chunks WHERE tenant_id = %(t)s AND session_id = %(s)s",
@@ -67,7 +72,17 @@ async def check(deps: Deps, sid: str, end: int) -> int:
     """Every split (none, at 0, inside a chunk, on a boundary, past the end) reads the same
     both ways; the number of chunks."""
     chunks = 0
-    for split in (None, 0, 1, FRAME_CHUNK - 1, FRAME_CHUNK, FRAME_CHUNK + 7, end // 2, end, end + 5):
+    for split in (
+        None,
+        0,
+        1,
+        FRAME_CHUNK - 1,
+        FRAME_CHUNK,
+        FRAME_CHUNK + 7,
+        end // 2,
+        end,
+        end + 5,
+    ):
         chunked, one_by_one, chunks = await both_ways(deps, sid, split)
         assert chunked == one_by_one, split
     return chunks

@@ -89,7 +89,7 @@ async def admitted(deps: Deps, session_id: str, text: str, **kwargs: Any) -> Att
 async def users_on_surface(deps: Deps, session_id: str) -> list[str]:
     async with deps.storage.unit(TENANT, session_id, snapshot=True) as unit:
         nodes = await unit.store.surface(with_empty=False)
-    texts = []
+    texts: list[str] = []
     for node in nodes:
         message = node.decoded()
         if message is not None and message.role is Role.USER:

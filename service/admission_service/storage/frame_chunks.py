@@ -57,16 +57,18 @@ FULL_FRAMES = (
     " FROM parts"
 )
 
-# Seal the complete ranges of positions in [%(from)s, %(to)s) that hold message nodes.
+# Seal the complete ranges of positions in [%(from)s, %(to)s) that hold message nodes. The key
+# columns come from the nodes themselves and group with them, so on Citus the statement runs
+# whole on the session's shard (co-located INSERT ... SELECT).
 _SEAL = (
     "INSERT INTO frame_chunks"
     " (tenant_id, session_id, first_position, end_position, frames, messages, tokens)"
-    f" SELECT %(t)s, %(s)s, position / {FRAME_CHUNK} * {FRAME_CHUNK},"
+    f" SELECT tenant_id, session_id, position / {FRAME_CHUNK} * {FRAME_CHUNK},"
     f" position / {FRAME_CHUNK} * {FRAME_CHUNK} + {FRAME_CHUNK},"
     " string_agg(message_pb, ''::bytea ORDER BY position), count(*), sum(tokens)"
     f" FROM surface_nodes WHERE {_KEY} AND message_pb IS NOT NULL"
     " AND position >= %(from)s AND position < %(to)s"
-    f" GROUP BY position / {FRAME_CHUNK}"
+    f" GROUP BY tenant_id, session_id, position / {FRAME_CHUNK}"
 )
 
 
