@@ -3,7 +3,7 @@ output + the next admission, DELTA, 200-character messages) against a fresh serv
 py-spy records the service's processes; a ``py-spy dump`` of the serving worker is taken
 half-way.
 
-    python -m bench.profile_step --seconds 60 --out /tmp/step.txt
+    python -m bench.profile_step --seconds 60 --out /tmp/step.txt [--as-deployed]
     python -m bench.profile_summary /tmp/step.txt --match admission_service
 
 Needs ``py-spy`` (``.venv/bin/pip install py-spy``).
@@ -27,9 +27,9 @@ from bench.run import py_spy, start_profiler
 from bench.scenarios import _step_sessions, one_call_step, percentile
 
 
-async def run(seconds: float, out: Path) -> None:
+async def run(seconds: float, out: Path, prepared_statements: bool | None = True) -> None:
     with bench_database() as (url, _), tempfile.TemporaryDirectory() as logs:
-        service = start_service(url, Path(logs))
+        service = start_service(url, Path(logs), prepared_statements=prepared_statements)
         try:
             async with channel(service.target) as ch:
                 sessions = await _step_sessions(stub(ch), 20, 40)
@@ -94,8 +94,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument(
+        "--as-deployed",
+        action="store_true",
+        help="PAS_DB_PREPARED_STATEMENTS unset (the service's default for a DATABASE_URL)",
+    )
     args = parser.parse_args()
-    asyncio.run(run(args.seconds, args.out))
+    asyncio.run(run(args.seconds, args.out, None if args.as_deployed else True))
 
 
 if __name__ == "__main__":
