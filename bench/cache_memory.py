@@ -1,0 +1,98 @@
+"""``python -m bench.cache_memory``: a worker's memory with its session cache at its bound (S6).
+
+A worker keeps the sessions it wrote (``storage/session_cache.py``, ``PAS_SESSION_CACHE_BYTES``,
+16 MiB by default) and evicts the least recently used past the bound. This starts the real
+service with one worker (``DATABASE_URL``'s server, or an embedded one) and its default bound,
+then steps ever more distinct sessions through it (16 callers, each on its own connection; a
+step is CreateSession and one Admit, so every session ends cached), reading the worker's RSS
+after each stretch: it must level off once the cache is full, and stay within S6's budget
+(150 MiB). Two kinds of session: ``small`` (the benchmark's prompt and a 200-character user
+message: a few KiB per entry, so the entry count bounds first) and ``large`` (a 48 KiB prompt,
+kept with the admission: the byte bound bounds first). The same run with the cache off
+(``PAS_SESSION_CACHE_BYTES=0``) is the baseline.
+
+    python -m bench.cache_memory [--sessions 12000] [--out bench/results/cache_memory.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+from promptadmission.v1 import admission_service_pb2 as api
+
+from bench.client import PROMPT, Session, channel, stub, text, user
+from bench.infra import REPO, bench_database, start_service
+
+CALLERS = 16
+SHAPES = {"small": PROMPT, "large": PROMPT + " " + "x" * (48 * 1024)}
+
+
+async def _step_new_sessions(target: str, prompt: str, count: int) -> None:
+    """``count`` new sessions, each created and admitted once, by ``CALLERS`` callers."""
+    channels = [channel(target, own_connection=True) for _ in range(CALLERS)]
+    remaining = iter(range(count))
+
+    async def caller(admission: Any) -> None:
+        for _ in remaining:
+            session_id = f"cache-{uuid.uuid4().hex}"
+            await admission.CreateSession(api.CreateSessionRequest(session_id=session_id))
+            session = Session(admission, session_id)
+            await session.admit(prompt, [user(text(200, "u"))], delta=True)
+
+    try:
+        await asyncio.gather(*(caller(stub(ch)) for ch in channels))
+    finally:
+        for ch in channels:
+            await ch.close(None)
+
+
+async def _measure(url: str, logs: Path, cache_bytes: str | None, sessions: int) -> dict[str, Any]:
+    env = {"PAS_WORKERS": "1"}
+    if cache_bytes is not None:
+        env["PAS_SESSION_CACHE_BYTES"] = cache_bytes
+    service = start_service(url, logs, env=env)
+    try:
+        rss = {"idle": round(service.rss_mib(), 1)}
+        stretches = [sessions // 8, sessions // 4, sessions // 2, sessions]
+        done = 0
+        for shape, prompt in SHAPES.items():
+            done = 0
+            for upto in stretches:
+                await _step_new_sessions(service.target, prompt, upto - done)
+                done = upto
+                rss[f"{shape}_{upto}"] = round(service.rss_mib(), 1)
+        return rss
+    finally:
+        service.stop()
+
+
+async def run(sessions: int) -> dict[str, Any]:
+    with bench_database() as (url, where), tempfile.TemporaryDirectory() as logs:
+        return {
+            "postgres": where,
+            "sessions_per_shape": sessions,
+            "rss_mib_default_bound": await _measure(url, Path(logs), None, sessions),
+            "rss_mib_cache_off": await _measure(url, Path(logs), "0", sessions),
+        }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--sessions", type=int, default=12_000)
+    parser.add_argument("--out", type=Path, default=REPO / "bench/results/cache_memory.json")
+    args = parser.parse_args()
+    results = asyncio.run(run(args.sessions))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    for name in ("rss_mib_default_bound", "rss_mib_cache_off"):
+        print(name, results[name])  # noqa: T201
+
+
+if __name__ == "__main__":
+    main()
