@@ -131,7 +131,7 @@ class FrameReads(SessionScope):
         if known is not None and not known.lost:
             frames = known.frames_since_request(from_position, split_position)
             if frames is None:
-                frames = await self._frames(from_position, split_position, flush=True)
+                frames = await self._read_frames(from_position, split_position, flush=True)
             return known.system_nodes, frames, tuple(known.open_calls)
         row = await self._read(_FRAMES_SYSTEM_AND_OPEN, from_position, split_position, True)
         system, calls = system_and_open(row[5:])
@@ -143,9 +143,11 @@ class FrameReads(SessionScope):
         their count and price, and the count and price of those before ``split_position``.
 
         Deferred nodes are not read (no flush): ``write_events`` returns them as its tail."""
-        return await self._frames(from_position, split_position, flush=False)
+        return await self._read_frames(from_position, split_position, flush=False)
 
-    async def _frames(self, from_position: int, split_position: int | None, flush: bool) -> Frames:
+    async def _read_frames(
+        self, from_position: int, split_position: int | None, flush: bool
+    ) -> Frames:
         """``frames``; ``flush``: after the deferred writes. A FULL request (from position 0)
         reads the chunked frames and the nodes past them (``frame_chunks.py``), and leaves the
         seal of what it found unsealed to go with the transaction's commit."""

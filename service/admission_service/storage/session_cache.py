@@ -133,7 +133,7 @@ class KnownSession:
     ) -> KnownSession:
         """From the session row and its indexed state as a fresh read found them. The frames
         since the previous request are known (none) only when nothing was appended since."""
-        end = session.prefix.end_position if session.prefix is not None else 0
+        end = _request_end(session)
         pending = NO_FRAMES if session.next_position == end else None
         return cls(
             CachedSession(
@@ -203,7 +203,7 @@ class KnownSession:
                 surface_nodes=session.surface_nodes + growth.surface_nodes,
                 log_bytes=session.log_bytes + growth.log_bytes,
             )
-        end = session.prefix.end_position if session.prefix is not None else 0
+        end = _request_end(session)
         pending: Frames | None = NO_FRAMES
         if session.next_position != end:
             # Appended since the previous request (a Record): still known if it was then.
@@ -217,3 +217,9 @@ class KnownSession:
             pending,
             self.admission,
         )
+
+
+def _request_end(session: Session) -> int:
+    """Where the previous request ended (0 before the first): the frames appended since start
+    there."""
+    return session.prefix.end_position if session.prefix is not None else 0
