@@ -75,6 +75,8 @@ class ProviderServer:
     base_url: str = ""
     replies: deque[Json] = field(default_factory=deque)
     requests: list[tuple[str, Json]] = field(default_factory=list)
+    # The same requests' bodies as the bytes that arrived (byte-level checks).
+    raw: list[bytes] = field(default_factory=list)
 
     def answer(self, *replies: Json) -> None:
         """Queues replies: ``{"response": body}`` or ``{"stream": events}`` (a fixture's)."""
@@ -91,7 +93,9 @@ def provider_server(
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             length = int(self.headers.get("content-length", "0"))
-            recorder.requests.append((self.path, json.loads(self.rfile.read(length))))
+            body = self.rfile.read(length)
+            recorder.requests.append((self.path, json.loads(body)))
+            recorder.raw.append(body)
             if recorder.replies or default is None:
                 reply = recorder.replies.popleft()
             else:
@@ -125,10 +129,11 @@ def provider_server(
 class Recorder:
     base_url: str
     bodies: list[tuple[str, Any]] = field(default_factory=list)
+    raw: list[bytes] = field(default_factory=list)
 
 
 @contextmanager
 def recording_server() -> Iterator[Recorder]:
     """A stand-in answering every endpoint with its minimal valid response (``RESPONSES``)."""
     with provider_server(default=lambda path: {"response": RESPONSES[path]}) as server:
-        yield Recorder(server.base_url, server.requests)
+        yield Recorder(server.base_url, server.requests, server.raw)
