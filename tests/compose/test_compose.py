@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import TypeVar
 
 import grpc
@@ -26,6 +28,16 @@ from promptadmission.v1 import admission_service_pb2 as api
 from promptadmission.v1 import session_pb2 as pb
 
 from tests.api.support import tool_step
+from tests.clients.large_sessions import (
+    FAMILY,
+    ONE_MILLION,
+    WIRE_NAMES,
+    Family,
+    LargeDriver,
+    Served,
+    full_request,
+    grow,
+)
 from tests.deploy.sessions import SECRET, SERVICE, check_history, run_step, scrape
 from tests.deploy.topology import DEMO_TOKEN
 
@@ -40,6 +52,8 @@ METRICS = {
     "service-b": int(os.environ["PAS_METRICS_PORT_B"]),
 }
 IMAGE_USER = "10001:10001"
+ROOT = Path(__file__).resolve().parents[2]
+LARGE_DRIVER = ROOT / "clients/typescript/dist/test/largeDriver.js"
 SESSIONS = 8
 STEPS = 24
 STOP_AFTER_STEPS = SESSIONS * STEPS // 3  # acknowledged steps before service-a is stopped
@@ -226,6 +240,72 @@ def test_a_response_over_4_mib_streams_through_the_balancer() -> None:
         assert streamed.ByteSize() > 4 * 1024 * 1024
         assert streamed.request.total_messages == 11  # the system message, 5 x (call, result)
         caller.delete_session(api.DeleteSessionRequest(session_id=session_id))
+
+
+def test_a_million_token_session_streams_through_the_balancer_to_both_clients(
+    tmp_path: Path,
+) -> None:
+    """A FULL StreamAdmit of a session of over a million tokens (the 1M sessions of
+    tests/clients/test_large_sessions.py: five 920 000-character tool outputs on an ``openai``
+    and an ``anthropic`` route) passes nginx, in every wire format, to the Python client
+    (gRPC's default 4 MiB receive limit) and the TypeScript client (a 4 MiB read limit): both
+    receive the same derived request, byte for byte (issue 23). Each client's time per Admit
+    goes to $PAS_LARGE_SESSIONS_REPORT when it is set."""
+    node = shutil.which("node")
+    if node is None or not LARGE_DRIVER.exists():
+        missing = f"node and {LARGE_DRIVER.relative_to(ROOT)} (`make ts-build`)"
+        if os.environ.get("PAS_REQUIRE_TYPESCRIPT") == "1":
+            pytest.fail(f"needs {missing}")
+        pytest.skip(f"needs {missing}")
+    typescript = LargeDriver(
+        node, LARGE_DRIVER, f"http://{LB_TARGET}", env={**os.environ, "PAS_TOKEN": DEMO_TOKEN}
+    )
+    rows: list[Served] = []
+    try:
+        with client(timeout=300) as caller:
+            families: tuple[Family, ...] = ("openai", "anthropic")
+            sessions = {family: grow(caller, "1M", family) for family in families}
+            for wire, family in FAMILY.items():
+                grown = sessions[family]
+                started = time.perf_counter()
+                response = caller.admit_streamed(full_request(grown, wire, step=len(rows)))
+                seconds = time.perf_counter() - started
+                derived = response.request
+                assert (derived.view, derived.first_message_index) == (pb.REQUEST_VIEW_FULL, 0)
+                assert response.forecast.total_tokens >= ONE_MILLION
+                assert response.ByteSize() > 4 * 1024 * 1024
+                rows.append(
+                    Served(
+                        "python",
+                        WIRE_NAMES[wire],
+                        "1M",
+                        seconds,
+                        response.ByteSize(),
+                        derived.total_messages,
+                        response.forecast.total_tokens,
+                        len(derived.body_json.encode()),
+                    )
+                )
+                derived_file = tmp_path / "derived.bin"
+                answer = typescript.admit(full_request(grown, wire, step=len(rows)), derived_file)
+                assert derived_file.read_bytes() == derived.SerializeToString(deterministic=True)
+                rows.append(
+                    Served(
+                        "typescript",
+                        WIRE_NAMES[wire],
+                        "1M",
+                        answer["admitMs"] / 1000,
+                        answer["responseBytes"],
+                        answer["totalMessages"],
+                        answer["totalTokens"],
+                    )
+                )
+            for grown in sessions.values():
+                caller.delete_session(api.DeleteSessionRequest(session_id=grown.session_id))
+    finally:
+        typescript.close()
+        if path := os.environ.get("PAS_LARGE_SESSIONS_REPORT"):
+            Path(path).write_text(json.dumps([row.row() for row in rows], indent=1))
 
 
 def test_sessions_stay_exact_across_both_replicas_and_one_stopped_mid_run() -> None:
