@@ -31,7 +31,7 @@ from admission_service.app.commands import (
 from admission_service.app.deps import Deps
 from admission_service.app.page_tokens import PageTokens
 from admission_service.app.unit_of_work import Reply
-from admission_service.domain.errors import DomainError, SessionNotFound
+from admission_service.domain.errors import SessionNotFound
 from admission_service.domain.events import Event
 from admission_service.domain.messages import Block, Message, Role, Text, ToolCall, ToolResult
 
@@ -45,7 +45,7 @@ TOKENS = PageTokens([b"k" * 32])
 IN_HISTORY = ROUTE
 REPLACE = RouteRequest("openai", "gpt-test", 128_000)
 
-E = TypeVar("E", bound=DomainError)
+E = TypeVar("E", bound=BaseException)
 R = TypeVar("R")
 
 __all__ = ["IN_HISTORY", "REPLACE", "TENANT", "App", "assistant", "result", "user"]
