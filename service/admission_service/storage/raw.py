@@ -5,17 +5,25 @@ of a long query text: the statement batch), and several statements in one round 
 a read and the ``COMMIT`` after the last writes travel together). SQLAlchemy's
 ``before_cursor_execute`` / ``after_cursor_execute`` / ``handle_error`` events still fire, so
 statement tracing sees these statements too, and a failure is raised as SQLAlchemy would raise
-it (``raw_errors``)."""
+it (``raw_errors``).
+
+A transaction's end that reads nothing back (its last writes and ``COMMIT``, and on a session
+the worker cached its ``BEGIN`` too) goes as a *script* instead: one simple-query message with
+the parameters bound on the client as literals. Measured on this machine for BEGIN, the
+deadline's bounds, one write and COMMIT: a pipeline costs psycopg ~0.65 ms of CPU (~0.2 ms to
+open, ~0.1 ms a statement, a wait for each result) and ~1 ms of wall time; the script ~0.13 ms
+and ~0.35 ms, as one statement sent alone does."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from contextlib import AsyncExitStack
+import re
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, cast
 
 import psycopg
-from psycopg import pq
+from psycopg import abc, adapt, pq
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from admission_service.storage.raw_errors import raw_statement_error
@@ -76,46 +84,130 @@ async def execute_flight(
     """Run ``statements`` in order within ``connection``'s transaction, in one round trip (a
     pipeline when there are several); for each, its answer (``_answer``: its first row, None
     when it found none, every row with ``all_rows``, or the command status, ``"COMMIT"``…, of a
-    statement that returns no rows). When one
-    fails, those after it do not run (PostgreSQL skips the rest of the pipeline) and its error is
-    raised as SQLAlchemy would raise it."""
-    raw = await connection.get_raw_connection()
-    driver = cast(psycopg.AsyncConnection[Any], raw.driver_connection)
-    sync = connection.sync_connection
-    assert sync is not None
-    dispatch = sync.dispatch
+    statement that returns no rows). When one fails, those after it do not run (PostgreSQL
+    skips the rest of the pipeline) and its error is raised as SQLAlchemy would raise it."""
+    driver = await _driver(connection)
     sent: list[tuple[RawStatement, psycopg.AsyncCursor[Any], _RawContext]] = []
+    failing = _Failing(statements[0])
+    async with _as_sqlalchemy(connection, failing) as dispatch, AsyncExitStack() as cursors:
+        async with AsyncExitStack() as flight:
+            if len(statements) > 1:
+                await flight.enter_async_context(driver.pipeline())
+            for statement in statements:
+                cursor: psycopg.AsyncCursor[Any] = await cursors.enter_async_context(
+                    psycopg.AsyncRawCursor(driver)
+                    if statement.raw_placeholders
+                    else driver.cursor(binary=statement.binary)
+                )
+                failing.statement, failing.context = statement, _RawContext()
+                dispatch.before(cursor, statement.sql, statement.params, failing.context)
+                sent.append((statement, cursor, failing.context))
+                await cursor.execute(
+                    statement.sql.encode(), statement.params, binary=statement.binary
+                )
+        # Leaving the pipeline sent its Sync and read every result: the one round trip.
+        rows: list[Any] = [await _answer(statement, cursor) for statement, cursor, _ in sent]
+    for statement, cursor, context in sent:
+        dispatch.after(cursor, statement.sql, statement.params, context)
+    return rows
+
+
+async def execute_script(connection: AsyncConnection, statements: Sequence[RawStatement]) -> str:
+    """Run ``statements`` in order as one simple-query message, their parameters bound as
+    literals (see the module docstring: a transaction's end that reads nothing back); the
+    command status of the last (``"COMMIT"``…). PostgreSQL stops at the first that fails, and
+    its error is raised as SQLAlchemy would raise it, naming the script's statements with
+    their placeholders: the values, which hold prompts, never reach a span, a log or an
+    error."""
+    driver = await _driver(connection)
+    transformer = adapt.Transformer(driver)
+    script = b"; ".join(_with_literals(statement, transformer, driver) for statement in statements)
+    failing = _Failing(RawStatement("; ".join(statement.sql for statement in statements)))
+    contexts = [_RawContext() for _ in statements]
+    failing.context = contexts[-1]  # its span reports a failure, as a pipeline's last does
+    async with _as_sqlalchemy(connection, failing) as dispatch:
+        async with driver.cursor() as cursor:
+            for statement, context in zip(statements, contexts, strict=True):
+                dispatch.before(cursor, statement.sql, statement.params, context)
+            await cursor.execute(script)  # no parameters: the simple-query protocol
+            while cursor.nextset():  # every statement's result, to the last one's status
+                pass
+            status = cursor.statusmessage
+        for statement, context in zip(statements, contexts, strict=True):
+            dispatch.after(cursor, statement.sql, statement.params, context)
+    return str(status)
+
+
+# A server-side placeholder in a raw statement (``$1``…); the statements built here hold no
+# string literal, only the schema's names and placeholders.
+_RAW_PLACEHOLDER = re.compile(rb"\$(\d+)")
+
+
+def _with_literals(
+    statement: RawStatement, transformer: abc.Transformer, driver: psycopg.AsyncConnection[Any]
+) -> bytes:
+    """``statement``'s SQL with each parameter written as the literal psycopg would send for
+    it (typed as it would bind it: ``'…'::bytea``, ``'{…}'::int8[]``, ``'…'::timestamptz``)."""
+    sql, params = statement.sql, statement.params
+    if params is None:
+        return sql.encode()
+    if statement.raw_placeholders:
+        values = list(params)
+        return _RAW_PLACEHOLDER.sub(
+            lambda match: bytes(transformer.as_literal(values[int(match[1]) - 1])), sql.encode()
+        )
+    return psycopg.AsyncClientCursor(driver).mogrify(sql, params).encode()
+
+
+async def _driver(connection: AsyncConnection) -> psycopg.AsyncConnection[Any]:
+    raw = await connection.get_raw_connection()
+    return cast(psycopg.AsyncConnection[Any], raw.driver_connection)
+
+
+class _Failing:
+    """The statement being sent (the one a failure names) and its tracing context."""
+
+    def __init__(self, statement: RawStatement) -> None:
+        self.statement = statement
+        self.context = _RawContext()
+
+
+class _Dispatch:
+    """SQLAlchemy's cursor events on the connection, for statements sent on its driver."""
+
+    def __init__(self, connection: AsyncConnection) -> None:
+        sync = connection.sync_connection
+        assert sync is not None
+        self.sync, self._events = sync, sync.dispatch
+
+    def before(self, cursor: Any, sql: str, params: Any, context: _RawContext) -> None:
+        self._events.before_cursor_execute(self.sync, cursor, sql, params, context, False)
+
+    def after(self, cursor: Any, sql: str, params: Any, context: _RawContext) -> None:
+        self._events.after_cursor_execute(self.sync, cursor, sql, params, context, False)
+
+
+@asynccontextmanager
+async def _as_sqlalchemy(
+    connection: AsyncConnection, failing: _Failing
+) -> AsyncIterator[_Dispatch]:
+    """The block's driver errors raised as SQLAlchemy would raise them for ``failing``'s
+    statement (the connection invalidated when it is gone)."""
+    dispatch = _Dispatch(connection)
+    raw = await connection.get_raw_connection()
     try:
-        async with AsyncExitStack() as cursors:
-            async with AsyncExitStack() as flight:
-                if len(statements) > 1:
-                    await flight.enter_async_context(driver.pipeline())
-                for statement in statements:
-                    cursor: psycopg.AsyncCursor[Any] = await cursors.enter_async_context(
-                        psycopg.AsyncRawCursor(driver)
-                        if statement.raw_placeholders
-                        else driver.cursor(binary=statement.binary)
-                    )
-                    context = _RawContext()
-                    dispatch.before_cursor_execute(
-                        sync, cursor, statement.sql, statement.params, context, False
-                    )
-                    sent.append((statement, cursor, context))
-                    await cursor.execute(
-                        statement.sql.encode(), statement.params, binary=statement.binary
-                    )
-            # Leaving the pipeline sent its Sync and read every result: the one round trip.
-            rows: list[Any] = [await _answer(statement, cursor) for statement, cursor, _ in sent]
+        yield dispatch
     except Exception as error:
-        failed, _, context = sent[-1] if sent else (statements[0], None, _RawContext())
         raised = raw_statement_error(
-            sync, raw.dbapi_connection, error, failed.sql, failed.params, context
+            dispatch.sync,
+            raw.dbapi_connection,
+            error,
+            failing.statement.sql,
+            failing.statement.params,
+            failing.context,
         )
         if raised is error:
             raise
         if getattr(raised, "connection_invalidated", False):
             await connection.invalidate()
         raise raised from error
-    for statement, cursor, context in sent:
-        dispatch.after_cursor_execute(sync, cursor, statement.sql, statement.params, context, False)
-    return rows

@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from admission_service.domain.stored import Growth
 from admission_service.storage.batch import StatementBatch, Write, param
 from admission_service.storage.failures import SessionMoved, moved
-from admission_service.storage.raw import RawStatement, execute_flight
+from admission_service.storage.raw import RawStatement, execute_flight, execute_script
 from admission_service.storage.session_cache import CachedSession, KnownSession, SessionCache
 
 COMMIT = RawStatement("COMMIT")
@@ -91,8 +91,14 @@ class SessionScope:
         transaction had failed). A transaction on a cached session whose cache was stale fails
         here whole (``SessionMoved``)."""
         seal = (self.seal,) if self.seal is not None else ()
-        *_, status = await self._flight(*seal, *self._deferred(self._saved_row), COMMIT)
-        return str(status)
+        prelude, self._prelude = self._prelude, []
+        statements = (*prelude, *seal, *self._deferred(self._saved_row), COMMIT)
+        try:
+            # Nothing is read back: one simple-query message (raw.execute_script).
+            return await execute_script(self.connection, statements)
+        except Exception as error:
+            self._raise_moved(error)
+            raise
 
     def _deferred(self, last: Write | None = None) -> tuple[RawStatement, ...]:
         self.unsent_calls = {}
@@ -111,12 +117,15 @@ class SessionScope:
         try:
             rows = await execute_flight(self.connection, (*prelude, *statements))
         except Exception as error:
-            # On a cached session, a write the cache took for new that the database refuses
-            # (failures.moved) means the cache was stale: nothing will commit.
-            if self.warm and moved(error):
-                raise SessionMoved(self.session_id) from error
+            self._raise_moved(error)
             raise
         return rows[len(prelude) :]
+
+    def _raise_moved(self, error: Exception) -> None:
+        """On a cached session, a write the cache took for new that the database refuses
+        (failures.moved) means the cache was stale: nothing will commit."""
+        if self.warm and moved(error):
+            raise SessionMoved(self.session_id) from error
 
     async def _execute_raw(
         self, sql: str, params: Any, *, binary: bool = False, flush: bool = False

@@ -1,0 +1,103 @@
+"""A transaction's end sent as a script (``raw.execute_script``: one simple-query message, the
+parameters written as literals on the client) stores exactly what the same statements bound
+on the server store, and never shows a value where the statement is named."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+import sqlalchemy.exc
+from admission_service.storage.raw import RawStatement, execute_flight, execute_script
+from psycopg.types.json import Jsonb
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+_TABLE = (
+    "CREATE TEMPORARY TABLE script_values ("
+    " id int PRIMARY KEY, b bytea, t text, n bigint, a bigint[], ta text[], ba bytea[],"
+    " ts timestamptz, j jsonb, f boolean)"
+)
+_COLUMNS = "b, t, n, a, ta, ba, ts, j, f"
+
+# What the deferred writes bind: prompts with quotes, backslashes and any Unicode; frames of any
+# byte; the largest and smallest integers; arrays (typed by their elements, as psycopg binds
+# them), NULLs, times, JSON.
+_VALUES: list[tuple[Any, ...]] = [
+    (
+        bytes(range(256)) * 3,
+        "it's a \\ back'slash\\' $1 %s %(x)s ;-- E'\\x00' 😀 ünïcode\n\ttabs",
+        2**63 - 1,
+        [1, 2**40, -(2**62)],
+        ["a'b", "c\\d", "", None, '"quoted"', "{braces}", "comma,separated"],
+        [b"", b"\x00\xff'\\", None],
+        datetime(2026, 12, 2, 18, 0, 0, 123456, tzinfo=UTC),
+        Jsonb({"text": "it's \\ \u2028", "n": [1, None, True]}),
+        True,
+    ),
+    (b"", "", -(2**63), [], [], [], None, Jsonb([]), False),
+    (None, None, None, None, None, None, None, None, None),
+]
+
+
+def _insert(row_id: int, values: tuple[Any, ...]) -> RawStatement:
+    # Eleven and more parameters: $1 must not be taken for the start of $10.
+    placeholders = ", ".join(f"${index}" for index in range(2, len(values) + 2))
+    return RawStatement(
+        f"INSERT INTO script_values (id, {_COLUMNS}) VALUES ($1, {placeholders})",
+        [row_id, *values],
+        raw_placeholders=True,
+    )
+
+
+async def _fresh_table(connection: AsyncConnection) -> None:
+    await connection.execute(text("DROP TABLE IF EXISTS pg_temp.script_values"))
+    await connection.execute(text(_TABLE))
+
+
+async def _rows(connection: AsyncConnection, ids: range) -> list[tuple[Any, ...]]:
+    result = await connection.execute(
+        text(f"SELECT {_COLUMNS} FROM script_values WHERE id = ANY(:ids) ORDER BY id"),
+        {"ids": list(ids)},
+    )
+    return [tuple(row) for row in result]
+
+
+async def test_a_script_stores_what_server_side_binding_stores(engine: AsyncEngine) -> None:
+    async with engine.connect() as connection:
+        await connection.execution_options(isolation_level="AUTOCOMMIT")
+        await _fresh_table(connection)
+        bound = [_insert(index, values) for index, values in enumerate(_VALUES)]
+        await execute_flight(connection, [RawStatement("BEGIN"), *bound, RawStatement("COMMIT")])
+        scripted = [_insert(100 + index, values) for index, values in enumerate(_VALUES)]
+        status = await execute_script(
+            connection,
+            [
+                RawStatement("BEGIN"),
+                RawStatement("SELECT set_config('lock_timeout', %(ms)s, true)", {"ms": "5000"}),
+                *scripted,
+                RawStatement("COMMIT"),
+            ],
+        )
+        assert status == "COMMIT"
+        assert await _rows(connection, range(100, 103)) == await _rows(connection, range(3))
+
+
+async def test_a_failing_script_commits_nothing_and_names_no_value(engine: AsyncEngine) -> None:
+    secret = "the prompt nobody may read"
+    async with engine.connect() as connection:
+        await connection.execution_options(isolation_level="AUTOCOMMIT")
+        await _fresh_table(connection)
+        row = (None, secret, 1, None, None, None, None, None, None)
+        with pytest.raises(sqlalchemy.exc.IntegrityError) as raised:
+            await execute_script(
+                connection,
+                [RawStatement("BEGIN"), _insert(7, row), _insert(7, row), RawStatement("COMMIT")],
+            )
+        assert secret not in str(raised.value.statement)
+        assert "$3" in str(raised.value.statement)  # the statements as written, placeholders
+        driver = (await connection.get_raw_connection()).driver_connection
+        assert driver is not None
+        await driver.rollback()
+        assert await _rows(connection, range(8)) == []
