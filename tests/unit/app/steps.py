@@ -5,6 +5,7 @@ left the session as it was (``App.refused``: its revision, its events, every sto
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from admission_service.app.commands import (
     Usage,
 )
 from admission_service.app.deps import Deps
+from admission_service.app.hooks import Phase
 from admission_service.app.page_tokens import PageTokens
 from admission_service.app.unit_of_work import Reply
 from admission_service.domain.errors import SessionNotFound
@@ -48,7 +50,18 @@ REPLACE = RouteRequest("openai", "gpt-test", 128_000)
 E = TypeVar("E", bound=BaseException)
 R = TypeVar("R")
 
-__all__ = ["IN_HISTORY", "REPLACE", "TENANT", "App", "assistant", "result", "user"]
+__all__ = [
+    "BEFORE_COMMIT",
+    "IN_HISTORY",
+    "REPLACE",
+    "TENANT",
+    "App",
+    "Cancelling",
+    "assistant",
+    "key",
+    "result",
+    "user",
+]
 
 
 def assistant(text: str = "ok", *calls: str) -> Message:
@@ -59,6 +72,21 @@ def assistant(text: str = "ok", *calls: str) -> Message:
 
 def result(call_id: str, text: str = "done") -> ToolResult:
     return ToolResult(call_id, (Text(text),))
+
+
+class Cancelling:
+    """Cancels the first call of ``method`` reaching ``phase``, as a client going away would."""
+
+    def __init__(self, method: str, phase: Phase) -> None:
+        self.target = (method, phase)
+
+    async def reached(self, method: str, phase: Phase) -> None:
+        if (method, phase) == self.target:
+            raise asyncio.CancelledError
+
+
+# Every phase a mutation passes before it commits (``app/hooks.py``).
+BEFORE_COMMIT = (Phase.LOAD, Phase.VALIDATE, Phase.PROJECT, Phase.DERIVE, Phase.COMMIT)
 
 
 def key(request_id: str, digest: bytes = b"digest") -> Idempotency:

@@ -36,7 +36,16 @@ from admission_service.domain.session import HeldPrefix, RequestSelection, Reque
 from admission_service.domain.wire import WireFormat
 
 from tests.fakes.storage import FakeStorage
-from tests.unit.app.steps import REPLACE, TENANT, App, assistant, key, user
+from tests.unit.app.steps import (
+    BEFORE_COMMIT,
+    REPLACE,
+    TENANT,
+    App,
+    Cancelling,
+    assistant,
+    key,
+    user,
+)
 
 
 @pytest.fixture
@@ -339,18 +348,7 @@ async def test_a_retried_compaction_replays_its_bytes_and_a_reused_id_is_refused
     await app.refused(sid, RequestIdReused, record)
 
 
-class Cancelling:
-    def __init__(self, method: str, phase: Phase) -> None:
-        self.target = (method, phase)
-
-    async def reached(self, method: str, phase: Phase) -> None:
-        if (method, phase) == self.target:
-            raise asyncio.CancelledError
-
-
-@pytest.mark.parametrize(
-    "phase", [Phase.LOAD, Phase.VALIDATE, Phase.PROJECT, Phase.DERIVE, Phase.COMMIT]
-)
+@pytest.mark.parametrize("phase", BEFORE_COMMIT)
 async def test_a_compaction_cancelled_at_any_phase_commits_nothing(phase: Phase) -> None:
     storage = FakeStorage()
     app = App.build(storage)
@@ -360,3 +358,23 @@ async def test_a_compaction_cancelled_at_any_phase_commits_nothing(phase: Phase)
     await app.refused(sid, asyncio.CancelledError, call(cancelling, command))
     assert (await call(app, command)).result.revision == 4
     assert await surface(app, sid) == [("system", "B"), ("user", "s")]
+
+
+@pytest.mark.parametrize(
+    "cursor",
+    [
+        {"start": 1, "end": 7, "generation": 0},
+        {"start": "1", "end": 7, "generation": 0, "next_seq": 8},
+    ],
+    ids=["a field missing", "a string for a number"],
+)
+async def test_a_signed_plan_token_of_another_shape_is_refused(
+    app: App, cursor: dict[str, object]
+) -> None:
+    """Minted with the service's own key for the right scope, but not a plan's cursor (an
+    older version's token): INVALID_ARGUMENT naming it, never a KeyError."""
+    sid, _ = await app.busy()
+    await app.deps.page_tokens.ready()
+    token = app.deps.page_tokens.encode(f"compaction/{TENANT}/{sid}", cursor)  # type: ignore[arg-type]
+    error = await app.refused(sid, InvalidArgument, call(app, CompactCommand(sid, token, "s")))
+    assert error.field == "plan_token"

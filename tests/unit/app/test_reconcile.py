@@ -5,6 +5,7 @@ and leaves the session as it was; a repeated request_id replays the first respon
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 from admission_service.app import handlers
 from admission_service.app.commands import ReconcileCommand, RouteRequest
+from admission_service.app.hooks import Phase
 from admission_service.domain.errors import (
     AdmissionNotFound,
     InvalidArgument,
@@ -24,7 +26,17 @@ from admission_service.domain.events import EventKind
 from admission_service.domain.session import HeldPrefix, RequestSelection, RequestView
 from admission_service.domain.wire import WireFormat
 
-from tests.unit.app.steps import IN_HISTORY, REPLACE, TENANT, App, assistant, key
+from tests.fakes.storage import FakeStorage
+from tests.unit.app.steps import (
+    BEFORE_COMMIT,
+    IN_HISTORY,
+    REPLACE,
+    TENANT,
+    App,
+    Cancelling,
+    assistant,
+    key,
+)
 
 
 @pytest.fixture
@@ -199,3 +211,17 @@ async def test_a_retry_answers_a_delta_against_the_prefix_its_caller_holds(app: 
     assert retry.request.view is RequestView.DELTA
     assert retry.request.first_message_index == held.total_messages
     assert list(retry.request.messages) == [] and retry.request.digest == held.digest
+
+
+@pytest.mark.parametrize("phase", BEFORE_COMMIT)
+async def test_a_retry_cancelled_at_any_phase_commits_nothing_and_counts_no_attempt(
+    phase: Phase,
+) -> None:
+    storage = FakeStorage()
+    app = App.build(storage)
+    sid, admission_id = await app.busy()
+    cancelling = App.build(storage, hooks=Cancelling("Reconcile", phase))
+    command = ReconcileCommand(sid, admission_id, REPLACE)
+    await app.refused(sid, asyncio.CancelledError, call(cancelling, command))
+    retry = (await call(app, command)).result
+    assert (retry.attempt, retry.revision) == (1, 4)

@@ -14,6 +14,7 @@ import pytest
 from admission_service.app import handlers
 from admission_service.app.commands import CompactCommand, RecordCommand, Usage
 from admission_service.app.hooks import Phase
+from admission_service.app.limits import Limits
 from admission_service.domain.errors import (
     AdmissionNotFound,
     InvalidArgument,
@@ -23,11 +24,19 @@ from admission_service.domain.errors import (
     UnknownToolCall,
 )
 from admission_service.domain.events import EventKind
-from admission_service.domain.messages import Image, Message, Reasoning, Role, Text, ToolResult
+from admission_service.domain.messages import (
+    Image,
+    Message,
+    Reasoning,
+    Role,
+    Text,
+    ToolCall,
+    ToolResult,
+)
 from admission_service.domain.wire import WireFormat
 
 from tests.fakes.storage import FakeStorage
-from tests.unit.app.steps import TENANT, App, assistant, key, result
+from tests.unit.app.steps import BEFORE_COMMIT, TENANT, App, Cancelling, assistant, key, result
 
 
 @pytest.fixture
@@ -98,6 +107,22 @@ BAD_INPUT: list[tuple[str, Change, str]] = [
         "tool_results[0].content[0].text.phase",
     ),
     ("usage", lambda c: replace(c, usage=Usage(0, -1, 0, 0)), "usage.output_tokens"),
+    ("call name", reply(ToolCall("c1", "", "{}")), "assistant.content[0].tool_call.name"),
+    (
+        "arguments",
+        reply(ToolCall("c1", "n", "[1]")),
+        "assistant.content[0].tool_call.arguments_json",
+    ),
+    (
+        "arguments json",
+        reply(ToolCall("c1", "n", "{")),
+        "assistant.content[0].tool_call.arguments_json",
+    ),
+    (
+        "arguments depth",
+        reply(ToolCall("c1", "n", '{"a":' * 64 + "[1]" + "}" * 64)),
+        "assistant.content[0].tool_call.arguments_json",
+    ),
 ]
 
 
@@ -275,18 +300,7 @@ async def test_a_retried_record_replays_its_bytes_and_a_reused_id_is_refused(app
 # ---- cancellation ----------------------------------------------------------------------------
 
 
-class Cancelling:
-    def __init__(self, method: str, phase: Phase) -> None:
-        self.target = (method, phase)
-
-    async def reached(self, method: str, phase: Phase) -> None:
-        if (method, phase) == self.target:
-            raise asyncio.CancelledError
-
-
-@pytest.mark.parametrize(
-    "phase", [Phase.LOAD, Phase.VALIDATE, Phase.PROJECT, Phase.DERIVE, Phase.COMMIT]
-)
+@pytest.mark.parametrize("phase", BEFORE_COMMIT)
 async def test_a_record_cancelled_at_any_phase_commits_nothing(phase: Phase) -> None:
     storage = FakeStorage()
     app = App.build(storage)
@@ -296,3 +310,17 @@ async def test_a_record_cancelled_at_any_phase_commits_nothing(phase: Phase) -> 
     await app.refused("s", asyncio.CancelledError, call(cancelling, command))
     # The session is free again: the next writer is not left waiting on the cancelled one.
     assert (await call(app, command)).result.revision == 2
+
+
+async def test_the_json_depth_limit_is_the_configured_one() -> None:
+    app = App.build(limits=replace(Limits(), max_json_depth=3))
+    admission_id = await admitted(app)
+    at_limit = RecordCommand(
+        "s", admission_id, Message(Role.ASSISTANT, (ToolCall("c1", "n", '{"a":{"b":[1]}}'),))
+    )
+    assert (await call(app, at_limit)).result.revision == 2
+    deeper = RecordCommand(
+        "s", admission_id, Message(Role.ASSISTANT, (ToolCall("c2", "n", '{"a":{"b":[[1]]}}'),))
+    )
+    error = await app.refused("s", InvalidArgument, call(app, deeper))
+    assert error.metadata["max_json_depth"] == "3"

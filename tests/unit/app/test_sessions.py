@@ -314,3 +314,17 @@ async def test_an_old_delete_is_not_replayed_on_the_session_created_again(app: A
     await handlers.delete_session(app.deps, TENANT, "s", None, key("r2"))  # runs: deletes
     with pytest.raises(SessionNotFound):
         await app.info("s")
+
+
+async def test_request_ids_are_scoped_to_the_tenant(app: App) -> None:
+    """The same request_id from two tenants names two calls: neither replays the other's."""
+    mine = await handlers.create_session(app.deps, TENANT, "", key("c1"))
+    theirs = await handlers.create_session(app.deps, "u", "", key("c1"))
+    assert mine.result is not None and theirs.result is not None
+    assert mine.result.session_id != theirs.result.session_id  # derived with the tenant
+    await handlers.create_session(app.deps, "u", "s", None)
+    await app.create("s")
+    admitted = await handlers.admit(app.deps, TENANT, app.admit_command("s", "P", "u"), key("a1"))
+    other = await handlers.admit(app.deps, "u", app.admit_command("s", "Q", "v"), key("a1"))
+    assert admitted.result is not None and other.result is not None  # both ran
+    assert (await handlers.get_session(app.deps, "u", "s")).revision == 1
