@@ -21,6 +21,7 @@ from admission_service.domain.errors import (
     RequestIdReused,
     RevisionMismatch,
     SessionNotFound,
+    SessionSurfaceNodesExceeded,
     UnknownToolCall,
 )
 from admission_service.domain.events import EventKind
@@ -324,3 +325,15 @@ async def test_the_json_depth_limit_is_the_configured_one() -> None:
     )
     error = await app.refused("s", InvalidArgument, call(app, deeper))
     assert error.metadata["max_json_depth"] == "3"
+
+
+async def test_a_record_past_the_sessions_surface_bound_is_refused() -> None:
+    app = App.build(limits=replace(Limits(), max_session_surface_nodes=3))
+    admission_id = await admitted(app)  # the prompt and the user: two nodes
+    await app.record("s", admission_id, assistant("one"))
+    error = await app.refused(
+        "s", SessionSurfaceNodesExceeded, call(app, RecordCommand("s", admission_id, assistant()))
+    )
+    assert error.metadata == {"bound": "max_session_surface_nodes", "limit": "3", "value": "4"}
+    # Usage alone grows no surface.
+    assert (await app.record("s", admission_id, usage=Usage(1, 1, 0, 0))).revision == 2

@@ -328,3 +328,16 @@ async def test_request_ids_are_scoped_to_the_tenant(app: App) -> None:
     other = await handlers.admit(app.deps, "u", app.admit_command("s", "Q", "v"), key("a1"))
     assert admitted.result is not None and other.result is not None  # both ran
     assert (await handlers.get_session(app.deps, "u", "s")).revision == 1
+
+
+async def test_a_retried_create_is_never_refused_by_the_sessions_quota() -> None:
+    app = App.build(quotas=Quotas(sessions=1))
+    first = await handlers.create_session(app.deps, TENANT, "", key("c1"))
+    again = await handlers.create_session(app.deps, TENANT, "", key("c1"))
+    assert again.result is None and again.encoded == first.encoded
+
+
+async def test_a_create_key_past_its_retention_is_new_and_the_session_exists() -> None:
+    app = App.build(idempotency_retention_seconds=0.0)
+    await app.create("s", key("c1"))
+    await app.refused("s", SessionAlreadyExists, app.create("s", key("c1")))
