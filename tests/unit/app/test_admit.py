@@ -17,6 +17,7 @@ from admission_service.app.commands import (
     AdmitCommand,
     AttemptResult,
     Delivery,
+    ReconcileCommand,
     RecordCommand,
     RouteRequest,
     Usage,
@@ -275,6 +276,38 @@ async def test_a_retry_replays_the_first_bytes_and_commits_nothing(app: App) -> 
     before = await app.observe(sid)
     again = await call(app, command, "r1")
     assert again.result is None and again.encoded == first.encoded
+    assert await app.observe(sid) == before
+
+
+async def test_a_retry_replays_each_view_and_format_after_later_steps_and_a_compaction(
+    app: App,
+) -> None:
+    """The stored recipe rebuilds a FULL or a DELTA response in any wire format byte for byte,
+    from the surface's nodes and, once a compaction shadowed them, from the log; a Reconcile's
+    too."""
+    sid = await app.create()
+    await app.admit(sid, "A", "one")
+    sent: list[tuple[AdmitCommand, str, bytes]] = []
+    selection = RequestSelection()
+    formats = (WireFormat.NEUTRAL, WireFormat.OPENAI_CHAT, WireFormat.OPENAI_RESPONSES)
+    for turn, wire in enumerate(formats, start=2):
+        command = app.admit_command(
+            sid, "B" * turn, f"step {turn}", turn=turn, wire_format=wire, selection=selection
+        )
+        reply = await call(app, command, f"r{turn}")
+        assert reply.result.request.view is (RequestView.FULL if turn == 2 else RequestView.DELTA)
+        sent.append((command, f"r{turn}", reply.encoded))
+        selection = delta(reply.result)
+    retry = ReconcileCommand(sid, reply.result.admission_id, REPLACE)
+    reconciled = await handlers.reconcile(app.deps, TENANT, retry, key("rc"))
+    await app.admit(sid, "D", "later", turn=5)
+    await app.compact_all(sid)
+    before = await app.observe(sid)
+    for command, request_id, encoded in sent:
+        again = await call(app, command, request_id)
+        assert again.result is None and again.encoded == encoded
+    again = await handlers.reconcile(app.deps, TENANT, retry, key("rc"))
+    assert again.result is None and again.encoded == reconciled.encoded
     assert await app.observe(sid) == before
 
 
