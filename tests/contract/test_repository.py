@@ -328,3 +328,25 @@ async def test_a_node_is_stored_at_the_callers_price(storage: Storage) -> None:
         written = await unit.store.write_events([user(0, "a"), user(1, "b")], 0, {0: 11, 1: 13})
         assert (written.tokens, written.tail.tokens) == (24, 24)
         assert [node.tokens for node in await unit.store.surface()] == [11, 13]
+
+
+async def test_the_last_frames_before_a_position(storage: Storage) -> None:
+    """What an Anthropic Messages DELTA reads again: the last derived messages before the
+    previous request's end, in surface order; a node that derives to nothing is not one."""
+    session_id = await new_session(
+        storage,
+        user(0, "a"),
+        user(1, "b"),
+        system_event(2, "", Append(), turn=1, step=1),
+        user(3, "c"),
+        user(4, "d"),
+    )
+
+    def frames(*texts: str) -> bytes:
+        return b"".join(codec.frame(Message(Role.USER, (Text(text),))) for text in texts)
+
+    async with storage.unit(TENANT, session_id, snapshot=True) as unit:
+        assert await unit.store.frames_before(4, 2) == frames("b", "c")
+        assert await unit.store.frames_before(5, 1) == frames("d")
+        assert await unit.store.frames_before(2, 5) == frames("a", "b")
+        assert await unit.store.frames_before(5, 0) == b""

@@ -354,6 +354,14 @@ class FakeSessionStore:
     async def frames(self, from_position: int, split_position: int | None) -> Frames:
         return self._frames(from_position, split_position)  # no flush, like SessionStore
 
+    async def frames_before(self, end_position: int, messages: int) -> bytes:
+        kept = [
+            node.message_pb
+            for node in self._mine.by_position()
+            if node.position < end_position and node.message_pb is not None
+        ]
+        return b"".join(kept[max(len(kept) - messages, 0) :] if messages > 0 else ())
+
     async def frames_as_of(self, through_seq: int, first_message: int) -> bytes | None:
         await self.flush()
         session = self._mine

@@ -159,7 +159,9 @@ def selection_from_proto(
     held = request.held_prefix
     if held.message_count < 0:
         raise InvalidArgument("held_prefix.message_count", "must not be negative")
-    return RequestSelection(view, HeldPrefix(held.message_count, held.digest))
+    if held.body_items < 0:
+        raise InvalidArgument("held_prefix.body_items", "must not be negative")
+    return RequestSelection(view, HeldPrefix(held.message_count, held.digest, held.body_items))
 
 
 def delivery_from_proto(
@@ -536,6 +538,7 @@ def derived_request_to_proto(
         total_messages=view.total_messages,
         digest=view.digest,
         content=_REQUEST_CONTENTS_OUT[view.content],
+        replaced_body_items=view.replaced_body_items,
     )
     if view.render_error is not None:
         error = view.render_error

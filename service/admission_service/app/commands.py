@@ -26,7 +26,7 @@ from admission_service.domain.session import (
     RequestView,
 )
 from admission_service.domain.surface import EffectivePrompt
-from admission_service.domain.wire import Omission, WireFormat
+from admission_service.domain.wire import MessagesEnd, Omission, WireFormat
 from admission_service.storage import codec
 
 # ---- inputs -------------------------------------------------------------------------------
@@ -261,6 +261,11 @@ class DerivedRequestView:
     # What the response carries: ``messages`` is empty without MESSAGES, ``body_json``
     # without BODY.
     content: RequestContent = RequestContent.BOTH
+    # An Anthropic Messages DELTA body: how many items at the end of the held body's list its
+    # items replace, and how the held list ended (what it continued; a replay renders it again
+    # from there).
+    replaced_body_items: int = 0
+    continues: MessagesEnd | None = None
 
 
 @dataclass(frozen=True, slots=True)

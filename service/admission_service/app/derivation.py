@@ -3,7 +3,7 @@ the totals its cache forecast needs and the prefix the next request extends."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from admission_service.app import bounds
 from admission_service.app.commands import (
@@ -37,7 +37,13 @@ from admission_service.domain.session import (
     Shadowed,
     derive,
 )
-from admission_service.domain.wire import NOTHING, WireFormat, render_body
+from admission_service.domain.wire import (
+    NOTHING,
+    Rendered,
+    WindowNeeded,
+    WireFormat,
+    render_body,
+)
 
 
 async def derive_request(
@@ -67,7 +73,7 @@ async def derive_request(
     in its place). ``delivery`` says what the response carries: a body nobody asked for is not
     rendered, and the size bound counts only what is sent.
     """
-    query = FramesQuery.plan(session, shadowed, selection, wire)
+    query = plan_frames(session, shadowed, selection, wire, route, delivery)
     if read is None:
         read = await sessions.frames(query.from_position, query.split_position)
     derived = derive(session.prefix, query, shadowed, read, tail, end_position)
@@ -81,13 +87,8 @@ async def derive_request(
     render_error = None
     if content.body:
         try:
-            rendered = render_body(
-                body,
-                wire,
-                in_history=route.in_history,
-                provider=route.provider,
-                tools=tools,
-                offset=first_index,
+            rendered = await _render(
+                sessions, session.prefix, query, body, first_index, wire, route, tools
             )
         except WireFormatError as error:
             if not degrade:
@@ -110,8 +111,67 @@ async def derive_request(
         render_error=render_error,
         omitted=rendered.omitted,
         content=content,
+        replaced_body_items=rendered.replaced,
+        continues=query.continues,
     )
-    return Derived(view, derived.totals, derived.prefix)
+    # The next request's DELTA body continues this one's (an Anthropic Messages body).
+    prefix = replace(derived.prefix, body_end=rendered.end)
+    return Derived(view, derived.totals, prefix)
+
+
+def plan_frames(
+    session: Session,
+    shadowed: Shadowed | None,
+    selection: RequestSelection,
+    wire: WireFormat,
+    route: Route,
+    delivery: Delivery,
+) -> FramesQuery:
+    """The domain's plan of the frames a derived request reads (``FramesQuery.plan``) for a
+    response that carries what ``delivery`` asks on ``route``."""
+    return FramesQuery.plan(
+        session,
+        shadowed,
+        selection,
+        wire,
+        provider=route.provider,
+        body=delivery.content_for(wire).body,
+    )
+
+
+async def _render(
+    sessions: SessionRepository,
+    previous: RequestPrefix | None,
+    query: FramesQuery,
+    body: EncodedMessages,
+    offset: int,
+    wire: WireFormat,
+    route: Route,
+    tools: tuple[Tool, ...],
+) -> Rendered:
+    """The provider body of ``body`` (the messages from the derived request's first index).
+    An Anthropic Messages DELTA whose new messages change the held body's last items is made
+    again with the held messages they change (read from the stored nodes before the previous
+    request's end: the last few, never the whole prefix)."""
+
+    def rendered(window: EncodedMessages | None = None) -> Rendered:
+        return render_body(
+            body,
+            wire,
+            in_history=route.in_history,
+            provider=route.provider,
+            tools=tools,
+            offset=offset,
+            continues=query.continues,
+            window=window,
+        )
+
+    try:
+        return rendered()
+    except WindowNeeded as needed:
+        assert previous is not None
+        held = previous.messages - needed.first
+        return rendered(EncodedMessages(await sessions.frames_before(previous.end_position, held)))
 
 
 def _utf8_size(text: str) -> int:

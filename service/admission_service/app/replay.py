@@ -27,8 +27,9 @@ from admission_service.app.commands import AttemptResult, EncodedMessages, Reque
 from admission_service.app.ports import SessionRepository
 from admission_service.domain import codec
 from admission_service.domain.errors import DomainError, WireFormatError
+from admission_service.domain.messages import Message
 from admission_service.domain.surface import SessionLog
-from admission_service.domain.wire import WireFormat, render
+from admission_service.domain.wire import MessagesEnd, WindowNeeded, WireFormat, render
 from admission_service.storage import codec as storage_codec
 from admission_service.storage.repository import StoredResponse
 
@@ -67,6 +68,9 @@ class Recipe:
     # What the response carried: the messages (its frames), the rendered body or both.
     # Recipes stored before the choice existed carried both.
     content: RequestContent = RequestContent.BOTH
+    # An Anthropic Messages DELTA body: how the held body's list ended (its rendering goes on
+    # from there, with the held messages from ``continues.window`` if it needed them).
+    continues: MessagesEnd | None = None
 
     def to_json(self) -> bytes:
         return codec.dumps(
@@ -79,6 +83,7 @@ class Recipe:
                 "admission_id": self.admission_id,
                 "response_sha256": self.response_sha256.hex(),
                 "content": self.content.value,
+                **({"continues": self.continues.to_json()} if self.continues else {}),
             }
         )
 
@@ -94,6 +99,7 @@ class Recipe:
             value["admission_id"],
             bytes.fromhex(value["response_sha256"]),
             RequestContent(value.get("content", RequestContent.BOTH.value)),
+            MessagesEnd.from_json(value["continues"]) if "continues" in value else None,
         )
 
 
@@ -118,6 +124,7 @@ def stored_form(
         result.admission_id,
         hashlib.sha256(payload).digest(),
         request.content,
+        request.continues,
     )
     return encode.head(result), recipe.to_json()
 
@@ -128,12 +135,7 @@ async def replayed(store: SessionRepository, stored: StoredResponse, encode: obj
         return stored.response
     assert isinstance(encode, SplitEncoder), "a split record is replayed by a split encoder"
     recipe = Recipe.from_json(stored.derived_request)
-    frames = await store.frames_as_of(recipe.through_seq, recipe.first_message_index)
-    if frames is None:  # a node was shadowed since: fold the log up to the recipe's seq
-        rows = await store.events_after(-1, recipe.through_seq + 1)
-        log = SessionLog(row.event() for row in rows)
-        messages = log.derived_messages()[recipe.first_message_index :]
-        frames = b"".join(storage_codec.frame(message) for message in messages)
+    frames = await _frames_as_of(store, recipe, recipe.first_message_index)
     content = recipe.content
     body_json = await _rendered(store, recipe, frames) if content.body else ""
     sent = (frames,) if content.messages else ()
@@ -143,21 +145,43 @@ async def replayed(store: SessionRepository, stored: StoredResponse, encode: obj
     return payload
 
 
+async def _frames_as_of(store: SessionRepository, recipe: Recipe, first: int) -> bytes:
+    """The frames of the request's messages from index ``first`` on, as it was derived."""
+    frames = await store.frames_as_of(recipe.through_seq, first)
+    if frames is None:  # a node was shadowed since: fold the log up to the recipe's seq
+        rows = await store.events_after(-1, recipe.through_seq + 1)
+        log = SessionLog(row.event() for row in rows)
+        messages = log.derived_messages()[first:]
+        frames = b"".join(storage_codec.frame(message) for message in messages)
+    return frames
+
+
 async def _rendered(store: SessionRepository, recipe: Recipe, frames: bytes) -> str:
     """The provider body as the derivation rendered it ('' where it could not: the stored head
-    carries that error)."""
+    carries that error); an Anthropic Messages DELTA again with the held messages it needed."""
     wire = WireFormat(recipe.wire_format)
     if wire is WireFormat.NEUTRAL:
         return ""
     admitted = await store.admission(recipe.admission_id)
-    try:
+    first = recipe.first_message_index
+
+    def rendered(window: Sequence[Message] | None = None) -> str:
         return render(
             EncodedMessages(frames),
             wire,
             in_history=recipe.in_history,
             provider=recipe.provider,
             tools=admitted.tools if admitted is not None else (),
-            offset=recipe.first_message_index,
+            offset=first,
+            continues=recipe.continues,
+            window=window,
         )
+
+    try:
+        try:
+            return rendered()
+        except WindowNeeded as needed:
+            held = EncodedMessages(await _frames_as_of(store, recipe, needed.first))
+            return rendered(held[: first - needed.first])
     except WireFormatError:
         return ""

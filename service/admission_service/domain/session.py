@@ -9,9 +9,10 @@ leaves (``app/ports.py``: ``SessionRepository.save``).
 
 The derived request's rules live here too: which stored frames a request reads
 (``FramesQuery.plan``: the previous request still a prefix? the caller holding exactly it, so
-a DELTA?), and what it is (``derive``: its totals for the cache forecast, its digest, chained
-from the previous request's over the frames appended since, and the prefix the next request
-extends).
+a DELTA? for an Anthropic Messages body, also the body the previous request rendered, which the
+DELTA's body continues), and what it is (``derive``: its totals for the cache forecast, its
+digest, chained from the previous request's over the frames appended since, and the prefix the
+next request extends).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 from admission_service.domain.accounting import PreviousRequest, RequestTotals
 from admission_service.domain.events import revision_after
 from admission_service.domain.series import SeriesState
+from admission_service.domain.wire_anthropic import MessagesEnd
 from admission_service.domain.wire_common import WireFormat
 
 # The digest of a derived request computed from scratch starts from this seed; one extended
@@ -51,13 +53,16 @@ class RequestPrefix:
     encoded size (bytes of its concatenated frames) and digest, and ``end_position``, the next
     append position when it was derived. Nodes at or after ``end_position`` were appended
     since; as long as nothing before it was shadowed, the previous request is an exact prefix
-    of the next, which is then the stored prefix plus the frames from ``end_position`` on."""
+    of the next, which is then the stored prefix plus the frames from ``end_position`` on.
+    ``body_end``: how the list of its Anthropic Messages body ends, when it rendered one (what
+    a DELTA's body continues); None otherwise."""
 
     messages: int
     tokens: int
     size: int
     digest: bytes
     end_position: int
+    body_end: MessagesEnd | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,10 +102,12 @@ class RequestView(StrEnum):
 @dataclass(frozen=True, slots=True)
 class HeldPrefix:
     """The leading messages of the derived request a caller holds (a previous response's
-    total_messages and digest), for a DELTA request."""
+    total_messages and digest), for a DELTA request; ``body_items``: how many items the list of
+    the body it holds has (0: not said), which an Anthropic Messages DELTA body needs."""
 
     message_count: int
     digest: bytes
+    body_items: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,12 +207,15 @@ class Session:
 class FramesQuery:
     """Which stored frames a derived request reads: from ``from_position`` on, counting those
     before ``split_position``; ``intact`` when the previous request is still a prefix, ``delta``
-    when the caller holds exactly that prefix and gets only what follows it."""
+    when the caller holds exactly that prefix and gets only what follows it. ``continues``: for
+    an Anthropic Messages DELTA body, how the held body's list ends (its rendering goes on from
+    there, ``wire_anthropic.anthropic_messages``)."""
 
     from_position: int
     split_position: int | None
     intact: bool
     delta: bool
+    continues: MessagesEnd | None = None
 
     @classmethod
     def plan(
@@ -214,22 +224,39 @@ class FramesQuery:
         shadowed: Shadowed | None,
         selection: RequestSelection,
         wire: WireFormat,
+        *,
+        provider: str = "",
+        body: bool = True,
     ) -> FramesQuery:
         """The previous request is an exact prefix of this one unless a node before its end
-        was shadowed since; a DELTA (not for Anthropic's format, which has no message offset)
-        needs the caller to hold exactly that prefix, and reads only what follows it."""
+        was shadowed since; a DELTA needs the caller to hold exactly that prefix, and reads
+        only what follows it.
+
+        The OpenAI formats' bodies and the typed messages extend by appending. An Anthropic
+        Messages body (``body``: the response carries one) does not: its DELTA continues the
+        body the previous request rendered, so that request must have rendered one, on this
+        route's ``provider`` (its blocks depend on it), and the caller must hold it: the
+        ``body_items`` it says its body's list has are the rendered list's. Otherwise FULL."""
         prefix = session.prefix
         if prefix is None or (shadowed is not None and shadowed.position < prefix.end_position):
             return cls(0, shadowed.position if shadowed is not None else None, False, False)
         held = selection.held
         delta = (
             selection.view is RequestView.DELTA
-            and wire is not WireFormat.ANTHROPIC_MESSAGES
             and held is not None
             and (held.message_count, held.digest) == (prefix.messages, prefix.digest)
         )
+        continues = None
+        if delta and body and wire is WireFormat.ANTHROPIC_MESSAGES:
+            assert held is not None
+            continues = prefix.body_end
+            delta = (
+                continues is not None
+                and continues.provider == provider
+                and held.body_items == continues.items > 0
+            )
         if delta:
-            return cls(prefix.end_position, None, True, True)
+            return cls(prefix.end_position, None, True, True, continues)
         return cls(0, prefix.end_position, True, False)
 
 

@@ -16,12 +16,21 @@ earlier turns' thinking from the context anyway). Two adjacent assistant message
 one, which must keep its thinking first: a merge that would put thinking after the earlier
 message's content is refused. Images: a ``data:`` URI is a ``base64`` source with its media
 type, any other URI a ``url`` source; DeepSeek's Anthropic-compatible API takes no image blocks.
+
+A DELTA (the messages after a held request) is therefore not always an append: user content
+after a held list that ends in a user item (and its trailing system items) merges into that
+item, an assistant message after an assistant item merges into it. The rendering keeps how the
+list ends (``MessagesEnd``); a DELTA's body carries the items from the first one that differs
+from the held list's, and how many held items at its end they replace. The caller's list is
+then the held list without those, followed by the DELTA's (``anthropic_messages``).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from admission_service.domain import messages as msg
 from admission_service.domain.wire_common import (
@@ -42,69 +51,296 @@ THINKING = frozenset({"thinking", "redacted_thinking"})
 NO_IMAGE_PROVIDERS = frozenset({"deepseek"})
 
 
+@dataclass(frozen=True, slots=True)
+class MessagesEnd:
+    """How a request's ``messages`` list ends, as the next request's DELTA continues it (kept
+    with the request's prefix: ``session.RequestPrefix.body_end``).
+
+    ``items`` is the list's length. ``role`` is the role of its last user or assistant item
+    ('' when it has none), which the next messages merge into when they have its role (and, for
+    ``user``, when only system messages come between); ``pending`` says the list ends with
+    system items placed after that item, which then move after the merged content. ``window``
+    is the index of the message where that last item began, or of the first trailing system
+    message when that is earlier: re-rendered from there with the item before it ending in
+    ``before`` (its role; '' when ``window`` is 0, the whole request), the held messages give
+    the list's last items again, whatever follows them. ``provider`` is the route's: the
+    blocks of a body depend on it.
+    """
+
+    provider: str
+    items: int
+    role: str
+    pending: bool
+    window: int
+    before: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "provider": self.provider,
+            "items": self.items,
+            "role": self.role,
+            "pending": self.pending,
+            "window": self.window,
+            "before": self.before,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> MessagesEnd:
+        return cls(
+            data["provider"],
+            data["items"],
+            data["role"],
+            data["pending"],
+            data["window"],
+            data["before"],
+        )
+
+
+class WindowNeeded(Exception):
+    """The new messages change the held list's last items (a merge into its last user or
+    assistant item): render again with the held messages from index ``first`` on."""
+
+    def __init__(self, first: int) -> None:
+        super().__init__(f"the held messages from {first} on are needed")
+        self.first = first
+
+
+@dataclass(frozen=True, slots=True)
+class MessagesBody:
+    """A rendered body, how its ``messages`` end, and for a DELTA how many items at the end of
+    the held list its ``messages`` replace."""
+
+    body: Json
+    end: MessagesEnd
+    replaced: int = 0
+
+
 def anthropic_messages(
     messages: Sequence[msg.Message],
     *,
     provider: str,
     tools: Sequence[msg.Tool],
     omitted: Omissions,
-) -> Json:
-    system: str | None = None
-    out: list[Json] = []
-    pending: list[tuple[int, str]] = []  # later system messages: (index, text)
+    offset: int = 0,
+    continues: MessagesEnd | None = None,
+    window: Sequence[msg.Message] | None = None,
+) -> MessagesBody:
+    """The body of ``messages`` (the whole request), or with ``continues`` the DELTA after a
+    held request of ``offset`` messages whose list ends as ``continues`` says: its new items
+    (``messages`` are the request's from ``offset`` on).
 
-    def flush() -> None:
-        if not pending:
-            return
-        if not out or out[-1]["role"] != "user":
-            refuse(
-                WIRE,
-                f"messages[{pending[0][0]}]",
-                "system update without a preceding user or tool-result turn",
-            )
-        out.extend(
-            {"role": "system", "content": [{"type": "text", "text": text}]} for _, text in pending
+    A DELTA renders only the new messages while they leave the held items as they are: they
+    follow them, or the trailing system items the held list already ends with. When they would
+    change the held list's last item (merge into it) it raises ``WindowNeeded``, and is made
+    again with ``window``, the held messages from ``continues.window`` to ``offset``: both the
+    held window and the window followed by the new messages are rendered after the items
+    before it, and the body carries the items from the first that differs (``replaced``: the
+    held items from there on), with the top-level ``system`` only if the held body had none.
+    """
+    if continues is None:
+        if offset:
+            raise ValueError("a DELTA of a Messages body continues a held one")
+        fold = _Fold(provider, omitted)
+        for index, message in enumerate(messages):
+            fold.message(index, message)
+        end = fold.finish()
+        return MessagesBody(_body(fold.out, fold.system, tools), end)
+    if window is None:
+        if not continues.role:  # nothing held to follow: render again from the start
+            raise WindowNeeded(continues.window)
+        fold = _Fold(
+            provider,
+            omitted,
+            kept=continues.items,
+            role=continues.role,
+            pending=continues.pending,
+            window=continues.window,
+            before=continues.before,
         )
-        pending.clear()
+        for index, message in enumerate(messages, start=offset):
+            fold.message(index, message)
+        end = fold.finish()
+        return MessagesBody(_body(fold.out, None, tools), end)
+    return _rendered_again(messages, provider, tools, omitted, offset, continues, window)
 
-    def add(role: str, content: list[Json]) -> None:
-        if not content:
-            return
-        if out and out[-1]["role"] == role:
-            out[-1]["content"].extend(content)
-        else:
-            out.append({"role": role, "content": content})
 
-    for index, message in enumerate(messages):
-        where = f"messages[{index}]"
-        if message.role is msg.Role.SYSTEM:
-            if not out and system is None:
-                system = message.text
-            else:
-                pending.append((index, message.text))
-        elif message.role is msg.Role.ASSISTANT:
-            sources, content = _assistant_content(message, provider, where, omitted)
-            if content:
-                flush()
-                if out and out[-1]["role"] == "assistant":
-                    _check_merge(sources, content)
-            add("assistant", content)
-        elif message.role is msg.Role.USER:
-            add("user", _user_content(message.content, provider, where))
-        else:
-            results = [
-                _tool_result(block, provider, f"{where}.content[{position}].tool_result")
-                for position, block in enumerate(message.content)
-                if isinstance(block, msg.ToolResult)
-            ]
-            add("user", results)
-    flush()
-    body: Json = {"messages": out}
+def _rendered_again(
+    messages: Sequence[msg.Message],
+    provider: str,
+    tools: Sequence[msg.Tool],
+    omitted: Omissions,
+    offset: int,
+    continues: MessagesEnd,
+    window: Sequence[msg.Message],
+) -> MessagesBody:
+    """The DELTA made again from the held window (``anthropic_messages``)."""
+    first = continues.window
+    if len(window) != offset - first:
+        raise ValueError("the window is the held messages from continues.window on")
+    # The held window as the held body ends (its blocks' omissions were reported then).
+    held = _Fold(provider, Omissions(), kept=1 if first else 0, role=continues.before)
+    for index, message in enumerate(window, start=first):
+        held.message(index, message)
+    held.finish()
+    kept = continues.items - len(held.out)
+    if kept < 0 or (kept == 0) != (first == 0):
+        raise RuntimeError("the held window does not end the held list")
+    fold = _Fold(
+        provider,
+        omitted,
+        kept=kept,
+        role=continues.before,
+        window=first,
+        before=continues.before,
+        report_from=offset,
+    )
+    try:
+        for index, message in enumerate(window, start=first):
+            fold.message(index, message)
+        for index, message in enumerate(messages, start=offset):
+            fold.message(index, message)
+    except WindowNeeded as error:  # the window starts an item: nothing merges into a kept one
+        raise RuntimeError("a window's messages merged into an item before it") from error
+    end = fold.finish()
+    same = 0
+    for old, new in zip(held.out, fold.out, strict=False):
+        if old != new:
+            break
+        same += 1
+    # The top-level system is set once, by a system message before any item: a held body
+    # that has one keeps it.
+    system = fold.system if held.system is None else None
+    return MessagesBody(_body(fold.out[same:], system, tools), end, len(held.out) - same)
+
+
+def _body(items: list[Json], system: str | None, tools: Sequence[msg.Tool]) -> Json:
+    body: Json = {"messages": items}
     if system is not None:
         body["system"] = system
     if tools:
         body["tools"] = [_tool(index, tool) for index, tool in enumerate(tools)]
     return body
+
+
+class _Fold:
+    """The ``messages`` list built message by message (the module docstring's rules).
+
+    A DELTA's fold starts after ``kept`` items the caller holds and this fold does not: their
+    last user or assistant item has ``role`` and is followed by trailing system items when
+    ``pending`` (they are among ``kept``: flushed, they stay where they are). Content that
+    would merge into a kept item raises ``WindowNeeded`` (``window``). Omissions of messages
+    before ``report_from`` were reported with the held request and are not again."""
+
+    def __init__(
+        self,
+        provider: str,
+        omitted: Omissions,
+        *,
+        kept: int = 0,
+        role: str = "",
+        pending: bool = False,
+        window: int = 0,
+        before: str = "",
+        report_from: int = 0,
+    ) -> None:
+        self.provider = provider
+        self.omitted = omitted
+        self.report_from = report_from
+        self.system: str | None = None
+        self.out: list[Json] = []
+        # For each item of ``out``: the index of its first message and the role of the item
+        # before it ('' for the list's first).
+        self.starts: list[tuple[int, str]] = []
+        self.pending: list[tuple[int, str]] = []  # later system messages: (index, text)
+        self.kept = kept
+        self.kept_role = role
+        self.kept_pending = pending
+        self.window = window
+        self.before = before
+
+    def last_role(self) -> str:
+        """The role of the list's last item, trailing system items still pending aside."""
+        return self.out[-1]["role"] if self.out else self.kept_role
+
+    def message(self, index: int, message: msg.Message) -> None:
+        where = f"messages[{index}]"
+        omitted = self.omitted if index >= self.report_from else Omissions()
+        if message.role is msg.Role.SYSTEM:
+            if not self.out and not self.kept and self.system is None:
+                self.system = message.text
+            else:
+                self.pending.append((index, message.text))
+        elif message.role is msg.Role.ASSISTANT:
+            sources, content = _assistant_content(message, self.provider, where, omitted)
+            if content:
+                self.flush()
+                if self.last_role() == "assistant":
+                    _check_merge(sources, content)
+            self.add("assistant", content, index)
+        elif message.role is msg.Role.USER:
+            self.add("user", _user_content(message.content, self.provider, where), index)
+        else:
+            results = [
+                _tool_result(block, self.provider, f"{where}.content[{position}].tool_result")
+                for position, block in enumerate(message.content)
+                if isinstance(block, msg.ToolResult)
+            ]
+            self.add("user", results, index)
+
+    def flush(self) -> None:
+        """The pending system messages, before an assistant message or at the end."""
+        if not self.pending and not self.kept_pending:
+            return
+        if self.last_role() != "user":
+            refuse(
+                WIRE,
+                f"messages[{self.pending[0][0] if self.pending else self.window}]",
+                "system update without a preceding user or tool-result turn",
+            )
+        if self.kept_pending:  # already at the end of the held list, where they stay
+            self.kept_pending = False
+            self.kept_role = "system"
+        for index, text in self.pending:
+            self._new("system", [{"type": "text", "text": text}], index)
+        self.pending.clear()
+
+    def add(self, role: str, content: list[Json], index: int) -> None:
+        if not content:
+            return
+        if self.last_role() != role:
+            self._new(role, content, index)
+        elif self.out:
+            self.out[-1]["content"].extend(content)
+        else:
+            raise WindowNeeded(self.window)
+
+    def _new(self, role: str, content: list[Json], index: int) -> None:
+        self.starts.append((index, self.last_role() if self.out or self.kept else ""))
+        self.out.append({"role": role, "content": content})
+
+    def finish(self) -> MessagesEnd:
+        """How the list ends; then the pending system messages go to its end."""
+        role = self.last_role()
+        if self.out:
+            start, before = self.starts[-1]
+            if not before:
+                window = 0
+            elif self.pending:
+                window = min(start, self.pending[0][0])
+            else:
+                window = start
+        else:
+            window, before = self.window, self.before
+        end = MessagesEnd(
+            self.provider,
+            self.kept + len(self.out) + len(self.pending),
+            role,
+            bool(self.pending) or self.kept_pending,
+            window,
+            before,
+        )
+        self.flush()
+        return end
 
 
 def _user_content(content: Sequence[object], provider: str, where: str) -> list[Json]:

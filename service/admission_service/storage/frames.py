@@ -34,6 +34,15 @@ _FRAMES = (
     " AND message_pb IS NOT NULL"
 )
 
+# The last %(messages)s message nodes before %(end)s, in position order: a backward range scan
+# of the (tenant, session, position) index that stops after them.
+_FRAMES_BEFORE = (
+    "SELECT string_agg(message_pb, ''::bytea ORDER BY position) FROM ("
+    " SELECT message_pb, position FROM surface_nodes"
+    " WHERE tenant_id = %(t)s AND session_id = %(s)s AND position < %(end)s"
+    " AND message_pb IS NOT NULL ORDER BY position DESC LIMIT %(messages)s) AS last"
+)
+
 # The tool calls on the surface still unanswered, in call order (partial index on the open
 # calls; the tool-call ordering rule, domain/admission.py).
 _OPEN_CALLS = (
@@ -144,6 +153,14 @@ class FrameReads(SessionScope):
 
         Deferred nodes are not read (no flush): ``write_events`` returns them as its tail."""
         return await self._read_frames(from_position, split_position, flush=False)
+
+    async def frames_before(self, end_position: int, messages: int) -> bytes:
+        """The frames of the last ``messages`` derived messages before ``end_position``, in
+        surface order. They were committed before this transaction (no flush)."""
+        params = {"t": self.tenant, "s": self.session_id, "end": end_position, "messages": messages}
+        row = await self._execute_raw(_FRAMES_BEFORE, params, binary=True, flush=False)
+        assert row is not None
+        return bytes(row[0] or b"")
 
     async def _read_frames(
         self, from_position: int, split_position: int | None, flush: bool

@@ -4,6 +4,7 @@ rules — which frames a request reads, its totals, its digest and the prefix th
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from admission_service.domain.accounting import PreviousRequest, RequestKey
@@ -23,6 +24,7 @@ from admission_service.domain.session import (
     Written,
     derive,
 )
+from admission_service.domain.wire_anthropic import MessagesEnd
 from admission_service.domain.wire_common import WireFormat
 from hypothesis import given
 from hypothesis import strategies as st
@@ -83,10 +85,37 @@ def test_a_delta_needs_the_caller_to_hold_exactly_the_previous_request() -> None
     assert not plan(session(), None, delta(HeldPrefix(3, b"x" * 32)), WireFormat.NEUTRAL).delta
     assert not plan(session(), None, delta(None), WireFormat.NEUTRAL).delta
     assert not plan(session(), None, FULL_VIEW, WireFormat.NEUTRAL).delta
-    # Anthropic's format has no message offset: always the whole request.
+    # An Anthropic Messages body without the held body's length: the whole request.
     assert plan(session(), None, delta(), WireFormat.ANTHROPIC_MESSAGES) == FramesQuery(
         0, 5, intact=True, delta=False
     )
+
+
+END = MessagesEnd("anthropic", 4, "user", True, 3, "assistant")  # how the held list ends
+
+
+def test_an_anthropic_body_delta_continues_the_body_the_previous_request_rendered() -> None:
+    """Its body is not an append: it continues the held list as the previous request rendered
+    it, so that request must have rendered one on the same provider, and the caller must hold
+    it (the length it says its list has is the rendered list's)."""
+    plan = FramesQuery.plan
+    anthropic = WireFormat.ANTHROPIC_MESSAGES
+    rendered = session(prefix=replace(PREFIX, body_end=END))
+    holding = delta(replace(HELD, body_items=4))
+    query = plan(rendered, None, holding, anthropic, provider="anthropic")
+    assert query == FramesQuery(5, None, intact=True, delta=True, continues=END)
+    full = FramesQuery(0, 5, intact=True, delta=False)
+    assert plan(rendered, None, delta(), anthropic, provider="anthropic") == full  # length untold
+    wrong = delta(replace(HELD, body_items=3))
+    assert plan(rendered, None, wrong, anthropic, provider="anthropic") == full
+    assert plan(rendered, None, holding, anthropic, provider="deepseek") == full
+    assert plan(session(), None, holding, anthropic, provider="anthropic") == full  # none rendered
+    # Without a body the typed messages extend by appending, as in every format; the OpenAI
+    # formats' bodies too, whatever the held length.
+    messages = plan(session(), None, delta(), anthropic, provider="anthropic", body=False)
+    assert messages == FramesQuery(5, None, intact=True, delta=True)
+    assert plan(session(), None, delta(), WireFormat.OPENAI_CHAT).continues is None
+    assert plan(session(), None, delta(), WireFormat.OPENAI_CHAT).delta
 
 
 # ---- what a request is -----------------------------------------------------------------------

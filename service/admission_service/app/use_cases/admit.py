@@ -16,7 +16,7 @@ from admission_service.app.commands import (
     RouteRequest,
 )
 from admission_service.app.deps import Deps
-from admission_service.app.derivation import derive_request, request_key
+from admission_service.app.derivation import derive_request, plan_frames, request_key
 from admission_service.app.hooks import Phase
 from admission_service.app.pricing import session_counter, write_priced
 from admission_service.app.rows import forecast_json
@@ -34,7 +34,7 @@ from admission_service.domain.accounting import (
 from admission_service.domain.catalog import Catalog, resolve_route
 from admission_service.domain.errors import AdmissionNotFound, fields_under
 from admission_service.domain.series import Route
-from admission_service.domain.session import FramesQuery, Session
+from admission_service.domain.session import Session
 from admission_service.domain.surface import effective_prompt, fold_system_nodes
 from admission_service.tokenizers import counter_for, counter_off_the_loop, load_off_the_loop
 
@@ -178,7 +178,9 @@ async def _attempt(
         session = await _reprice(uow, session, counter)
     # One statement reads the system nodes and the frames the request needs if this attempt
     # shadows nothing (the usual case); a replacement reads the frames again below.
-    planned = FramesQuery.plan(session, session.shadowed, selection, wire)
+    planned = plan_frames(
+        session, session.shadowed, selection, wire, attempt.route, command.delivery
+    )
     system_nodes, early, open_calls = await uow.sessions.system_nodes_and_frames(
         planned.from_position, planned.split_position
     )

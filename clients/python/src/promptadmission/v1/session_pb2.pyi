@@ -234,8 +234,11 @@ class _RequestViewEnumTypeWrapper(google.protobuf.internal.enum_type_wrapper._En
     HeldPrefix), when the service can verify that prefix is still the start of the derived
     request; otherwise the response is FULL and says so in DerivedRequest.view. A caller that
     keeps the previous request's messages needs only this tail, and its cost does not grow
-    with the session's length. With WIRE_FORMAT_ANTHROPIC_MESSAGES the response is always FULL
-    (that body hoists the head into a top-level field, so it does not extend by appending).
+    with the session's length. The body of every format whose body is a list has a DELTA too:
+    the OpenAI formats' items follow the held body's; a WIRE_FORMAT_ANTHROPIC_MESSAGES body's
+    items may replace the last items of the held body's `messages` (new user content merges
+    into a held user turn), see DerivedRequest.replaced_body_items. That body's DELTA needs
+    HeldPrefix.body_items; without it the response is FULL.
     """
 
 class RequestView(_RequestView, metaclass=_RequestViewEnumTypeWrapper):
@@ -250,8 +253,11 @@ REQUEST_VIEW_DELTA: RequestView.ValueType  # 2
 HeldPrefix), when the service can verify that prefix is still the start of the derived
 request; otherwise the response is FULL and says so in DerivedRequest.view. A caller that
 keeps the previous request's messages needs only this tail, and its cost does not grow
-with the session's length. With WIRE_FORMAT_ANTHROPIC_MESSAGES the response is always FULL
-(that body hoists the head into a top-level field, so it does not extend by appending).
+with the session's length. The body of every format whose body is a list has a DELTA too:
+the OpenAI formats' items follow the held body's; a WIRE_FORMAT_ANTHROPIC_MESSAGES body's
+items may replace the last items of the held body's `messages` (new user content merges
+into a held user turn), see DerivedRequest.replaced_body_items. That body's DELTA needs
+HeldPrefix.body_items; without it the response is FULL.
 """
 global___RequestView = RequestView
 
@@ -952,19 +958,30 @@ class HeldPrefix(google.protobuf.message.Message):
 
     MESSAGE_COUNT_FIELD_NUMBER: builtins.int
     DIGEST_FIELD_NUMBER: builtins.int
+    BODY_ITEMS_FIELD_NUMBER: builtins.int
     message_count: builtins.int
     """message_count is the number of leading messages held: a previous response's
     DerivedRequest.total_messages. Must not be negative.
     """
     digest: builtins.bytes
     """digest is the previous response's DerivedRequest.digest, passed back unchanged."""
+    body_items: builtins.int
+    """body_items is the number of items in the conversation list (`messages`) of the
+    WIRE_FORMAT_ANTHROPIC_MESSAGES body the caller holds for that request, the whole body
+    rebuilt as DerivedRequest.replaced_body_items says. A DELTA with such a body needs it: the
+    response is FULL when it is 0 (not set), or not the length of the list the service rendered
+    for that request, or when that request rendered no such body on the same provider. Ignored
+    for the other formats (their bodies extend by appending) and without a body
+    (REQUEST_CONTENT_MESSAGES). Must not be negative.
+    """
     def __init__(
         self,
         *,
         message_count: builtins.int = ...,
         digest: builtins.bytes = ...,
+        body_items: builtins.int = ...,
     ) -> None: ...
-    def ClearField(self, field_name: typing.Literal["digest", b"digest", "message_count", b"message_count"]) -> None: ...
+    def ClearField(self, field_name: typing.Literal["body_items", b"body_items", "digest", b"digest", "message_count", b"message_count"]) -> None: ...
 
 global___HeldPrefix = HeldPrefix
 
@@ -987,6 +1004,7 @@ class DerivedRequest(google.protobuf.message.Message):
     RENDER_ERROR_FIELD_NUMBER: builtins.int
     OMITTED_FIELD_NUMBER: builtins.int
     CONTENT_FIELD_NUMBER: builtins.int
+    REPLACED_BODY_ITEMS_FIELD_NUMBER: builtins.int
     wire_format: global___WireFormat.ValueType
     """wire_format is the format body_json is in; never WIRE_FORMAT_UNSPECIFIED."""
     body_json: builtins.str
@@ -1004,8 +1022,9 @@ class DerivedRequest(google.protobuf.message.Message):
     """
     first_message_index: builtins.int
     """first_message_index is the index, in the whole derived request, of the first message in
-    messages (and of the first item body_json renders): 0 for FULL, the held message_count for
-    DELTA. The whole request is the held messages up to this index followed by messages.
+    messages (and, for the OpenAI formats, of the first message body_json renders): 0 for FULL,
+    the held message_count for DELTA. The whole request is the held messages up to this index
+    followed by messages. A DELTA body's items are rebuilt as replaced_body_items says.
     """
     total_messages: builtins.int
     """total_messages is the number of messages in the whole derived request."""
@@ -1019,6 +1038,21 @@ class DerivedRequest(google.protobuf.message.Message):
     REQUEST_CONTENT_BOTH (the request's content, its default resolved); never
     REQUEST_CONTENT_UNSPECIFIED. Inspect answers REQUEST_CONTENT_MESSAGES when the body it was
     asked for could not be rendered (render_error).
+    """
+    replaced_body_items: builtins.int
+    """replaced_body_items says how a DELTA's body_json extends the body the caller holds (the
+    whole body of the request HeldPrefix names, in the same wire format): the whole
+    conversation list (`messages`, `input`) is the held list without its last
+    replaced_body_items items, followed by body_json's list; the whole body's other fields are
+    body_json's, except a WIRE_FORMAT_ANTHROPIC_MESSAGES `system` that body_json leaves out,
+    which is the held body's (a body's top-level system never changes while its request
+    extends the held one). The rebuilt body is byte for byte the FULL body. Always 0 for FULL
+    and for the OpenAI formats, whose items follow the held ones. For
+    WIRE_FORMAT_ANTHROPIC_MESSAGES it is 0 unless the new messages change the end of the held
+    list: user content after a held user turn (or after the system updates that follow it)
+    merges into that turn, an assistant message after a held assistant turn into it; body_json
+    then starts with the first item that differs, the changed turn, and carries the items
+    after it (such as system updates, which move after the merged content).
     """
     @property
     def messages(self) -> google.protobuf.internal.containers.RepeatedCompositeFieldContainer[global___Message]:
@@ -1062,9 +1096,10 @@ class DerivedRequest(google.protobuf.message.Message):
         render_error: global___RenderError | None = ...,
         omitted: collections.abc.Iterable[global___OmittedBlock] | None = ...,
         content: global___RequestContent.ValueType = ...,
+        replaced_body_items: builtins.int = ...,
     ) -> None: ...
     def HasField(self, field_name: typing.Literal["render_error", b"render_error"]) -> builtins.bool: ...
-    def ClearField(self, field_name: typing.Literal["body_json", b"body_json", "content", b"content", "digest", b"digest", "first_message_index", b"first_message_index", "messages", b"messages", "omitted", b"omitted", "render_error", b"render_error", "tools", b"tools", "total_messages", b"total_messages", "view", b"view", "wire_format", b"wire_format"]) -> None: ...
+    def ClearField(self, field_name: typing.Literal["body_json", b"body_json", "content", b"content", "digest", b"digest", "first_message_index", b"first_message_index", "messages", b"messages", "omitted", b"omitted", "render_error", b"render_error", "replaced_body_items", b"replaced_body_items", "tools", b"tools", "total_messages", b"total_messages", "view", b"view", "wire_format", b"wire_format"]) -> None: ...
 
 global___DerivedRequest = DerivedRequest
 
