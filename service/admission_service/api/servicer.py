@@ -12,7 +12,7 @@ never parsed and encoded again.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
 import grpc
@@ -38,7 +38,6 @@ UseCase = Callable[[Deps, str, Command, Idempotency | None], Awaitable[Reply[Any
 # A streamed response's chunks carry at most this many bytes of the encoded response: far below
 # gRPC's default 4 MiB receive limit and the buffers of proxies on the way (deploy/nginx).
 CHUNK_BYTES = 1024 * 1024
-Chunk = api.StreamAdmitResponse | api.StreamReconcileResponse
 # A paged read of one session: (deps, tenant, session_id, page_size, page_token) -> the page.
 PageRead = Callable[[Deps, str, str, int, str], Awaitable[Paged]]
 
@@ -101,7 +100,7 @@ class AdmissionServicer:
             response = await self._write(
                 context, request.request, "Admit", _streamed(convert.admit_command), handlers.admit
             )
-        await _stream(context, response.data, api.StreamAdmitResponse)
+        await _stream(context, response.data)
         return response
 
     async def StreamReconcile(
@@ -116,7 +115,7 @@ class AdmissionServicer:
                 _streamed(convert.reconcile_command),
                 handlers.reconcile,
             )
-        await _stream(context, response.data, api.StreamReconcileResponse)
+        await _stream(context, response.data)
         return response
 
     async def Record(self, request: api.RecordRequest, context: Context) -> convert.EncodedResponse:
@@ -200,19 +199,39 @@ def _streamed(to_command: Callable[..., Command]) -> Callable[[Any], Command]:
     return streamed
 
 
-async def _stream(context: Context, data: bytes, chunk: type[Chunk]) -> None:
+async def _stream(context: Context, data: bytes) -> None:
     """Send an encoded response in chunks of at most ``CHUNK_BYTES``, the first carrying the
     whole size and SHA-256 the caller checks the reassembled bytes against. The response is
-    committed (and stored for its request_id) before the first chunk leaves."""
+    committed (and stored for its request_id) before the first chunk leaves. The chunks go
+    to gRPC encoded (``encoded_chunks``, registered with a pass-through serializer)."""
+    for chunk in encoded_chunks(data):
+        await context.write(chunk)
+
+
+def encoded_chunks(data: bytes) -> Iterator[bytes]:
+    """``data`` as the encoded chunk messages of a streamed response (``StreamAdmitResponse``
+    and ``StreamReconcileResponse`` share their fields: 1 ``data``, 2 ``total_bytes``, 3
+    ``sha256``), byte for byte what protobuf's deterministic encoding of each would be. Each
+    chunk's data is copied once, into its message; building the messages and encoding them
+    copied it three times (a third of a 4.6 MB response's time in the service's streaming)."""
     view = memoryview(data)
-    first = chunk(
-        data=bytes(view[:CHUNK_BYTES]),
-        total_bytes=len(data),
-        sha256=hashlib.sha256(data).digest(),
+    first = view[:CHUNK_BYTES]
+    digest = hashlib.sha256(data).digest()
+    yield b"".join(
+        (b"\x0a", _varint(len(first)), first, b"\x10", _varint(len(data)), b"\x1a\x20", digest)
     )
-    await context.write(first)
     for offset in range(CHUNK_BYTES, len(data), CHUNK_BYTES):
-        await context.write(chunk(data=bytes(view[offset : offset + CHUNK_BYTES])))
+        part = view[offset : offset + CHUNK_BYTES]
+        yield b"".join((b"\x0a", _varint(len(part)), part))
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
 def _session_id(request: api.CreateSessionRequest | api.DeleteSessionRequest) -> str:
@@ -221,6 +240,10 @@ def _session_id(request: api.CreateSessionRequest | api.DeleteSessionRequest) ->
 
 def _as_is(response: convert.EncodedResponse) -> bytes:
     return response.data
+
+
+def _encoded(chunk: bytes) -> bytes:
+    return chunk
 
 
 def add_to_server(servicer: AdmissionServicer, server: grpc.aio.Server) -> None:
@@ -233,9 +256,9 @@ def add_to_server(servicer: AdmissionServicer, server: grpc.aio.Server) -> None:
         behavior = getattr(servicer, method.name)
         deserializer = GetMessageClass(method.input_type).FromString
         serializer = GetMessageClass(method.output_type).SerializeToString
-        if method.server_streaming:
+        if method.server_streaming:  # its chunks written encoded (``encoded_chunks``)
             handlers[method.name] = grpc.unary_stream_rpc_method_handler(
-                behavior, request_deserializer=deserializer, response_serializer=serializer
+                behavior, request_deserializer=deserializer, response_serializer=_encoded
             )
         else:
             handlers[method.name] = grpc.unary_unary_rpc_method_handler(

@@ -4,10 +4,19 @@ typed result."""
 
 from __future__ import annotations
 
+import hashlib
+import random
 from typing import Any
 
+import pytest
 from admission_service.api import convert
-from admission_service.api.servicer import SERVICE, AdmissionServicer, add_to_server
+from admission_service.api.servicer import (
+    CHUNK_BYTES,
+    SERVICE,
+    AdmissionServicer,
+    add_to_server,
+    encoded_chunks,
+)
 from admission_service.app import commands as app
 from admission_service.app.unit_of_work import Reply
 from admission_service.domain.messages import Message, Role, Text
@@ -81,3 +90,34 @@ def test_telemetry_reads_a_summary_built_from_the_result() -> None:
 def test_each_mutation_names_its_response_type() -> None:
     for method, write in convert.WRITES.items():
         assert write.message.DESCRIPTOR is SERVICE.methods_by_name[method].output_type
+
+
+@pytest.mark.parametrize(
+    "size", [1, 300, CHUNK_BYTES - 1, CHUNK_BYTES, CHUNK_BYTES + 1, 3 * CHUNK_BYTES + 5]
+)
+def test_a_streamed_response_is_sent_as_the_chunk_messages_encoded(size: int) -> None:
+    """StreamAdmit's and StreamReconcile's chunks are written encoded, through a pass-through
+    serializer: each is byte for byte what protobuf encodes for the chunk message, at most
+    CHUNK_BYTES of data, the first with the size and SHA-256 of the whole."""
+    server = _Server()
+    add_to_server(AdmissionServicer(None, None), server)  # type: ignore[arg-type]
+    data = random.Random(size).randbytes(size)
+    chunks = list(encoded_chunks(data))
+    assert len(chunks) == -(-size // CHUNK_BYTES)
+    for message_type, method in (
+        (api.StreamAdmitResponse, "StreamAdmit"),
+        (api.StreamReconcileResponse, "StreamReconcile"),
+    ):
+        serialize = server.handlers[method].response_serializer
+        assert all(serialize(chunk) is chunk for chunk in chunks)
+        messages = [message_type.FromString(chunk) for chunk in chunks]
+        expected = [
+            message_type(
+                data=data[offset : offset + CHUNK_BYTES],
+                total_bytes=size if offset == 0 else 0,
+                sha256=hashlib.sha256(data).digest() if offset == 0 else b"",
+            )
+            for offset in range(0, size, CHUNK_BYTES)
+        ]
+        assert messages == expected
+        assert chunks == [m.SerializeToString(deterministic=True) for m in expected]
