@@ -745,7 +745,8 @@ async def test_a_prefix_the_service_cannot_verify_gets_a_full_request(app: App, 
     elif how == "stale prefix":
         held = delta(first)
     else:
-        wire = WireFormat.ANTHROPIC_MESSAGES  # its body has no message offset
+        # The prefix held is of a NEUTRAL response: nothing says an Anthropic body continues it.
+        wire = WireFormat.ANTHROPIC_MESSAGES
     third = await app.admit(sid, "A", "three", selection=held, wire_format=wire)
     assert third.request.view is RequestView.FULL
     assert third.request.first_message_index == 0 and third.request.total_messages == 4
