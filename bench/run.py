@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import scenarios, trace
+from bench import scenarios, streamed_full, trace
 from bench.infra import (
     REPO,
     ServerProcess,
@@ -48,6 +48,9 @@ TARGETS = {
     "s4_inspect_ratio_100k_to_10": ("<=", 1.2),
     "s5_compact_10k_ms": ("report", None),
     "s6_rss_mib": ("<=", 150.0),
+    # Issue 23: a 1M-token FULL Admit, streamed, against the transport floor of the same bytes
+    # (the worst of the wire formats; bench/streamed_full.py).
+    "s7_streamed_full_p50_ratio_transport": ("<=", streamed_full.TARGET_RATIO),
     "cache_prefix_share_in_history": (">=", 0.97),
     "cache_prefix_share_replace": ("report", None),
     "cache_cold_requests_in_history": ("report", None),
@@ -179,6 +182,10 @@ async def run(
                 results["s3"] = await scenarios.s3_length_and_s4_inspect(service, plan, url)
             if "S5" in only:
                 results["s5"] = await scenarios.s5_compact(service, plan)
+            if "S7" in only:
+                results["s7"] = await streamed_full.s7_streamed_full(
+                    service, plan.s7_samples, plan.s7_text_results
+                )
             if "TRACE" in only:
                 steps = trace.build_trace(plan.trace_steps)
                 window = plan.trace_window
@@ -275,6 +282,11 @@ def headline(results: dict[str, Any]) -> dict[str, Any]:
             out["s3_full_transport_us_per_node"] = s3["full_transport_us_per_node"]
     if "s5" in results:
         out["s5_compact_10k_ms"] = results["s5"]["compact_p50_ms"]
+    if "s7" in results:
+        out["s7_streamed_full_p50_ratio_transport"] = results["s7"]["p50_ratio_transport"]
+        for name, row in results["s7"]["formats"].items():
+            out[f"s7_{name}_p50_ms"] = row["service_p50_ms"]
+            out[f"s7_{name}_transport_p50_ms"] = row["floor_p50_ms"]
     if "cache" in results:
         cache = results["cache"]
         out |= {
@@ -309,6 +321,17 @@ def table(results: dict[str, Any], flat: dict[str, Any]) -> str:
                 f"{row['nodes']:<12} {row['delta_p50_ms']:>10} {row['full_p50_ms']:>10}"
                 f" {row['inspect_p50_ms']:>12}"
             )
+    if "s7" in results:
+        lines.append("")
+        lines.append(
+            f"{'S7 FULL streamed':<20} {'bytes':>10} {'tokens':>9} {'p50':>8} {'floor':>7}"
+            f" {'ratio':>6}  (ms)"
+        )
+        for name, row in results["s7"]["formats"].items():
+            lines.append(
+                f"{name:<20} {row['response_bytes']:>10} {row['total_tokens']:>9}"
+                f" {row['service_p50_ms']:>8} {row['floor_p50_ms']:>7} {row['ratio']:>6}"
+            )
     if "cache" in results:
         lines.append("")
         for name in ("in_history", "replace"):
@@ -325,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--smoke", action="store_true", help="a few seconds: checks the bench runs")
     parser.add_argument("--out", type=Path, default=REPO / "bench/results/latest.json")
-    parser.add_argument("--only", default="S1,S2,S3,S5,TRACE", help="scenarios to run")
+    parser.add_argument("--only", default="S1,S2,S3,S5,S7,TRACE", help="scenarios to run")
     parser.add_argument(
         "--profile", type=Path, help="record py-spy collapsed stacks of the service to this file"
     )

@@ -8,7 +8,7 @@ import statistics
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import grpc
@@ -41,12 +41,20 @@ class Plan:
     rss_every: float
     trace_steps: int
     trace_window: int
+    # S7 (bench/streamed_full.py): FULL Admits per wire format, and the session's tool outputs
+    # of ~0.9 MB (5: over a million tokens).
+    s7_samples: int = 30
+    s7_text_results: int = 5
 
 
 FULL = Plan(
     2000, 10, 60.0, 3.0, (10, 1_000, 10_000, 100_000), 200, 20, 200, 5, 10_000, 1.0, 300, 128_000
 )
-SMOKE = Plan(40, 10, 1.0, 0.3, (10, 300), 10, 10, 10, 1, 200, 0.5, 30, 10_000)
+SMOKE = replace(
+    Plan(40, 10, 1.0, 0.3, (10, 300), 10, 10, 10, 1, 200, 0.5, 30, 10_000),
+    s7_samples=2,
+    s7_text_results=1,
+)
 
 
 def percentile(values: list[float], q: float) -> float:

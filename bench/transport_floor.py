@@ -9,32 +9,65 @@ them into an ``AdmitResponse`` exactly as it does the service's. Its marginal co
 the part of S3's FULL marginal cost that no storage or service code can remove; the rest is the
 service's (reading and splicing the frames, PostgreSQL's aggregate).
 
-    python -m bench.transport_floor --listen 127.0.0.1:PORT --blobs DIR   # DIR/<nodes>.bin
+It also streams them (``Stream``), as StreamAdmit sends a response (api/servicer.py
+``_stream``): chunks of at most 1 MiB, the first carrying the whole size and SHA-256, each a
+``StreamAdmitResponse`` encoded once, before the first call, and written with
+``context.write``. That is S7's floor (bench/streamed_full.py): the same bytes in the same
+chunks over the same kind of channel, reassembled, checked and parsed by the same client code.
+
+    python -m bench.transport_floor --listen 127.0.0.1:PORT --blobs DIR   # DIR/<key>.bin
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
 import grpc
+from admission_service.api.servicer import CHUNK_BYTES
 from promptadmission.v1 import admission_service_pb2 as api
 
 from bench.client import CHANNEL_OPTIONS
 from bench.infra import ServerProcess, start_module
 
 _METHOD = "/bench.TransportFloor/Full"
+_STREAM = "/bench.TransportFloor/Stream"
+
+
+def chunked(data: bytes) -> list[bytes]:
+    """``data`` as StreamAdmit's encoded chunks (``StreamAdmitResponse``, at most
+    ``CHUNK_BYTES`` of data each, the first with the size and SHA-256)."""
+    view = memoryview(data)
+    first = api.StreamAdmitResponse(
+        data=bytes(view[:CHUNK_BYTES]),
+        total_bytes=len(data),
+        sha256=hashlib.sha256(data).digest(),
+    )
+    rest = (
+        api.StreamAdmitResponse(data=bytes(view[offset : offset + CHUNK_BYTES]))
+        for offset in range(CHUNK_BYTES, len(data), CHUNK_BYTES)
+    )
+    return [chunk.SerializeToString() for chunk in (first, *rest)]
 
 
 async def serve(listen: str, blobs: Path) -> None:
-    responses = {int(path.stem): path.read_bytes() for path in blobs.glob("*.bin")}
+    responses = {path.stem: path.read_bytes() for path in blobs.glob("*.bin")}
+    streams: dict[str, list[bytes]] = {}
 
     async def full(request: bytes, _context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
-        return responses[int(request)]
+        return responses[request.decode()]
+
+    async def stream(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> None:
+        key = request.decode()
+        if key not in streams:  # encoded once, on the first (warm-up) call
+            streams[key] = chunked(responses[key])
+        for chunk in streams[key]:
+            await context.write(chunk)
 
     server = grpc.aio.server(options=CHANNEL_OPTIONS)
     handler = grpc.method_handlers_generic_handler(
@@ -42,7 +75,10 @@ async def serve(listen: str, blobs: Path) -> None:
         {
             "Full": grpc.unary_unary_rpc_method_handler(
                 full, request_deserializer=bytes, response_serializer=bytes
-            )
+            ),
+            "Stream": grpc.unary_stream_rpc_method_handler(
+                stream, request_deserializer=bytes, response_serializer=bytes
+            ),
         },
     )
     server.add_generic_rpc_handlers((handler,))
@@ -53,8 +89,19 @@ async def serve(listen: str, blobs: Path) -> None:
 
 
 def start(blobs: Path) -> ServerProcess:
-    """This server on a free port, serving the ``<nodes>.bin`` files in ``blobs``."""
+    """This server on a free port, serving the ``<key>.bin`` files in ``blobs``."""
     return start_module("bench.transport_floor", ["--blobs", str(blobs)], blobs)
+
+
+def streamed(
+    ch: grpc.aio.Channel,
+) -> grpc.aio.UnaryStreamMultiCallable[str, api.StreamAdmitResponse]:
+    """The floor's ``Stream``: the chunks of the blob named by the request, as StreamAdmit's."""
+    return ch.unary_stream(
+        _STREAM,
+        request_serializer=str.encode,
+        response_deserializer=api.StreamAdmitResponse.FromString,
+    )
 
 
 async def measure(responses: dict[int, bytes], samples: int) -> dict[int, float]:

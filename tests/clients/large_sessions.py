@@ -184,12 +184,12 @@ def _results(
 
 
 def step_contents(
-    size: Size, seed: int
+    size: Size, seed: int, text_results: int = TEXT_RESULTS
 ) -> tuple[list[pb.ContentBlock], list[list[list[pb.ContentBlock]]]]:
     """The question's blocks and, per step, each tool result's blocks."""
     rng = random.Random(seed)
     question = [text_block("Read the files of this change and review it. " * 8)]
-    steps = [[[text_block(prose(rng, TEXT_RESULT_CHARS))] for _ in range(TEXT_RESULTS)]]
+    steps = [[[text_block(prose(rng, TEXT_RESULT_CHARS))] for _ in range(text_results)]]
     if size == "20MB":
         question.append(image_block(rng))
         for _ in range(IMAGE_STEPS):
@@ -208,13 +208,21 @@ def _block_bytes(block: pb.ContentBlock) -> int:
     return len(block.text.text.encode())
 
 
-def grow(client: SyncAdmissionClient, size: Size, family: Family, *, seed: int = 23) -> Grown:
-    """A new session grown to ``size`` on ``family``'s route, one call per step."""
+def grow(
+    client: SyncAdmissionClient,
+    size: Size,
+    family: Family,
+    *,
+    seed: int = 23,
+    text_results: int = TEXT_RESULTS,
+) -> Grown:
+    """A new session grown to ``size`` on ``family``'s route, one call per step
+    (``text_results`` fewer than the default makes a smaller session, for a smoke run)."""
     started = time.perf_counter()
     route = ROUTES[family]
     session_id = f"large-{size}-{family}-{uuid.uuid4()}"
     client.create_session(api.CreateSessionRequest(session_id=session_id))
-    question, steps = step_contents(size, seed)
+    question, steps = step_contents(size, seed, text_results)
     sent = sum(_block_bytes(block) for block in question)
     step = client.admit(
         api.AdmitRequest(
