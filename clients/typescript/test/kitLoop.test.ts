@@ -154,9 +154,7 @@ for (const p of PROVIDERS) {
     const observed = inspected.ledger.flatMap((entry) => (entry.observed ? [entry.observed] : []));
     assert.equal(observed.length, 5);
     assert.ok(observed.every((usage) => usage.cacheReadTokens > 0n));
-    if (p.wire !== WireFormat.ANTHROPIC_MESSAGES) {
-      assert.ok(views.includes(RequestView.DELTA), "the kit rebuilt DELTA answers");
-    }
+    assert.ok(views.includes(RequestView.DELTA), "the kit rebuilt DELTA answers");
     const posted = JSON.stringify(provider.requests.map((request) => request.body));
     for (const callId of p.name === "anthropic" ? ["toolu_1"] : ["call_1", "call_2", "call_3"]) {
       assert.ok(posted.includes(callId));
@@ -169,6 +167,46 @@ for (const p of PROVIDERS) {
     }
   });
 }
+
+test("an Anthropic Messages DELTA carries only what changed and the kit rebuilds the FULL body", async () => {
+  const session = await HarnessSession.open<AnthropicBody>(client, {
+    route: { provider: "anthropic", model: "claude-sonnet-4-5", systemPromptUpdate: SystemPromptUpdate.IN_HISTORY },
+    wireFormat: WireFormat.ANTHROPIC_MESSAGES,
+  });
+  const sent = () => session.last!.request!;
+  const admit = async (prompt: string, user: string) => {
+    const body = await session.admit({ prompt, users: [user], tools: TOOLS });
+    const full = await client.inspect({ sessionId: session.sessionId, wireFormat: WireFormat.ANTHROPIC_MESSAGES });
+    assert.equal(JSON.stringify(body), full.request!.bodyJson, "the rebuilt body is not the FULL body, byte for byte");
+    const tail = JSON.parse(sent().bodyJson) as { messages: { role: string }[]; system?: string };
+    return { view: sent().view, replaced: sent().replacedBodyItems, tail, roles: tail.messages.map((m) => m.role) };
+  };
+  const first = await admit(PROMPT, "Read main.py.");
+  assert.equal(first.view, RequestView.FULL);
+  assert.equal(first.tail.system, PROMPT);
+  // Admitted again before any model call: the user merges into the held user turn, which is
+  // all the DELTA carries (it replaces the held one).
+  const merged = await admit(PROMPT, "And the tests.");
+  assert.deepEqual([merged.view, merged.replaced, merged.roles], [RequestView.DELTA, 1n, ["user"]]);
+  assert.equal(merged.tail.system, undefined, "the held body's system stays");
+  // The model's answer, then a prompt change in the history and a user: only the new items.
+  session.observe({
+    id: "msg_1",
+    type: "message",
+    role: "assistant",
+    model: "m",
+    content: [{ type: "text", text: "main.py starts the server." }],
+    stop_reason: "end_turn",
+    stop_sequence: null,
+    usage: { input_tokens: 20, output_tokens: 6 },
+  });
+  const appended = await admit(PLAN_PROMPT, "Plan the merge.");
+  assert.deepEqual([appended.view, appended.replaced, appended.roles], [RequestView.DELTA, 0n, ["assistant", "user", "system"]]);
+  // A user again before the model answers: it joins the held user turn, before the update.
+  const moved = await admit(PLAN_PROMPT, "Keep b.py.");
+  assert.deepEqual([moved.view, moved.replaced, moved.roles], [RequestView.DELTA, 2n, ["user", "system"]]);
+  await session.close();
+});
 
 test("an Admit whose answer was lost is retried under the same requestId", async () => {
   const seen: string[] = [];

@@ -1,8 +1,11 @@
 /**
  * The whole provider body from a derived request, also when the service answered a DELTA (the
  * Python kit's `bodies`): the held prefix is always the whole previous request, so the whole
- * body is the previous body's items followed by the new ones; the other keys (`tools`,
- * `system`) come from the new response.
+ * body is the previous body's items without the last `replacedBodyItems` of them, followed by
+ * the new ones. That count is 0 for the OpenAI formats (their items follow the held ones); an
+ * Anthropic Messages DELTA re-sends the held turn new user content merged into (and the system
+ * updates after it). The other keys (`tools`) come from the new response, except an Anthropic
+ * `system` it leaves out, which is the held body's.
  */
 import { create } from "@bufbuild/protobuf";
 
@@ -26,8 +29,15 @@ export class HeldRequest {
     readonly digest: Uint8Array,
   ) {}
 
+  /** What the next DELTA request names: the messages held, and the length of the held body's
+   * list (which an Anthropic Messages DELTA continues). */
   get prefix(): HeldPrefix {
-    return create(HeldPrefixSchema, { messageCount: this.totalMessages, digest: this.digest });
+    const items = (this.body["messages"] ?? this.body["input"]) as unknown[];
+    return create(HeldPrefixSchema, {
+      messageCount: this.totalMessages,
+      digest: this.digest,
+      bodyItems: BigInt(items.length),
+    });
   }
 
   static of(request: DerivedRequest, held: HeldRequest | undefined): HeldRequest {
@@ -35,13 +45,39 @@ export class HeldRequest {
     if (key === undefined) {
       throw new RangeError("wireFormat: the kit builds provider bodies, not NEUTRAL requests");
     }
-    const body = JSON.parse(request.bodyJson) as Body;
+    let body = JSON.parse(request.bodyJson) as Body;
     if (request.view === RequestView.DELTA) {
       if (held === undefined || request.firstMessageIndex !== held.totalMessages) {
         throw new RangeError("a DELTA response extends a request this session does not hold");
       }
-      body[key] = [...(held.body[key] as unknown[]), ...(body[key] as unknown[])];
+      body = extended(held.body, body, key, request.replacedBodyItems);
     }
     return new HeldRequest(body, request.totalMessages, request.digest);
   }
+}
+
+/**
+ * The whole body: the held list without its last `replaced` items, then the DELTA's; `system`
+ * the DELTA's or else the held one; the DELTA's other keys (in the order the service renders a
+ * FULL body: the list, `system`, the rest).
+ */
+function extended(held: Body, delta: Body, key: string, replaced: bigint): Body {
+  const items = held[key] as unknown[];
+  if (replaced < 0n || replaced > BigInt(items.length)) {
+    throw new RangeError("a DELTA response replaces more items than the held body has");
+  }
+  const whole: Body = {
+    [key]: [...items.slice(0, items.length - Number(replaced)), ...(delta[key] as unknown[])],
+  };
+  if ("system" in delta) {
+    whole["system"] = delta["system"];
+  } else if ("system" in held) {
+    whole["system"] = held["system"];
+  }
+  for (const [name, value] of Object.entries(delta)) {
+    if (!(name in whole)) {
+      whole[name] = value;
+    }
+  }
+  return whole;
 }

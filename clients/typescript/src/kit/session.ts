@@ -4,7 +4,8 @@
  *
  * - `admit({ prompt, users, tools, config })` returns the provider body to post, whole
  *   (`client.messages.create({ model, max_tokens, ...body })`), although the kit asks for DELTA
- *   views and receives only the new messages;
+ *   views and receives only the new messages, in every provider format (`HeldRequest`: an
+ *   Anthropic Messages DELTA may re-send the held turn it changed);
  * - `observe(response)` converts the provider's response (`modelOutput`) and keeps it, with the
  *   tool results added by `toolResult(call, value)`, as the next Admit's `previousOutput`;
  * - turn and step numbers: a step after a response that made tool calls is the next step of the
@@ -12,8 +13,8 @@
  * - retries: a call that failed is repeated with the same `requestId`, and the output it carried
  *   stays pending until a call succeeds;
  * - responses of any size: an Admit or Reconcile whose response is too large for one message
- *   (`RESPONSE_TOO_LARGE`: an Anthropic body is always whole, and a step's new tool outputs may
- *   be large) is made again as StreamAdmit / StreamReconcile (`admitStreamed`,
+ *   (`RESPONSE_TOO_LARGE`: a FULL body, the first or after a compaction, and a step's new tool
+ *   outputs may be large) is made again as StreamAdmit / StreamReconcile (`admitStreamed`,
  *   `reconcileStreamed`), the same request and `requestId` (the refused call committed nothing);
  * - `close()` records the pending output of the turn's last step (`Record`).
  */

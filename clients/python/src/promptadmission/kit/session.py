@@ -4,7 +4,8 @@
 
 - ``admit(prompt, users, tools, config)`` returns the provider body to post (a dict the SDK
   takes as keyword arguments: ``client.messages.create(model=..., **body)``), whole, although
-  the kit asks for DELTA views and receives only the new messages;
+  the kit asks for DELTA views and receives only the new messages, in every provider format
+  (``bodies.HeldRequest``: an Anthropic Messages DELTA may re-send the held turn it changed);
 - ``observe(response)`` converts the provider's response (``model_output``) and keeps it, with
   the tool results added by ``tool_result(call, value)``, as the next Admit's
   ``previous_output``;
@@ -14,8 +15,8 @@
   committed but lost its answer is answered from the service's record, not admitted twice),
   and the output it carried stays pending until a call succeeds;
 - responses of any size: an Admit or Reconcile whose response is too large for one message
-  (``RESPONSE_TOO_LARGE``: an Anthropic body is always whole, and a step's new tool outputs may
-  be large) is made again as StreamAdmit / StreamReconcile, the same request and
+  (``RESPONSE_TOO_LARGE``: a FULL body, the first or after a compaction, and a step's new tool
+  outputs may be large) is made again as StreamAdmit / StreamReconcile, the same request and
   ``request_id`` (the refused call committed nothing), its chunks reassembled and verified;
 - ``close()`` records the pending output of the turn's last step (``Record``).
 
