@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from admission_service.domain.session import NO_FRAMES, Frames
 from admission_service.storage.batch import Write, param
 from admission_service.storage.raw import RawStatement
 
@@ -27,15 +28,18 @@ FRAME_CHUNK = 256  # positions per chunk: ~400 chunks for S3's 100 000 nodes
 
 _KEY = "tenant_id = %(t)s AND session_id = %(s)s"
 
-# The whole surface's frames (a FULL request), as ``frames.FRAMES`` answers them (with the
-# count and price before ``split``), then the end of the sealed chunks and the next position
-# past every node read (what a seal may cover).
+# The whole surface's frames (a FULL request) as rows in position order: each sealed chunk and
+# each node past them (and each node of a chunk a split position falls inside, whose count
+# before the split needs them): (position, frames, messages, tokens, before the split, the end
+# of the sealed chunks). ``full_frames`` sums them. Rows, not one ``string_agg``: PostgreSQL
+# then sends the chunks' bytes as they are stored instead of building and sending one value of
+# the whole request (at 50 000 nodes, 14 MB: ~10-18 ms against ~27 ms).
 FULL_FRAMES = (
     "WITH sealed AS (SELECT coalesce(max(end_position), 0) AS upto FROM frame_chunks"
     f" WHERE {_KEY}),"
     " straddling AS (SELECT first_position, end_position FROM frame_chunks"
-    f" WHERE {_KEY} AND first_position < %(split)s AND %(split)s < end_position),"
-    " parts AS ("
+    f" WHERE {_KEY} AND first_position < %(split)s AND %(split)s < end_position)"
+    " SELECT position, frames, messages, tokens, before, (SELECT upto FROM sealed) FROM ("
     " SELECT first_position AS position, frames, messages, tokens,"
     " end_position <= %(split)s AS before FROM frame_chunks"
     f" WHERE {_KEY} AND NOT (first_position < %(split)s AND %(split)s < end_position)"
@@ -47,15 +51,28 @@ FULL_FRAMES = (
     " SELECT position, message_pb, 1, tokens, position < %(split)s FROM surface_nodes"
     f" WHERE {_KEY} AND message_pb IS NOT NULL"
     " AND position >= (SELECT first_position FROM straddling)"
-    " AND position < (SELECT end_position FROM straddling))"
-    " SELECT string_agg(frames, ''::bytea ORDER BY position),"
-    " coalesce(sum(messages), 0)::bigint, coalesce(sum(tokens), 0)::bigint,"
-    " coalesce(sum(messages) FILTER (WHERE before), 0)::bigint,"
-    " coalesce(sum(tokens) FILTER (WHERE before), 0)::bigint,"
-    " (SELECT upto FROM sealed),"
-    " coalesce(max(position) + 1, 0) AS read_end"
-    " FROM parts"
+    " AND position < (SELECT end_position FROM straddling)) AS parts"
+    " ORDER BY position"
 )
+
+
+def full_frames(rows: list[tuple[Any, ...]]) -> tuple[Frames, int, int]:
+    """The FULL request in ``FULL_FRAMES``' rows: its frames, with their count and price and
+    those before the split; the end of the sealed chunks; the next position past every node
+    read (what a seal may cover)."""
+    if not rows:
+        return NO_FRAMES, 0, 0
+    messages = tokens = before_messages = before_tokens = 0
+    for _, _, count, price, before, _ in rows:
+        messages += count
+        tokens += price
+        if before:
+            before_messages += count
+            before_tokens += price
+    frames = b"".join([row[1] for row in rows])
+    sealed_upto, read_end = rows[0][5], rows[-1][0] + 1
+    return Frames(frames, messages, tokens, before_messages, before_tokens), sealed_upto, read_end
+
 
 # Seal the complete ranges of positions in [%(from)s, %(to)s) that hold message nodes. The key
 # columns come from the nodes themselves and group with them, so on Citus the statement runs

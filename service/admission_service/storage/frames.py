@@ -17,7 +17,7 @@ from sqlalchemy import select
 
 from admission_service.domain.projection import SystemNode
 from admission_service.domain.session import Frames
-from admission_service.storage.frame_chunks import FULL_FRAMES, seal_statement
+from admission_service.storage.frame_chunks import FULL_FRAMES, full_frames, seal_statement
 from admission_service.storage.raw import RawStatement
 from admission_service.storage.rows import NodeRecord, columns
 from admission_service.storage.scope import SessionScope
@@ -170,10 +170,13 @@ class FrameReads(SessionScope):
         seal of what it found unsealed to go with the transaction's commit."""
         if from_position > 0:
             return _frames(await self._read(_FRAMES, from_position, split_position, flush))
-        row = await self._read(FULL_FRAMES, 0, split_position, flush)
-        sealed_upto, read_end = row[5:]
+        deferred = self._deferred() if flush else ()
+        params = self._frame_params(0, split_position)
+        read = RawStatement(FULL_FRAMES, params, binary=True, all_rows=True)
+        *_, rows = await self._flight(*deferred, read)
+        frames, sealed_upto, read_end = full_frames(rows)
         self.seal = seal_statement(self.tenant, self.session_id, sealed_upto, read_end)
-        return _frames(row[:5])
+        return frames
 
     async def _read(
         self, sql: str, from_position: int, split_position: int | None, flush: bool
