@@ -348,3 +348,28 @@ def test_events_keep_their_operation_and_body() -> None:
     assert fourth.surface_op.WhichOneof("op") == "append"
     assert fourth.message.role == pb.MESSAGE_ROLE_SYSTEM and not fourth.message.content
     assert response.next_page_token == "t"
+
+
+def test_a_held_prefix_carries_the_held_body_length() -> None:
+    request = api.InspectRequest(
+        session_id="s",
+        view=pb.REQUEST_VIEW_DELTA,
+        held_prefix=pb.HeldPrefix(message_count=3, digest=b"d", body_items=2),
+    )
+    held = convert.selection_from_proto(request).held
+    assert held is not None and (held.message_count, held.body_items) == (3, 2)
+    request.held_prefix.body_items = -1
+    with pytest.raises(InvalidArgument) as refused:
+        convert.selection_from_proto(request)
+    assert refused.value.metadata["field"] == "held_prefix.body_items"
+
+
+def test_a_derived_request_says_how_many_held_body_items_it_replaces() -> None:
+    view = app.DerivedRequestView(
+        WireFormat.ANTHROPIC_MESSAGES,
+        (),
+        '{"messages":[]}',
+        (),
+        replaced_body_items=2,
+    )
+    assert convert.derived_request_to_proto(view).replaced_body_items == 2
