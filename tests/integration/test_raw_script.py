@@ -69,8 +69,12 @@ async def test_a_script_stores_what_server_side_binding_stores(engine: AsyncEngi
         await connection.execution_options(isolation_level="AUTOCOMMIT")
         await _fresh_table(connection)
         bound = [_insert(index, values) for index, values in enumerate(_VALUES)]
-        await execute_flight(connection, [RawStatement("BEGIN"), *bound, RawStatement("COMMIT")])
         scripted = [_insert(100 + index, values) for index, values in enumerate(_VALUES)]
+        # A negative literal after a minus sign must not start a comment ("1--5").
+        negated = "UPDATE script_values SET n = 1-$1 WHERE id = $2"
+        bound.append(RawStatement(negated, [-5, 0], raw_placeholders=True))
+        scripted.append(RawStatement(negated, [-5, 100], raw_placeholders=True))
+        await execute_flight(connection, [RawStatement("BEGIN"), *bound, RawStatement("COMMIT")])
         status = await execute_script(
             connection,
             [

@@ -121,7 +121,8 @@ async def execute_script(connection: AsyncConnection, statements: Sequence[RawSt
     error."""
     driver = await _driver(connection)
     transformer = adapt.Transformer(driver)
-    script = b"; ".join(_with_literals(statement, transformer, driver) for statement in statements)
+    # One statement a line: a comment in one never hides the next.
+    script = b";\n".join(_with_literals(statement, transformer, driver) for statement in statements)
     failing = _Failing(RawStatement("; ".join(statement.sql for statement in statements)))
     contexts = [_RawContext() for _ in statements]
     failing.context = contexts[-1]  # its span reports a failure, as a pipeline's last does
@@ -152,11 +153,27 @@ def _with_literals(
     if params is None:
         return sql.encode()
     if statement.raw_placeholders:
-        values = list(params)
-        return _RAW_PLACEHOLDER.sub(
-            lambda match: bytes(transformer.as_literal(values[int(match[1]) - 1])), sql.encode()
-        )
+        texts: dict[str, bytes] = {}  # a key's text recurs in every write of the statement
+        literals = [_literal(value, transformer, texts) for value in params]
+        return _RAW_PLACEHOLDER.sub(lambda match: literals[int(match[1]) - 1], sql.encode())
     return psycopg.AsyncClientCursor(driver).mogrify(sql, params).encode()
+
+
+def _literal(value: Any, transformer: abc.Transformer, texts: dict[str, bytes]) -> bytes:
+    """``value`` as a literal: psycopg's own (``as_literal``), written here for the kinds a
+    deferred write binds most (~1 µs each through psycopg, 85 a step)."""
+    kind = type(value)
+    if value is None:
+        return b"NULL"
+    if kind is bool:
+        return b"true" if value else b"false"
+    if kind is int:
+        return b" %d" % value  # a space first (psycopg's for a negative): "1-" "-5" is no comment
+    if kind is str:
+        if (literal := texts.get(value)) is None:
+            literal = texts[value] = bytes(transformer.as_literal(value))
+        return literal
+    return bytes(transformer.as_literal(value))
 
 
 async def _driver(connection: AsyncConnection) -> psycopg.AsyncConnection[Any]:
