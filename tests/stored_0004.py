@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from admission_service.domain import codec
 from admission_service.domain import messages as msg
 from admission_service.domain.events import Event
+from admission_service.storage import codec
 
 
 def dumps(value: object) -> bytes:
@@ -55,7 +55,7 @@ def encode_message(message: msg.Message) -> bytes:
 
 def event_payload(event: Event) -> bytes:
     """An event's ``events.payload`` as 0004 wrote it: a message event's message as JSON; a
-    header's or context's payload is still written so (``domain/codec.py``)."""
+    header's or context's payload is still written so (``storage/codec.py``)."""
     if event.message is None:
         return codec.dumps(codec.event_payload(event))
     payload: dict[str, Any] = {"message": message_json(event.message)}

@@ -36,7 +36,6 @@ from admission_service.app.trajectory import TrajectoryEntry, TrajectoryPage
 from admission_service.domain.accounting import CacheForecast, DivergenceReason, TokenBreakdown
 from admission_service.domain.admission import AppliedCommit
 from admission_service.domain.catalog import Capability
-from admission_service.domain.codec import canonical_config
 from admission_service.domain.errors import InvalidArgument, InvalidModelInfo, fields_under
 from admission_service.domain.events import Append, Event, EventKind, Replace
 from admission_service.domain.messages import (
@@ -63,6 +62,7 @@ from admission_service.domain.series import (
     RequestContext,
     RequestHeader,
     SeriesState,
+    canonical_config,
 )
 from admission_service.domain.session import FULL_VIEW, HeldPrefix, RequestSelection, RequestView
 from admission_service.domain.surface import EffectivePrompt

@@ -24,6 +24,7 @@ from admission_service.domain.session import (
     FULL_VIEW,
     RequestSelection,
     RequestView,
+    Session,
 )
 from admission_service.domain.surface import EffectivePrompt
 from admission_service.domain.wire import MessagesEnd, Omission, WireFormat
@@ -175,6 +176,17 @@ class SessionInfo:
     revision: int
     event_count: int
     replace_generation: int
+
+
+def session_info(record: Session) -> SessionInfo:
+    return SessionInfo(
+        record.session_id,
+        record.create_time,
+        record.update_time,
+        record.revision,
+        record.next_seq,
+        record.series.replace_generation,
+    )
 
 
 class EncodedMessages(Sequence[Message]):

@@ -25,12 +25,11 @@ from typing import Protocol, runtime_checkable
 
 from admission_service.app.commands import AttemptResult, EncodedMessages, RequestContent
 from admission_service.app.ports import SessionRepository
-from admission_service.domain import codec
 from admission_service.domain.errors import DomainError, WireFormatError
 from admission_service.domain.messages import Message
 from admission_service.domain.surface import SessionLog
 from admission_service.domain.wire import MessagesEnd, WindowNeeded, WireFormat, render
-from admission_service.storage import codec as storage_codec
+from admission_service.storage import codec
 from admission_service.storage.repository import StoredResponse
 
 
@@ -152,7 +151,7 @@ async def _frames_as_of(store: SessionRepository, recipe: Recipe, first: int) ->
         rows = await store.events_after(-1, recipe.through_seq + 1)
         log = SessionLog(row.event() for row in rows)
         messages = log.derived_messages()[first:]
-        frames = b"".join(storage_codec.frame(message) for message in messages)
+        frames = b"".join(codec.frame(message) for message in messages)
     return frames
 
 

@@ -19,7 +19,6 @@ from datetime import datetime
 from typing import TypeVar
 
 from admission_service.app.commands import LedgerEntry, Page
-from admission_service.domain import codec
 from admission_service.domain.events import Event
 from admission_service.domain.messages import Tool
 from admission_service.domain.prompt_fold import PromptSnapshot
@@ -29,6 +28,7 @@ from admission_service.domain.trajectory import (
     tool_set_version,
     trajectory,
 )
+from admission_service.storage import codec
 
 _Content = TypeVar("_Content", str, tuple[Tool, ...])
 # Prompt texts and tool sets by version id.

@@ -7,6 +7,7 @@ a request needs. Both are log events, never surface nodes.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -41,6 +42,12 @@ class RequestHeader:
     model: str
     tools: tuple[Tool, ...]
     config: tuple[tuple[str, str], ...] = ()
+
+
+def canonical_config(config: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """A header's configuration in canonical form: its pairs sorted by key (code point order,
+    which is also UTF-8 byte order). Values are opaque and compared byte for byte."""
+    return tuple(sorted(config.items()))
 
 
 class HeaderReason(StrEnum):

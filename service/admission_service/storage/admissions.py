@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from admission_service.domain import codec
 from admission_service.domain.messages import Tool
 from admission_service.domain.stored import AdmissionRecord
+from admission_service.storage import codec
 from admission_service.storage.batch import param
 from admission_service.storage.raw import RawStatement
 from admission_service.storage.scope import NOT_READ, SessionScope

@@ -1,18 +1,29 @@
-"""The one stored encoding of a message: ``promptadmission.v1.Message``, by the generated
-protobuf code (deterministic serialization).
+"""Every stored byte's encoding, in one module.
 
-A message event's ``events.payload`` is its message so encoded; a surface node's
+Messages: ``promptadmission.v1.Message``, by the generated protobuf code (deterministic
+serialization). A message event's ``events.payload`` is its message so encoded; a surface node's
 ``surface_nodes.message_pb`` is the same bytes framed as one element of
 ``DerivedRequest.messages`` (field 2: tag, length, bytes), so a FULL derived request is the
 concatenation of the stored frames in surface order — assembled by the database, spliced into
 the response, never re-encoded. ``decode_frames`` reads concatenated frames back for the callers
 that need values.
+
+Everything else: canonical JSON (``dumps``/``loads``: sorted keys, no whitespace, UTF-8) — a
+header (with its tools and configuration) or context as ``events.payload`` of its event and as
+the session row's last header and context, an admission's tools, and the app's JSON columns
+(the ledger's forecast and usage, a stored response's recipe). Exact: JSON escapes NUL and every
+other control character, so any valid string round-trips.
 """
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from promptadmission.v1 import session_pb2 as pb
 
+from admission_service.domain import messages as msg
+from admission_service.domain.events import Event
 from admission_service.domain.messages import (
     Block,
     Image,
@@ -24,6 +35,14 @@ from admission_service.domain.messages import (
     Text,
     ToolCall,
     ToolResult,
+)
+from admission_service.domain.series import (
+    ContextLog,
+    HeaderLog,
+    HeaderReason,
+    RequestContext,
+    RequestHeader,
+    canonical_config,
 )
 
 _ROLES = {
@@ -146,3 +165,86 @@ def decode(data: bytes) -> Message:
 def decode_frames(frames: bytes) -> tuple[Message, ...]:
     """The messages of concatenated ``frame`` output, in order."""
     return tuple(from_proto(value) for value in pb.DerivedRequest.FromString(frames).messages)
+
+
+# Canonical JSON: headers, contexts, tools and the app's JSON columns.
+
+JsonObject = dict[str, Any]
+
+
+def dumps(value: object) -> bytes:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True).encode()
+
+
+def loads(data: bytes) -> Any:
+    return json.loads(data)
+
+
+def tool_to_json(tool: msg.Tool) -> JsonObject:
+    return {
+        "name": tool.name,
+        "description": tool.description,
+        "parameters_json": tool.parameters_json,
+    }
+
+
+def tool_from_json(data: JsonObject) -> msg.Tool:
+    return msg.Tool(data["name"], data["description"], data["parameters_json"])
+
+
+def encode_tools(tools: tuple[msg.Tool, ...]) -> bytes:
+    return dumps([tool_to_json(tool) for tool in tools])
+
+
+def decode_tools(data: bytes) -> tuple[msg.Tool, ...]:
+    return tuple(tool_from_json(item) for item in loads(data))
+
+
+def header_to_json(log: HeaderLog) -> JsonObject:
+    return {
+        "seq": log.seq,
+        "reason": log.reason.value,
+        "starts_series": log.starts_series,
+        "provider": log.header.provider,
+        "model": log.header.model,
+        "tools": [tool_to_json(tool) for tool in log.header.tools],
+        # Omitted when empty, so headers logged before configuration existed read the same.
+        **({"config": dict(log.header.config)} if log.header.config else {}),
+    }
+
+
+def header_from_json(data: JsonObject) -> HeaderLog:
+    header = RequestHeader(
+        data["provider"],
+        data["model"],
+        tuple(tool_from_json(t) for t in data["tools"]),
+        canonical_config(data.get("config", {})),
+    )
+    return HeaderLog(data["seq"], HeaderReason(data["reason"]), data["starts_series"], header)
+
+
+def context_to_json(log: ContextLog) -> JsonObject:
+    context = log.context
+    return {
+        "seq": log.seq,
+        "provider": context.provider,
+        "model": context.model,
+        "context_window": context.context_window,
+        "in_history": context.in_history,
+    }
+
+
+def context_from_json(data: JsonObject) -> ContextLog:
+    context = RequestContext(
+        data["provider"], data["model"], data["context_window"], data["in_history"]
+    )
+    return ContextLog(data["seq"], context)
+
+
+def event_payload(event: Event) -> JsonObject:
+    """The body of a header or context event (what storage keeps in its payload column; a
+    message event's payload is its message's protobuf encoding)."""
+    if event.header is not None:
+        return {"header": header_to_json(event.header)}
+    assert event.context is not None, "a message event's payload is not JSON"
+    return {"context": context_to_json(event.context)}

@@ -16,7 +16,6 @@ from typing import Any
 
 from sqlalchemy import Column, Table
 
-from admission_service.domain import codec as json_codec
 from admission_service.domain.events import Append, Event, EventKind, Replace, SurfaceOp
 from admission_service.domain.messages import Message
 from admission_service.storage import codec
@@ -65,11 +64,9 @@ class StoredEvent:
         """The row as a domain event."""
         message = header = context = None
         if self.kind in _JSON_KINDS:
-            payload = json_codec.loads(self.payload)
-            header = json_codec.header_from_json(payload["header"]) if "header" in payload else None
-            context = (
-                json_codec.context_from_json(payload["context"]) if "context" in payload else None
-            )
+            payload = codec.loads(self.payload)
+            header = codec.header_from_json(payload["header"]) if "header" in payload else None
+            context = codec.context_from_json(payload["context"]) if "context" in payload else None
         else:
             message = codec.decode(self.payload)
         return Event(

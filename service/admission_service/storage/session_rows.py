@@ -12,12 +12,12 @@ from sqlalchemy import Float, delete, literal, literal_column, select, tuple_
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from admission_service.domain import codec
 from admission_service.domain.accounting import PreviousRequest, RequestKey
 from admission_service.domain.series import SeriesState
 from admission_service.domain.session import RequestPrefix, Session, Shadowed
 from admission_service.domain.stored import StoredResponse
 from admission_service.domain.wire import MessagesEnd
+from admission_service.storage import codec
 from admission_service.storage.admissions import admission_record, admission_statement
 from admission_service.storage.batch import param
 from admission_service.storage.frames import system_and_open, system_and_open_statement

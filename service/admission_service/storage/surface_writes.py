@@ -8,7 +8,6 @@ from typing import Any
 
 from sqlalchemy import delete, func, select
 
-from admission_service.domain.codec import dumps, event_payload
 from admission_service.domain.events import Append, Event, Replace
 from admission_service.domain.session import Frames, Shadowed, Written
 from admission_service.storage import codec
@@ -77,7 +76,7 @@ class SurfaceWrites(SessionScope):
         frames: dict[int, bytes] = {}  # a message event's frame, by seq
         for event in new_events:
             if event.message is None:
-                payload = dumps(event_payload(event))
+                payload = codec.dumps(codec.event_payload(event))
             else:
                 payload, frames[event.seq] = codec.encode_and_frame(event.message)
             event_rows.append(self._event_row(event, payload))

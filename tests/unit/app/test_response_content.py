@@ -22,9 +22,9 @@ from admission_service.app.commands import (
 from admission_service.app.deps import Deps
 from admission_service.app.limits import Limits
 from admission_service.app.replay import Recipe
-from admission_service.domain import codec
 from admission_service.domain.errors import ResponseTooLarge
 from admission_service.domain.wire import WireFormat
+from admission_service.storage import codec
 from promptadmission.v1 import admission_service_pb2 as api
 from promptadmission.v1 import session_pb2 as pb
 

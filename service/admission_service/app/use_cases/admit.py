@@ -18,12 +18,11 @@ from admission_service.app.commands import (
 from admission_service.app.deps import Deps
 from admission_service.app.derivation import derive_request, plan_frames, request_key
 from admission_service.app.hooks import Phase
+from admission_service.app.ledger import forecast_json
 from admission_service.app.pricing import session_counter, write_priced
-from admission_service.app.rows import forecast_json
 from admission_service.app.unit_of_work import Call, Reply, UnitOfWork, runs_again_if_moved
 from admission_service.app.use_cases.record import record_output
 from admission_service.domain import admission as rules
-from admission_service.domain import codec
 from admission_service.domain.accounting import (
     PreviousRequest,
     TokenCounter,
@@ -36,6 +35,7 @@ from admission_service.domain.errors import AdmissionNotFound, fields_under
 from admission_service.domain.series import Route
 from admission_service.domain.session import Session
 from admission_service.domain.surface import effective_prompt, fold_system_nodes
+from admission_service.storage import codec
 from admission_service.tokenizers import counter_for, counter_off_the_loop, load_off_the_loop
 
 

@@ -13,11 +13,12 @@ from admission_service.app.commands import (
     LedgerEntry,
     Page,
     SystemNodeView,
+    session_info,
 )
 from admission_service.app.deps import Deps
 from admission_service.app.derivation import derive_request
+from admission_service.app.ledger import calibration_of, ledger_entry_of
 from admission_service.app.pricing import session_counter
-from admission_service.app.rows import calibration_of, ledger_entry_of, session_info
 from admission_service.app.snapshot import PageCursor, snapshot
 from admission_service.app.trajectory import (
     TrajectoryPage,

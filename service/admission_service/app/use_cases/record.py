@@ -7,14 +7,14 @@ from admission_service.app import validation
 from admission_service.app.commands import Idempotency, RecordCommand, RecordResult
 from admission_service.app.deps import Deps
 from admission_service.app.hooks import Phase
+from admission_service.app.ledger import usage_json
 from admission_service.app.pricing import session_counter, write_priced
-from admission_service.app.rows import usage_json
 from admission_service.app.unit_of_work import Call, Reply, UnitOfWork, runs_again_if_moved
-from admission_service.domain import codec
 from admission_service.domain import record as recording
 from admission_service.domain.accounting import TokenCounter
 from admission_service.domain.errors import AdmissionNotFound
 from admission_service.domain.session import Session
+from admission_service.storage import codec
 
 
 @runs_again_if_moved

@@ -6,10 +6,9 @@ import uuid
 from datetime import datetime
 
 from admission_service.app import validation
-from admission_service.app.commands import Idempotency, Page, SessionInfo
+from admission_service.app.commands import Idempotency, Page, SessionInfo, session_info
 from admission_service.app.deps import Deps
 from admission_service.app.page_tokens import Shape, not_issued
-from admission_service.app.rows import session_info
 from admission_service.app.snapshot import snapshot
 from admission_service.app.unit_of_work import Call, Reply, UnitOfWork, runs_again_if_moved
 

@@ -4,7 +4,6 @@ in their protobuf encoding (``tests/unit/storage/test_codec.py``)."""
 
 from __future__ import annotations
 
-from admission_service.domain import codec
 from admission_service.domain.events import Event, EventKind
 from admission_service.domain.messages import Tool
 from admission_service.domain.series import (
@@ -13,14 +12,16 @@ from admission_service.domain.series import (
     HeaderReason,
     RequestContext,
     RequestHeader,
+    canonical_config,
 )
+from admission_service.storage import codec
 from hypothesis import given
 from hypothesis import strategies as st
 
 # Any valid string: every code point except the surrogates.
 texts = st.text(st.characters(exclude_categories=["Cs"]), max_size=20)
 tools = st.lists(st.builds(Tool, texts, texts, texts), max_size=3).map(tuple)
-configs = st.dictionaries(texts, texts, max_size=3).map(codec.canonical_config)
+configs = st.dictionaries(texts, texts, max_size=3).map(canonical_config)
 seqs = st.integers(0, 2**40)
 
 

@@ -1,5 +1,6 @@
-"""Stored rows as the use cases' values: events, ledger entries, session info, decoded messages
-(the JSON the app writes into the ledger's ``forecast`` and ``observed`` columns included)."""
+"""The request ledger as the use cases' values: the JSON the app writes into a ``requests``
+row's ``forecast`` and ``observed`` columns and reads back (``storage.codec`` encodes it), a
+row as a ``LedgerEntry``, and the calibration of the estimate over the ledger."""
 
 from __future__ import annotations
 
@@ -7,10 +8,9 @@ from collections.abc import Sequence
 from dataclasses import fields
 from typing import Any
 
-from admission_service.app.commands import LedgerEntry, SessionInfo, Usage
-from admission_service.domain import codec
+from admission_service.app.commands import LedgerEntry, Usage
 from admission_service.domain.accounting import CacheForecast, Calibration, DivergenceReason
-from admission_service.domain.session import Session
+from admission_service.storage import codec
 
 _FORECAST_FIELDS = tuple(field.name for field in fields(CacheForecast))
 
@@ -36,17 +36,6 @@ def usage_json(usage: Usage) -> dict[str, int]:
         "cache_read_tokens": usage.cache_read_tokens,
         "cache_write_tokens": usage.cache_write_tokens,
     }
-
-
-def session_info(record: Session) -> SessionInfo:
-    return SessionInfo(
-        record.session_id,
-        record.create_time,
-        record.update_time,
-        record.revision,
-        record.next_seq,
-        record.series.replace_generation,
-    )
 
 
 def ledger_entry_of(row: Any) -> LedgerEntry:
