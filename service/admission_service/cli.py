@@ -162,20 +162,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except Exception as exc:
         # Imported here: `health` and `token` start faster without SQLAlchemy.
-        import sqlalchemy.exc
-
         from admission_service.storage.engine import DatabaseEncodingError
+        from admission_service.storage.failures import unreachable_cause
 
         if isinstance(exc, DatabaseEncodingError):
             print(f"{PROG}: configuration error: {exc}", file=sys.stderr)
             return 2
-        import psycopg
-
-        if isinstance(exc, sqlalchemy.exc.OperationalError | sqlalchemy.exc.InterfaceError):
-            cause: BaseException | None = exc.orig
-        elif isinstance(exc, psycopg.OperationalError):
-            cause = exc
-        else:
+        if (cause := unreachable_cause(exc)) is None:
             raise
         # The driver's own message says which server could not be reached and why; the
         # SQLAlchemy wrapper would add the statement, which an operator does not need.

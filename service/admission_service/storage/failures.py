@@ -81,6 +81,16 @@ def driver_error(exc: BaseException) -> BaseException:
     return exc
 
 
+def unreachable_cause(exc: BaseException) -> BaseException | None:
+    """The driver's error when ``exc`` says the database could not be reached or spoken to
+    (what the command line reports, without SQLAlchemy's statement); None otherwise."""
+    if isinstance(exc, sqlalchemy.exc.OperationalError | sqlalchemy.exc.InterfaceError):
+        return exc.orig if exc.orig is not None else exc
+    if isinstance(exc, psycopg.OperationalError):
+        return exc
+    return None
+
+
 def moved(exc: BaseException) -> bool:
     """Whether the commit of a step on a cached session failed because the cache was stale."""
     cause = driver_error(exc)
