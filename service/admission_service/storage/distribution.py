@@ -14,13 +14,16 @@ its keys then lead with ``(tenant_id, session_id)``). A table without one must b
 here as a reference table (replicated to every node; only for small, truly global data) or
 distribution refuses the schema, naming the table: sharding it some other way is a decision,
 not a default.
+
+Its statements are written as every hand-written statement here is (psycopg's ``%(name)s``),
+run with ``exec_driver_sql`` on the migrations' synchronous connection.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, MetaData, Table, text
+from sqlalchemy import Connection, MetaData, Table
 
 from admission_service.storage.tables import Base
 
@@ -69,18 +72,16 @@ def plan(metadata: MetaData = Base.metadata) -> list[Placement]:
 def citus_present(connection: Connection) -> bool:
     """Whether this database has the Citus extension (then it is the cluster's coordinator:
     the migrations run there and nowhere else)."""
-    found = connection.execute(text("SELECT 1 FROM pg_extension WHERE extname = 'citus'"))
+    found = connection.exec_driver_sql("SELECT 1 FROM pg_extension WHERE extname = 'citus'")
     return found.first() is not None
 
 
 def distributed_tables(connection: Connection) -> dict[str, str]:
     """Citus's view of the tables it manages: name -> ``distributed`` or ``reference``."""
-    result = connection.execute(
-        text(
-            "SELECT logicalrelid::regclass::text,"
-            " CASE WHEN partmethod = 'n' THEN 'reference' ELSE 'distributed' END"
-            " FROM pg_dist_partition"
-        )
+    result = connection.exec_driver_sql(
+        "SELECT logicalrelid::regclass::text,"
+        " CASE WHEN partmethod = 'n' THEN 'reference' ELSE 'distributed' END"
+        " FROM pg_dist_partition"
     )
     return {name: kind for name, kind in result.tuples()}
 
@@ -91,8 +92,8 @@ def missing(connection: Connection, metadata: MetaData = Base.metadata) -> list[
     present = distributed_tables(connection)
     existing = {
         name
-        for (name,) in connection.execute(
-            text("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
+        for (name,) in connection.exec_driver_sql(
+            "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
         )
     }
     return [p for p in plan(metadata) if p.table in existing and present.get(p.table) != p.kind]
@@ -109,10 +110,12 @@ def distribute(connection: Connection, metadata: MetaData = Base.metadata) -> li
     done = []
     for placement in missing(connection, metadata):
         if placement.kind == "reference":
-            connection.execute(text("SELECT create_reference_table(:t)"), {"t": placement.table})
+            connection.exec_driver_sql(
+                "SELECT create_reference_table(%(t)s)", {"t": placement.table}
+            )
         else:
-            connection.execute(
-                text("SELECT create_distributed_table(:t, :column, colocate_with => :anchor)"),
+            connection.exec_driver_sql(
+                "SELECT create_distributed_table(%(t)s, %(column)s, colocate_with => %(anchor)s)",
                 {
                     "t": placement.table,
                     "column": DISTRIBUTION_COLUMN,
@@ -121,7 +124,7 @@ def distribute(connection: Connection, metadata: MetaData = Base.metadata) -> li
             )
         done.append(placement.table)
     for name in reversed(done):
-        connection.execute(
-            text("SELECT truncate_local_data_after_distributing_table(:t)"), {"t": name}
+        connection.exec_driver_sql(
+            "SELECT truncate_local_data_after_distributing_table(%(t)s)", {"t": name}
         )
     return done

@@ -4,20 +4,21 @@ from __future__ import annotations
 
 from typing import cast
 
-from sqlalchemy import Table, func, select, text
+from sqlalchemy import Table, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from admission_service.storage.raw import execute_raw
 from admission_service.storage.tables import SessionRow
 
 sessions = cast(Table, SessionRow.__table__)
 
 # Serialises a tenant's session creations (transaction-scoped), so a session quota is exact
 # across replicas. Only taken when that quota is configured.
-_LOCK_TENANT = text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))")
+_LOCK_TENANT = "SELECT pg_advisory_xact_lock(hashtextextended(%(key)s, 0))"
 
 
 async def lock_tenant_sessions(connection: AsyncConnection, tenant: str) -> None:
-    await connection.execute(_LOCK_TENANT, {"key": f"sessions/{tenant}"})
+    await execute_raw(connection, _LOCK_TENANT, {"key": f"sessions/{tenant}"})
 
 
 async def count_sessions(connection: AsyncConnection, tenant: str) -> int:
