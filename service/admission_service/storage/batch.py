@@ -11,6 +11,12 @@ The statement is assembled here with server-side placeholders (``$n``; table and
 are the schema's own, every value a bound parameter) and sent on a raw cursor: its shape changes
 with the number of rows, so SQLAlchemy would compile it on every call, which cost more than the
 round trips it saves.
+
+It is the one place SQL uses ``$n``: every fixed statement is written with psycopg's
+``%(name)s`` (``raw.py``). A generated statement numbers its parameters as it grows (``param``),
+and ``$n`` is what both of its paths take as they are: a raw cursor (``raw.execute_flight`` with
+``raw_placeholders``, no client-side parse of the long text) and, at a transaction's end, the
+simple-query script that binds each ``$n`` as a literal (``raw.execute_script``).
 """
 
 from __future__ import annotations
