@@ -29,7 +29,7 @@ from typing import Any
 
 import grpc
 from admission_service.api.authentication import AuthenticateFirst
-from admission_service.api.errors import ErrorInterceptor
+from admission_service.api.error_status import ErrorInterceptor
 from admission_service.api.telemetry import TelemetryInterceptor
 from admission_service.telemetry.logs import configure_logging
 from admission_service.telemetry.metrics import Metrics

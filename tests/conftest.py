@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 import pytest_timeout  # type: ignore[import-untyped]
-from admission_service.api import errors as error_mapping
-from admission_service.api.errors import UNKNOWN_REASON
+from admission_service.api import error_status as error_mapping
+from admission_service.api.error_status import UNKNOWN_REASON
 from admission_service.storage.embedded import start_embedded_postgres
 from admission_service.storage.engine import (
     create_engine,

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol, cast
 
 import grpc
-from admission_service.api.errors import KNOWN_REASONS
+from admission_service.api.error_status import KNOWN_REASONS
 from admission_service.api.server import RunningServer, start_server
 from admission_service.app.hooks import NO_HOOKS, PhaseHooks
 from admission_service.config import Settings

@@ -17,7 +17,7 @@ import psycopg.errors
 import pytest
 import sqlalchemy.exc
 from admission_service.api import tenancy
-from admission_service.api.errors import KNOWN_REASONS, ErrorInterceptor, map_exception
+from admission_service.api.error_status import KNOWN_REASONS, ErrorInterceptor, map_exception
 from admission_service.domain import errors as domain
 from promptadmission.v1 import admission_service_pb2 as api
 from promptadmission.v1 import admission_service_pb2_grpc as api_grpc
@@ -350,7 +350,7 @@ async def test_subclasses_keep_their_reason(
 async def test_internal_errors_are_generic_and_logged_with_an_id(
     errors_channel: grpc.aio.Channel, raiser: Raiser, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.ERROR, logger="admission_service.api.errors"):
+    with caplog.at_level(logging.ERROR, logger="admission_service.api.error_status"):
         error = rich_error(
             await call_raising(errors_channel, raiser, lambda: ValueError("prompt: be evil"))
         )

@@ -257,7 +257,7 @@ async def test_an_error_is_logged_with_the_request_id_of_its_call(
     await recorded(lambda: call_lines(json_log, "GetSession"))
     lines = [r for r in records(json_log) if r.get("request_id") == "r-404"]
     assert {r["logger"] for r in lines} == {
-        "admission_service.api.errors",
+        "admission_service.api.error_status",
         "admission_service.calls",
     }
     assert [r["grpc_code"] for r in lines if "grpc_code" in r] == ["NOT_FOUND"]

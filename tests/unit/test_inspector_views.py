@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from admission_service.app.commands import EventView, LedgerEntry, Usage
-from admission_service.app.trajectory import trajectory_entries
+from admission_service.app.trajectory_page import trajectory_entries
 from admission_service.domain.accounting import CacheForecast, DivergenceReason
 from admission_service.domain.messages import Tool
 from admission_service.inspector.views import chat_items_of_log as chat_items

@@ -32,7 +32,7 @@ from promptadmission.v1 import session_pb2 as pb
 from promptadmission.v1 import trajectory_pb2 as tpb
 
 from admission_service.app import commands as app
-from admission_service.app.trajectory import TrajectoryEntry, TrajectoryPage
+from admission_service.app.trajectory_page import TrajectoryEntry, TrajectoryPage
 from admission_service.domain.accounting import CacheForecast, DivergenceReason, TokenBreakdown
 from admission_service.domain.admission import AppliedCommit
 from admission_service.domain.catalog import Capability

@@ -32,7 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from admission_service.api import convert
 from admission_service.api.authentication import AuthenticateFirst
-from admission_service.api.errors import ErrorInterceptor
+from admission_service.api.error_status import ErrorInterceptor
 from admission_service.api.health_probe import DatabaseProbe
 from admission_service.api.servicer import AdmissionServicer, add_to_server
 from admission_service.api.telemetry import TelemetryInterceptor

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from admission_service.app.commands import EventView, LedgerEntry
-from admission_service.app.trajectory import TrajectoryEntry
+from admission_service.app.trajectory_page import TrajectoryEntry
 from admission_service.domain.accounting import DivergenceReason
 from admission_service.domain.events import Append, Event, EventKind, Replace
 from admission_service.domain.messages import (

@@ -1,6 +1,6 @@
 """What a database failure means, decided where the database is known: SQLSTATE codes, the
 driver's and SQLAlchemy's exception classes and Citus's error text stay in ``storage/``; the gRPC
-edge (``api/errors.py``) maps only the ``Failure`` this module names.
+edge (``api/error_status.py``) maps only the ``Failure`` this module names.
 """
 
 from __future__ import annotations

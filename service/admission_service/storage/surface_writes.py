@@ -18,7 +18,7 @@ from admission_service.storage.scope import NOT_READ, SessionScope
 from admission_service.storage.tables import surface_nodes as nodes
 
 # Record the answers the domain chose (one per call); each updated call is returned with
-# whether it was open on the surface before, for the domain's check (domain/record.py).
+# whether it was open on the surface before, for the domain's check (domain/recording.py).
 _MARK_ANSWERED = (
     "UPDATE tool_calls AS c SET result_seq = u.result_seq"
     " FROM unnest(CAST(%(ids)s AS text[]), CAST(%(seqs)s AS bigint[])) AS u(call_id, result_seq),"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from admission_service.api import errors
+from admission_service.api import error_status
 
 from tests.imports import imported_packages
 
@@ -13,5 +13,5 @@ DATABASE_PACKAGES = {"psycopg", "sqlalchemy", "asyncpg"}
 
 
 def test_the_error_mapping_knows_no_database_driver() -> None:
-    imported = imported_packages(Path(errors.__file__))
+    imported = imported_packages(Path(error_status.__file__))
     assert not imported & DATABASE_PACKAGES, imported & DATABASE_PACKAGES

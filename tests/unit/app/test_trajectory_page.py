@@ -11,7 +11,7 @@ from admission_service.app.commands import AdmitCommand
 from admission_service.app.deps import Deps
 from admission_service.app.limits import Limits
 from admission_service.app.page_tokens import PageTokens
-from admission_service.app.trajectory import TrajectoryPage
+from admission_service.app.trajectory_page import TrajectoryPage
 from admission_service.domain.messages import Tool
 from admission_service.domain.trajectory import prompt_version, tool_set_version
 

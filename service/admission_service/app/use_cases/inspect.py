@@ -20,7 +20,7 @@ from admission_service.app.derivation import derive_request
 from admission_service.app.ledger import calibration_of, ledger_entry_of
 from admission_service.app.pricing import session_counter
 from admission_service.app.snapshot import PageCursor, snapshot
-from admission_service.app.trajectory import (
+from admission_service.app.trajectory_page import (
     TrajectoryPage,
     Versions,
     bounded,

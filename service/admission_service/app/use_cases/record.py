@@ -1,5 +1,5 @@
 """Record: what the model and the tools produced, through the domain's transition
-(``domain/record.py``); also an Admit's previous output, in the Admit's unit of work."""
+(``domain/recording.py``); also an Admit's previous output, in the Admit's unit of work."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from admission_service.app.hooks import Phase
 from admission_service.app.ledger import usage_json
 from admission_service.app.pricing import session_counter, write_priced
 from admission_service.app.unit_of_work import Call, Reply, UnitOfWork, runs_again_if_moved
-from admission_service.domain import record as recording
+from admission_service.domain import recording
 from admission_service.domain.accounting import TokenCounter
 from admission_service.domain.errors import AdmissionNotFound
 from admission_service.domain.session import Session

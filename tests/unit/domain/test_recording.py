@@ -6,7 +6,7 @@ import pytest
 from admission_service.domain.errors import InvalidArgument, UnknownToolCall
 from admission_service.domain.events import Append, EventKind, revision_after
 from admission_service.domain.messages import Message, Role, Text, ToolCall, ToolResult
-from admission_service.domain.record import Admitted, check_answered, record
+from admission_service.domain.recording import Admitted, check_answered, record
 
 STEP = Admitted("a1", 3, 4)
 CALLING = Message(
