@@ -17,6 +17,7 @@ from admission_service.domain.events import (
 )
 from admission_service.domain.messages import Message, Role, Text, ToolCall, ToolResult
 from admission_service.domain.session import RequestPrefix, Shadowed, Written
+from admission_service.domain.wire import MessagesEnd
 from admission_service.storage import codec
 
 TENANT = "contract"
@@ -103,10 +104,13 @@ async def test_the_revision_saved_is_the_callers(storage: Storage) -> None:
 
 async def test_the_session_saved_is_the_one_read_back(storage: Storage) -> None:
     """``save`` persists the state the domain's transition left: its counters, the previous
-    request with its prefix, the first shadowed position and the series generations."""
+    request with its prefix (and how its Anthropic Messages body ended), the first shadowed
+    position and the series generations."""
     session_id = await new_session(storage, user(0, "a"))
     key = RequestKey("openai", "gpt", "tools", 7)
-    prefix = RequestPrefix(1, 3, 12, b"d" * 32, 1)
+    prefix = RequestPrefix(
+        1, 3, 12, b"d" * 32, 1, MessagesEnd("anthropic", 2, "user", True, 1, "assistant")
+    )
     async with storage.unit(TENANT, session_id) as unit:
         before = await unit.store.read(lock=True)
         assert before is not None

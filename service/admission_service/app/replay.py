@@ -82,7 +82,11 @@ class Recipe:
                 "admission_id": self.admission_id,
                 "response_sha256": self.response_sha256.hex(),
                 "content": self.content.value,
-                **({"continues": self.continues.to_json()} if self.continues else {}),
+                **(
+                    {"continues": codec.messages_end_to_json(self.continues)}
+                    if self.continues
+                    else {}
+                ),
             }
         )
 
@@ -98,7 +102,7 @@ class Recipe:
             value["admission_id"],
             bytes.fromhex(value["response_sha256"]),
             RequestContent(value.get("content", RequestContent.BOTH.value)),
-            MessagesEnd.from_json(value["continues"]) if "continues" in value else None,
+            codec.messages_end_from_json(value["continues"]) if "continues" in value else None,
         )
 
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from admission_service.domain import messages as msg
 from admission_service.domain.wire_common import (
@@ -73,27 +72,6 @@ class MessagesEnd:
     pending: bool
     window: int
     before: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "provider": self.provider,
-            "items": self.items,
-            "role": self.role,
-            "pending": self.pending,
-            "window": self.window,
-            "before": self.before,
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> MessagesEnd:
-        return cls(
-            data["provider"],
-            data["items"],
-            data["role"],
-            data["pending"],
-            data["window"],
-            data["before"],
-        )
 
 
 class WindowNeeded(Exception):

@@ -44,6 +44,7 @@ from admission_service.domain.series import (
     RequestHeader,
     canonical_config,
 )
+from admission_service.domain.wire_anthropic import MessagesEnd
 
 _ROLES = {
     Role.SYSTEM: pb.MESSAGE_ROLE_SYSTEM,
@@ -167,7 +168,8 @@ def decode_frames(frames: bytes) -> tuple[Message, ...]:
     return tuple(from_proto(value) for value in pb.DerivedRequest.FromString(frames).messages)
 
 
-# Canonical JSON: headers, contexts, tools and the app's JSON columns.
+# Canonical JSON: headers, contexts, tools, how a request's Anthropic Messages body ends, and the
+# app's JSON columns.
 
 JsonObject = dict[str, Any]
 
@@ -239,6 +241,30 @@ def context_from_json(data: JsonObject) -> ContextLog:
         data["provider"], data["model"], data["context_window"], data["in_history"]
     )
     return ContextLog(data["seq"], context)
+
+
+def messages_end_to_json(end: MessagesEnd) -> JsonObject:
+    """How a request's Anthropic Messages list ends (the session row's previous request, a
+    stored response's recipe)."""
+    return {
+        "provider": end.provider,
+        "items": end.items,
+        "role": end.role,
+        "pending": end.pending,
+        "window": end.window,
+        "before": end.before,
+    }
+
+
+def messages_end_from_json(data: JsonObject) -> MessagesEnd:
+    return MessagesEnd(
+        data["provider"],
+        data["items"],
+        data["role"],
+        data["pending"],
+        data["window"],
+        data["before"],
+    )
 
 
 def event_payload(event: Event) -> JsonObject:

@@ -16,7 +16,6 @@ from admission_service.domain.accounting import PreviousRequest, RequestKey
 from admission_service.domain.series import SeriesState
 from admission_service.domain.session import RequestPrefix, Session, Shadowed
 from admission_service.domain.stored import StoredResponse
-from admission_service.domain.wire import MessagesEnd
 from admission_service.storage import codec
 from admission_service.storage.admissions import admission_record, admission_statement
 from admission_service.storage.batch import param
@@ -58,7 +57,11 @@ def previous_request_to_json(value: PreviousRequest, prefix: RequestPrefix) -> d
         "size": prefix.size,
         "digest": prefix.digest.hex(),
         "end_position": prefix.end_position,
-        **({"body_end": prefix.body_end.to_json()} if prefix.body_end is not None else {}),
+        **(
+            {"body_end": codec.messages_end_to_json(prefix.body_end)}
+            if prefix.body_end is not None
+            else {}
+        ),
     }
 
 
@@ -76,7 +79,7 @@ def previous_request_from_json(
         data["size"],
         bytes.fromhex(data["digest"]),
         data["end_position"],
-        MessagesEnd.from_json(data["body_end"]) if "body_end" in data else None,
+        codec.messages_end_from_json(data["body_end"]) if "body_end" in data else None,
     )
     return PreviousRequest(key, data["message_count"]), prefix
 

@@ -24,9 +24,10 @@ from admission_service.app.commands import (
     RequestContent,
 )
 from admission_service.app.deps import Deps
+from admission_service.app.replay import Recipe
 from admission_service.domain.messages import Message, Role, Text, ToolCall, ToolResult
 from admission_service.domain.session import HeldPrefix, RequestSelection, RequestView
-from admission_service.domain.wire import WireFormat
+from admission_service.domain.wire import MessagesEnd, WireFormat
 from promptadmission.v1 import admission_service_pb2 as api
 
 from tests.app_support import CATALOG, ROUTE, user
@@ -214,6 +215,14 @@ async def test_an_anthropic_delta_replays_byte_for_byte() -> None:
     for (command, encoded), key in zip(sent, ("r2", "r3"), strict=True):
         replayed = await handlers.admit(caller.deps, "t", command, Idempotency(key, b"d"))
         assert replayed.result is None and replayed.encoded == encoded
+
+
+def test_a_recipe_keeps_the_held_end_it_continued() -> None:
+    end = MessagesEnd("anthropic", 4, "user", True, 3, "assistant")
+    recipe = Recipe(3, 5, "anthropic_messages", True, "anthropic", "a", b"\x01" * 32)
+    assert Recipe.from_json(recipe.to_json()) == recipe
+    continued = replace(recipe, continues=end)
+    assert Recipe.from_json(continued.to_json()) == continued
 
 
 async def test_full_unless_the_caller_holds_the_body_the_service_rendered() -> None:
