@@ -12,10 +12,12 @@ from __future__ import annotations
 import asyncio
 import random
 import threading
+from typing import Any
 
 import grpc
 import pytest
 from admission_service import tokenizers
+from admission_service.app import derivation
 from promptadmission.v1 import admission_service_pb2 as api
 from promptadmission.v1 import admission_service_pb2_grpc as api_grpc
 from promptadmission.v1 import session_pb2 as pb
@@ -103,3 +105,39 @@ async def test_a_step_too_large_to_return_is_refused_before_counting(
     assert not [size for size in counted if size >= tokenizers.OFF_LOOP_CHARS]
     session = await stub.GetSession(api.GetSessionRequest(session_id=session_id))
     assert session.session.revision == 0
+
+
+async def test_another_session_is_served_while_a_large_body_is_rendered(
+    stub: api_grpc.AdmissionServiceAsyncStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A large provider body is rendered in a thread (``derivation.OFF_LOOP_RENDER_BYTES``):
+    held there until the other session's whole call has completed, which it could not if the
+    rendering held the event loop."""
+    rendering, release = threading.Event(), threading.Event()
+    released: list[bool] = []  # whether the other call completed while the render was held
+    render_body = derivation.render_body
+
+    def held_render(*args: Any, **kwargs: Any) -> Any:
+        if args[0].size >= derivation.OFF_LOOP_RENDER_BYTES:
+            rendering.set()
+            released.append(release.wait(10))
+        return render_body(*args, **kwargs)
+
+    monkeypatch.setattr(derivation, "render_body", held_render)
+    large_session = await create_session(stub)
+    other_session = await create_session(stub)
+    chat = {"wire_format": pb.WIRE_FORMAT_OPENAI_CHAT}
+    large = asyncio.ensure_future(
+        stub.Admit(admit_request(large_session, "You are terse.", "x" * MIB, **chat))
+    )
+    try:
+        assert await asyncio.to_thread(rendering.wait, 60), "the large body was not rendered"
+        # On the event loop, the held render would hold this call too, until its wait ends.
+        other = await stub.Admit(admit_request(other_session, "You are terse.", "hi", **chat))
+        assert not large.done()
+        assert other.request.body_json
+    finally:
+        release.set()
+    response = await large
+    assert released == [True], "the rendering held the event loop"
+    assert len(response.request.body_json) > MIB
