@@ -18,6 +18,7 @@ import grpc
 import pytest
 from admission_service import tokenizers
 from admission_service.app import derivation
+from admission_service.domain import wire
 from promptadmission.v1 import admission_service_pb2 as api
 from promptadmission.v1 import admission_service_pb2_grpc as api_grpc
 from promptadmission.v1 import session_pb2 as pb
@@ -115,7 +116,7 @@ async def test_another_session_is_served_while_a_large_body_is_rendered(
     rendering held the event loop."""
     rendering, release = threading.Event(), threading.Event()
     released: list[bool] = []  # whether the other call completed while the render was held
-    render_body = derivation.render_body
+    render_body = wire.render_body
 
     def held_render(*args: Any, **kwargs: Any) -> Any:
         if args[0].size >= derivation.OFF_LOOP_RENDER_BYTES:
@@ -126,14 +127,16 @@ async def test_another_session_is_served_while_a_large_body_is_rendered(
     monkeypatch.setattr(derivation, "render_body", held_render)
     large_session = await create_session(stub)
     other_session = await create_session(stub)
-    chat = {"wire_format": pb.WIRE_FORMAT_OPENAI_CHAT}
+    chat = pb.WIRE_FORMAT_OPENAI_CHAT
     large = asyncio.ensure_future(
-        stub.Admit(admit_request(large_session, "You are terse.", "x" * MIB, **chat))
+        stub.Admit(admit_request(large_session, "You are terse.", "x" * MIB, wire_format=chat))
     )
     try:
         assert await asyncio.to_thread(rendering.wait, 60), "the large body was not rendered"
         # On the event loop, the held render would hold this call too, until its wait ends.
-        other = await stub.Admit(admit_request(other_session, "You are terse.", "hi", **chat))
+        other = await stub.Admit(
+            admit_request(other_session, "You are terse.", "hi", wire_format=chat)
+        )
         assert not large.done()
         assert other.request.body_json
     finally:
