@@ -21,6 +21,7 @@ from __future__ import annotations
 from admission_service.domain.stored import AdmissionRecord, Growth, StoredResponse
 from admission_service.storage.admissions import AdmissionWrites
 from admission_service.storage.frames import FrameReads
+from admission_service.storage.idempotency import StoredResponses
 from admission_service.storage.inspection import InspectionReads
 from admission_service.storage.rows import (
     LedgerRow,
@@ -44,6 +45,8 @@ __all__ = [
 ]
 
 
-class SessionStore(SessionRows, SurfaceWrites, AdmissionWrites, FrameReads, InspectionReads):
+class SessionStore(
+    SessionRows, StoredResponses, SurfaceWrites, AdmissionWrites, FrameReads, InspectionReads
+):
     """The SQL of one (tenant, session) within the caller's transaction:
     ``SessionStore(connection, tenant, session_id)``."""

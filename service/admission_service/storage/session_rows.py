@@ -1,5 +1,7 @@
-"""The session row (counters, series state, the previous request's prefix, running sizes) and
-the stored responses of idempotent calls; the tenant's session list."""
+"""The SQL of the ``sessions`` table: the session row (counters, series state, the previous
+request's prefix, running sizes), the tenant's session list, and what a tenant holds for its
+quotas (app/quotas.py: read only when a quota is configured). Its stored responses are
+``idempotency.py``'s."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Float, delete, literal, literal_column, select, tuple_
+from sqlalchemy import delete, func, literal, select, tuple_
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -20,11 +22,12 @@ from admission_service.storage import codec
 from admission_service.storage.admissions import admission_record, admission_statement
 from admission_service.storage.batch import param
 from admission_service.storage.frames import system_and_open, system_and_open_statement
-from admission_service.storage.raw import RawStatement
-from admission_service.storage.scope import NOT_READ, SessionScope
+from admission_service.storage.idempotency import forget_responses, stored_response_statement
+from admission_service.storage.raw import RawStatement, execute_raw
+from admission_service.storage.scope import SessionScope
 from admission_service.storage.session_cache import KnownSession
 from admission_service.storage.surface_writes import known_calls_statement
-from admission_service.storage.tables import idempotency_keys, sessions
+from admission_service.storage.tables import sessions
 
 _RUNNING_SIZES = ("surface_bytes", "surface_nodes", "log_bytes")
 
@@ -35,14 +38,10 @@ _LOCK = (
     f"SELECT {', '.join(_SessionRow._fields)} FROM sessions"
     " WHERE tenant_id = %(t)s AND session_id = %(s)s FOR UPDATE"
 )
+# Serialises a tenant's session creations (transaction-scoped), so a session quota is exact
+# across replicas. Only taken when that quota is configured.
+_LOCK_TENANT = "SELECT pg_advisory_xact_lock(hashtextextended(%(key)s, 0))"
 _ROW_VERSION = "SELECT row_version FROM sessions WHERE tenant_id = %(t)s AND session_id = %(s)s"
-# A separate statement after the lock, not a join: it runs once the lock is held, with a
-# snapshot of its own, so it sees the response of the call it waited for (READ COMMITTED).
-_STORED_RESPONSE = (
-    "SELECT method, request_digest, response, derived_request, "
-    "extract(epoch FROM now() - create_time)::float8 FROM idempotency_keys"
-    " WHERE tenant_id = %(t)s AND session_id = %(s)s AND request_id = %(r)s"
-)
 
 
 def previous_request_to_json(value: PreviousRequest, prefix: RequestPrefix) -> dict[str, Any]:
@@ -123,7 +122,7 @@ def _record(row: Any) -> Session:
 
 
 class SessionRows(SessionScope):
-    """The session row and the session's stored responses."""
+    """The session row."""
 
     async def create(self) -> Session | None:
         """Insert the session; None when it already exists (the caller decides what that means)."""
@@ -138,7 +137,7 @@ class SessionRows(SessionScope):
             return None
         # A new lifetime of this session id: request ids of an earlier one (the DeleteSession
         # key that outlived it) are new again for this one (issue 13, finding 6).
-        await self._execute(delete(idempotency_keys).where(self._mine(idempotency_keys)))
+        await self._execute(forget_responses(self.tenant, self.session_id))
         session = _record(row)
         self.known = KnownSession.read(session, row.row_version, (), (), None)
         return session
@@ -176,9 +175,7 @@ class SessionRows(SessionScope):
         params = {"t": self.tenant, "s": self.session_id}
         statements = [RawStatement(_LOCK, params, binary=True), system_and_open_statement(params)]
         if request_id is not None:
-            statements.append(
-                RawStatement(_STORED_RESPONSE, {**params, "r": request_id}, binary=True)
-            )
+            statements.append(stored_response_statement(params, request_id))
         if admission_id is not None:
             statements.append(admission_statement(self.tenant, self.session_id, admission_id))
         if tool_call_ids:
@@ -270,51 +267,7 @@ class SessionRows(SessionScope):
         if self.cache is not None:
             self.cache.evict((self.tenant, self.session_id))
         await self._execute(delete(sessions).where(self._mine(sessions)))
-        await self._execute(delete(idempotency_keys).where(self._mine(idempotency_keys)))
-
-    async def stored_response(self, request_id: str) -> StoredResponse | None:
-        """The response stored for ``request_id``. On a cached session none is assumed: the
-        commit's insert of the new one fails on the stored one's key, and the call runs again
-        on a fresh read, which finds it."""
-        if self.warm:
-            return None
-        if (kept := self._kept("response", request_id)) is not NOT_READ:
-            return kept  # type: ignore[no-any-return]
-        await self.flush()
-        keys = idempotency_keys
-        age = literal_column("extract(epoch FROM now() - idempotency_keys.create_time)", Float)
-        statement = select(
-            keys.c.method, keys.c.request_digest, keys.c.response, keys.c.derived_request, age
-        ).where(self._mine(keys), keys.c.request_id == request_id)
-        row = (await self._execute(statement)).first()
-        return StoredResponse(*row) if row is not None else None
-
-    async def forget_response(self, request_id: str) -> None:
-        """Delete the (expired) response stored for ``request_id``: the id is new again."""
-        keys = idempotency_keys
-        await self._execute(delete(keys).where(self._mine(keys), keys.c.request_id == request_id))
-
-    async def store_response(
-        self,
-        request_id: str,
-        method: str,
-        request_digest: bytes,
-        response: bytes,
-        derived_request: bytes | None = None,
-    ) -> None:
-        self.batch.insert(
-            "idempotency_keys",
-            [
-                {
-                    **self._keys(),
-                    "request_id": request_id,
-                    "method": method,
-                    "request_digest": request_digest,
-                    "response": response,
-                    "derived_request": derived_request,
-                }
-            ],
-        )
+        await self._execute(forget_responses(self.tenant, self.session_id))
 
 
 async def list_sessions(
@@ -342,3 +295,21 @@ async def list_sessions(
     )
     statement = statement.order_by(*order).limit(limit)
     return [_record(row) for row in await connection.execute(statement)]
+
+
+async def lock_tenant_sessions(connection: AsyncConnection, tenant: str) -> None:
+    await execute_raw(connection, _LOCK_TENANT, {"key": f"sessions/{tenant}"})
+
+
+async def count_sessions(connection: AsyncConnection, tenant: str) -> int:
+    """The tenant's sessions (an index-only scan of its part of the listing index)."""
+    statement = select(func.count()).select_from(sessions).where(sessions.c.tenant_id == tenant)
+    return int((await connection.execute(statement)).scalar_one())
+
+
+async def stored_bytes(connection: AsyncConnection, tenant: str) -> int:
+    """The summed event-log bytes of the tenant's sessions (their running ``log_bytes``)."""
+    statement = select(func.coalesce(func.sum(sessions.c.log_bytes), 0)).where(
+        sessions.c.tenant_id == tenant
+    )
+    return int((await connection.execute(statement)).scalar_one())

@@ -11,7 +11,7 @@ from typing import Any, Self
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from admission_service.domain.session import Session
-from admission_service.storage import usage
+from admission_service.storage import session_rows
 from admission_service.storage.deadline import deadline_bound
 from admission_service.storage.failures import SessionMoved, classify
 from admission_service.storage.raw import RawStatement
@@ -28,15 +28,15 @@ class _Usage:
 
     async def lock_sessions(self) -> None:
         await self._store.begin()
-        await usage.lock_tenant_sessions(self._connection, self._store.tenant)
+        await session_rows.lock_tenant_sessions(self._connection, self._store.tenant)
 
     async def count_sessions(self) -> int:
         await self._store.begin()
-        return await usage.count_sessions(self._connection, self._store.tenant)
+        return await session_rows.count_sessions(self._connection, self._store.tenant)
 
     async def stored_bytes(self) -> int:
         await self._store.begin()
-        return await usage.stored_bytes(self._connection, self._store.tenant)
+        return await session_rows.stored_bytes(self._connection, self._store.tenant)
 
 
 class TransactionRolledBack(RuntimeError):
