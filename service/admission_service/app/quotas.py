@@ -90,7 +90,9 @@ class TenantQuotas:
             )
 
     async def check_stored_bytes(self, usage: TenantUsage, tenant: str, added: int) -> None:
-        """Before committing a write that adds ``added`` bytes to the tenant's event logs."""
+        """Before committing a write that adds ``added`` bytes to the tenant's event logs. The
+        bytes count as stored only once committed (``stored``): a dry run, a refusal or a
+        cancellation after the check takes nothing of the quota."""
         limit = self.quotas.stored_bytes
         if not limit or added <= 0:
             return
@@ -108,4 +110,10 @@ class TenantQuotas:
                 stored=str(stored),
                 added=str(added),
             )
-        self._stored[tenant] = (self._stored[tenant][0], stored + added)
+
+    def stored(self, tenant: str, added: int) -> None:
+        """A write that added ``added`` bytes to the tenant's event logs committed: counted in
+        the usage this replica knows until it reads it again."""
+        known = self._stored.get(tenant)
+        if known is not None and added > 0:
+            self._stored[tenant] = (known[0], known[1] + added)

@@ -212,4 +212,5 @@ class UnitOfWork:
         await self.reached(Phase.COMMIT)
         await self._unit.commit()  # the deferred writes and COMMIT: one round trip
         self._committed = True
+        self._deps.quotas.stored(self._call.tenant, growth.log_bytes)
         return Reply(result, encoded)

@@ -861,19 +861,9 @@ async def test_a_change_of_route_family_prices_every_node_with_the_new_tokenizer
     assert seen[0] == seen[2] and seen[0][1] != seen[1][1]
 
 
-# Found writing these tests: ``TenantQuotas.check_stored_bytes`` adds a call's log bytes to the
-# tenant's cached usage when it checks them, before the commit, and never takes them back. A
-# call that then commits nothing — a validate_only dry run (``UnitOfWork.commit`` returns right
-# after the check), or a call cancelled at Phase.COMMIT — still counts as stored until the next
-# refresh of the usage (``usage_refresh_seconds``, 5 s by default): writes that fit the quota
-# are refused STORED_BYTES_QUOTA_EXCEEDED. The same code runs on PostgreSQL.
-QUOTA_BUG = (
-    "app/quotas.py check_stored_bytes counts the bytes of a call that commits nothing "
-    "(validate_only, a cancellation at COMMIT) as stored until the usage is read again"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=QUOTA_BUG)
+# A call that commits nothing — a validate_only dry run, a call cancelled at Phase.COMMIT —
+# takes nothing of the stored-bytes quota (found writing these tests: the check used to count
+# the call's bytes as stored before the commit, until the next refresh of the usage).
 async def test_a_dry_run_takes_nothing_of_the_stored_bytes_quota() -> None:
     app = App.build(quotas=Quotas(stored_bytes=5000, usage_refresh_seconds=3600))
     sid = await app.create()
@@ -884,7 +874,6 @@ async def test_a_dry_run_takes_nothing_of_the_stored_bytes_quota() -> None:
     assert (await call(app, command)).result.revision == 1
 
 
-@pytest.mark.xfail(strict=True, reason=QUOTA_BUG)
 async def test_a_cancelled_call_takes_nothing_of_the_stored_bytes_quota() -> None:
     hooks = Cancelling("Admit", Phase.COMMIT)
     app = App.build(quotas=Quotas(stored_bytes=5000, usage_refresh_seconds=3600), hooks=hooks)
