@@ -15,7 +15,7 @@ from admission_service.app.deps import Deps
 from admission_service.domain.catalog import Capability
 from admission_service.domain.session import Frames
 from admission_service.storage.frame_chunks import FRAME_CHUNK
-from admission_service.storage.frames import _FRAMES, _frames
+from admission_service.storage.log_and_surface import _FRAMES, _frames
 from admission_service.storage.repository import SessionStore
 from sqlalchemy.ext.asyncio import AsyncEngine
 

@@ -1,16 +1,22 @@
-"""A step's admission (what Reconcile reuses) and the cache ledger's rows."""
+"""The SQL of the ``admissions`` and ``requests`` tables: a step's admission (what Reconcile
+reuses) and the cache ledger's rows, written in the statement batch; the ledger as the read
+RPCs read it (Inspect, ListTrajectory), as typed rows (``rows``)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
+from sqlalchemy import select
+
 from admission_service.domain.messages import Tool
 from admission_service.domain.stored import AdmissionRecord
 from admission_service.storage import codec
 from admission_service.storage.batch import param
 from admission_service.storage.raw import RawStatement
+from admission_service.storage.rows import LedgerRow, columns
 from admission_service.storage.scope import NOT_READ, SessionScope
+from admission_service.storage.tables import requests
 
 _ADMISSION = (
     "SELECT admission_id, turn, step, rendered_prompt, tools, attempts FROM admissions"
@@ -37,8 +43,9 @@ def admission_record(row: tuple[Any, ...] | None) -> AdmissionRecord | None:
     )
 
 
-class AdmissionWrites(SessionScope):
-    """Admissions and the ledger: written in the statement batch, read by key."""
+class AdmissionsAndLedger(SessionScope):
+    """Admissions and the ledger: written in the statement batch, an admission read by key, the
+    ledger by request index."""
 
     async def add_admission(
         self,
@@ -118,3 +125,26 @@ class AdmissionWrites(SessionScope):
             )
 
         self.batch.defer(build)
+
+    async def ledger(self, limit: int) -> list[LedgerRow]:
+        """The latest ``limit`` ledger rows, in request order."""
+        await self.flush()
+        statement = (
+            select(*columns(requests, LedgerRow))
+            .where(self._mine(requests))
+            .order_by(requests.c.request_index.desc())
+            .limit(limit)
+        )
+        rows = (await self.connection.execute(statement)).all()
+        return [LedgerRow(*row) for row in reversed(rows)]
+
+    async def requests_from(self, first_index: int, limit: int) -> list[LedgerRow]:
+        """Ledger rows from ``first_index`` on, in request order (ListTrajectory)."""
+        await self.flush()
+        statement = (
+            select(*columns(requests, LedgerRow))
+            .where(self._mine(requests), requests.c.request_index >= first_index)
+            .order_by(requests.c.request_index)
+            .limit(limit)
+        )
+        return [LedgerRow(*row) for row in await self.connection.execute(statement)]

@@ -9,7 +9,7 @@ split position falls inside, where the count before the split needs each node).
 
 The invariant every write keeps: every message node below the highest chunk end is in exactly
 one chunk, whose bytes are its current frame. Appends land past it (positions only grow); a
-replacement deletes every chunk reaching its first shadowed position (``surface_writes``); a
+replacement deletes every chunk reaching its first shadowed position (``log_and_surface``); a
 repricing deletes them all. Chunks are sealed by the commit of a transaction that read a FULL
 request with at least a chunk's worth of positions unsealed (``seal_statement``), from the nodes
 as that commit sees them, unless the transaction replaced a node (its deleted chunks would leave

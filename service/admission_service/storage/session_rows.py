@@ -21,12 +21,15 @@ from admission_service.domain.stored import StoredResponse
 from admission_service.storage import codec
 from admission_service.storage.admissions import admission_record, admission_statement
 from admission_service.storage.batch import param
-from admission_service.storage.frames import system_and_open, system_and_open_statement
 from admission_service.storage.idempotency import forget_responses, stored_response_statement
+from admission_service.storage.log_and_surface import (
+    known_calls_statement,
+    system_and_open,
+    system_and_open_statement,
+)
 from admission_service.storage.raw import RawStatement, execute_raw
 from admission_service.storage.scope import SessionScope
 from admission_service.storage.session_cache import KnownSession
-from admission_service.storage.surface_writes import known_calls_statement
 from admission_service.storage.tables import sessions
 
 _RUNNING_SIZES = ("surface_bytes", "surface_nodes", "log_bytes")
