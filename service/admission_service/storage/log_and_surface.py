@@ -10,7 +10,7 @@
   system nodes' details and pages of the event log, as typed rows (``rows``).
 
 PostgreSQL concatenates the frames (``string_agg`` in position order over the unique (tenant,
-session, position) index): no per-row work in Python, whatever the surface length. These reads
+session, position) index): no per-row work in Python, whatever the surface length. The frame reads
 run on the transaction's psycopg connection with the binary result format (``raw``): in the text
 format PostgreSQL would hex-encode the bytes and psycopg decode them, which doubles what a long
 surface moves and costs more than the aggregate itself. They are written in psycopg's
