@@ -2,9 +2,10 @@
 Admits of 15 x 1 MiB user messages (issue 23 item 5), beside the same latency without that load.
 
 The real service (``admission-service serve``, on a database of its own) on the in-history
-route ``deepseek/deepseek-flash`` (DeepSeek V4's tokenizer, ~0.5 s a MiB). One thread sends the
-large Admits back to back (``validate_only``, so the session stays small); the main thread
-measures ``--calls`` small Admits on another session, one after the other. Two cases:
+route ``deepseek/deepseek-flash`` (DeepSeek V4's tokenizer, ~0.5 s a MiB). A process of its own
+(its GIL is not the measured caller's) sends the large Admits back to back (``validate_only``,
+so the session stays small); the main process measures ``--calls`` small Admits on another
+session, one after the other. Two cases:
 
 * *refused*: the default response bound (4 MiB): each large Admit is refused with
   RESPONSE_TOO_LARGE, which is checked before any counting;
@@ -19,12 +20,14 @@ Target: the loaded p99 <= 50 ms and <= 2x the unloaded p99.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import multiprocessing
 import random
 import statistics
 import tempfile
-import threading
 import time
 from pathlib import Path
+from queue import Empty
 from typing import Any
 
 import grpc
@@ -72,9 +75,12 @@ def small_latencies(stub: api_grpc.AdmissionServiceStub, calls: int) -> list[flo
     return times
 
 
-def large_load(target: str, texts: list[str], stop: threading.Event, outcomes: list[str]) -> None:
+def large_load(target: str, seed: int, started: Any, stop: Any, outcomes: Any) -> None:
     """Large Admits (15 x 1 MiB, validate_only) back to back on their own channel until
-    ``stop``; ``outcomes``: each call's status code name."""
+    ``stop``; ``started`` is set as the first is sent; each call's status code name is put on
+    ``outcomes``. Run in a process of its own: building and sending 15 MiB requests holds a
+    GIL, which must not be the measured caller's (its latency is the service's)."""
+    texts = fresh_texts(45, MIB, random.Random(seed))
     with grpc.insecure_channel(target, options=UNLIMITED) as channel:
         stub = api_grpc.AdmissionServiceStub(channel)
         session_id = f"bench-large-{random.getrandbits(48):x}"
@@ -83,11 +89,12 @@ def large_load(target: str, texts: list[str], stop: threading.Event, outcomes: l
         while not stop.is_set():
             users = [texts[(sent + i) % len(texts)] for i in range(15)]
             sent += 15
+            started.set()
             try:
                 stub.Admit(admit(session_id, 0, users, validate_only=True))
-                outcomes.append("OK")
+                outcomes.put("OK")
             except grpc.RpcError as error:
-                outcomes.append(error.code().name)
+                outcomes.put(error.code().name)
 
 
 def percentile(values: list[float], q: int) -> float:
@@ -103,7 +110,7 @@ def summary(values: list[float]) -> dict[str, float]:
 
 
 def measure_case(
-    url: str, logs: Path, env: dict[str, str], calls: int, texts: list[str]
+    url: str, logs: Path, env: dict[str, str], calls: int, seed: int
 ) -> dict[str, Any]:
     server = start_service(url, logs, env=env)
     try:
@@ -111,13 +118,21 @@ def measure_case(
             stub = api_grpc.AdmissionServiceStub(channel)
             small_latencies(stub, 20)  # warm: connection, tokenizer, statements
             unloaded = small_latencies(stub, calls)
-            stop = threading.Event()
-            outcomes: list[str] = []
-            load = threading.Thread(target=large_load, args=(server.target, texts, stop, outcomes))
+            processes = multiprocessing.get_context("spawn")
+            started, stop, queue = processes.Event(), processes.Event(), processes.Queue()
+            load = processes.Process(
+                target=large_load, args=(server.target, seed, started, stop, queue)
+            )
             load.start()
+            if not started.wait(120):
+                raise RuntimeError("the large load did not start")
             time.sleep(1.0)  # the load's first call in flight
             loaded = small_latencies(stub, calls)
             stop.set()
+            outcomes: list[str] = []
+            while load.is_alive() or not queue.empty():
+                with contextlib.suppress(Empty):
+                    outcomes.append(queue.get(timeout=0.2))
             load.join()
     finally:
         server.stop()
@@ -138,14 +153,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="also write the JSON here")
     args = parser.parse_args(argv)
     workers = {"PAS_WORKERS": str(args.workers)}
-    texts = fresh_texts(45, MIB, random.Random(23))
     # refused: the default 4 MiB response bound; admitted: raised above the 15 MiB request.
     bounds = {"refused": 4 * MIB, "admitted": 64 * MIB}
     cases = {}
     with bench_database() as (url, where), tempfile.TemporaryDirectory() as logs:
         for case, bound in bounds.items():
             env = {**workers, "PAS_LIMIT_MAX_RESPONSE_BYTES": str(bound)}
-            cases[case] = measure_case(url, Path(logs), env, args.calls, texts)
+            cases[case] = measure_case(url, Path(logs), env, args.calls, seed=23)
     report = {
         "server": where,
         "workers": args.workers,
