@@ -38,7 +38,8 @@ INT64_MAX = 2**63 - 1
 
 
 def _utf8_size(text: str) -> int:
-    return len(text.encode("utf-8", "surrogatepass"))
+    # An ASCII text (known without a scan) is its length; others are encoded to count.
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
 def check_session_id(session_id: str, limits: Limits, field: str = "session_id") -> None:
