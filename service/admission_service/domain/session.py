@@ -232,7 +232,8 @@ class FramesQuery:
         was shadowed since; a DELTA needs the caller to hold exactly that prefix, and reads
         only what follows it.
 
-        The OpenAI formats' bodies and the typed messages extend by appending. An Anthropic
+        The typed messages extend by appending; so do the OpenAI formats' bodies, on the
+        provider the previous request was on (their blocks depend on it). An Anthropic
         Messages body (``body``: the response carries one) does not: its DELTA continues the
         body the previous request rendered, so that request must have rendered one, on this
         route's ``provider`` (its blocks depend on it), and the caller must hold it: the
@@ -255,6 +256,13 @@ class FramesQuery:
                 and continues.provider == provider
                 and held.body_items == continues.items > 0
             )
+        elif delta and body and wire is not WireFormat.NEUTRAL:
+            # The OpenAI formats' bodies append, but how they render a message depends on the
+            # provider (DeepSeek's chat takes reasoning back, Responses keeps only its own
+            # provider's opaque reasoning): the held body is this one's prefix only when the
+            # previous request was on this route's provider.
+            previous = session.last_request
+            delta = previous is not None and previous.key.provider == provider
         if delta:
             return cls(prefix.end_position, None, True, True, continues)
         return cls(0, prefix.end_position, True, False)

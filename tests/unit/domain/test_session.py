@@ -114,8 +114,22 @@ def test_an_anthropic_body_delta_continues_the_body_the_previous_request_rendere
     # formats' bodies too, whatever the held length.
     messages = plan(session(), None, delta(), anthropic, provider="anthropic", body=False)
     assert messages == FramesQuery(5, None, intact=True, delta=True)
-    assert plan(session(), None, delta(), WireFormat.OPENAI_CHAT).continues is None
-    assert plan(session(), None, delta(), WireFormat.OPENAI_CHAT).delta
+    chat = plan(session(), None, delta(), WireFormat.OPENAI_CHAT, provider="openai")
+    assert chat.delta and chat.continues is None
+
+
+def test_an_openai_body_delta_needs_the_previous_request_on_the_same_provider() -> None:
+    """An OpenAI body appends, but renders a message by its provider (DeepSeek's chat takes
+    reasoning back as reasoning_content, Responses keeps only its own provider's opaque
+    reasoning): after a change of provider the held body is not this request's prefix."""
+    plan = FramesQuery.plan
+    for wire in (WireFormat.OPENAI_CHAT, WireFormat.OPENAI_RESPONSES):
+        assert plan(session(), None, delta(), wire, provider="openai").delta
+        moved = plan(session(), None, delta(), wire, provider="deepseek")
+        assert moved == FramesQuery(0, 5, intact=True, delta=False)
+        assert not plan(session(last_request=None), None, delta(), wire, provider="openai").delta
+        # The typed messages alone still append.
+        assert plan(session(), None, delta(), wire, provider="deepseek", body=False).delta
 
 
 # ---- what a request is -----------------------------------------------------------------------
