@@ -16,10 +16,10 @@ The formats live beside this module: ``wire_openai`` (Chat Completions and Respo
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from admission_service.domain import json_text
 from admission_service.domain.messages import Message, Role, Tool
 from admission_service.domain.wire_anthropic import (
     MessagesEnd,
@@ -136,7 +136,7 @@ def render_body(
         )
         body, replaced, end = rendered.body, rendered.replaced, rendered.end
     return Rendered(
-        json.dumps(body, ensure_ascii=False, separators=(",", ":")),
+        json_text.dumps(body),
         tuple(omitted),
         replaced,
         end,

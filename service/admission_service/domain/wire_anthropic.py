@@ -27,10 +27,10 @@ then the held list without those, followed by the DELTA's (``anthropic_messages`
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from admission_service.domain import json_text
 from admission_service.domain import messages as msg
 from admission_service.domain.wire_common import (
     Json,
@@ -387,7 +387,7 @@ def _assistant_content(
                 "type": "tool_use",
                 "id": block.call_id,
                 "name": block.name,
-                "input": json.loads(block.arguments_json or "{}"),
+                "input": json_text.loads(block.arguments_json or "{}"),
             }
         if part is not None:
             sources.append(field)

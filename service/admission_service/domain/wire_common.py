@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, NoReturn
 
+from admission_service.domain import json_text
 from admission_service.domain.errors import WireFormatError
 from admission_service.domain.messages import Image, Text, Tool, ToolResult
 
@@ -104,7 +104,7 @@ def tool_schema(tool: Tool) -> Json:
     """The tool's parameter schema as an object; no parameters is the empty object schema."""
     if not tool.parameters_json:
         return {"type": "object", "properties": {}}
-    schema = json.loads(tool.parameters_json)
+    schema = json_text.loads(tool.parameters_json)
     assert isinstance(schema, dict)  # validated at Admit
     return schema
 

@@ -1,0 +1,51 @@
+"""The JSON text of a provider body: ``dumps`` writes exactly what
+``json.dumps(value, ensure_ascii=False, separators=(",", ":"))`` writes, about seven times
+faster for the large texts a long session carries (orjson, whose SIMD string escaping is what
+makes a 4.6 MB body 5 ms instead of 35).
+
+orjson and ``json`` write the same text for strings, integers within 64 bits, booleans,
+``null``, lists, tuples and string-keyed objects. They differ in two places, and both are
+closed here rather than hoped away:
+
+- floats: orjson writes ``1e-5`` and ``1e16`` where ``json`` writes ``1e-05`` and ``1e+16``,
+  and ``null`` for NaN. Every float in a body comes from JSON the caller sent (a tool call's
+  arguments, a tool's parameter schema), so ``loads`` parses those as ``JsonFloat``, which
+  orjson hands to ``_as_json`` (it writes no float subclass itself) and ``json`` writes as the
+  float it is. A body holds no other float.
+- what orjson refuses (integers beyond 64 bits, strings with lone surrogates, non-string keys)
+  is written by ``json`` itself, so the text is still ``json``'s.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import orjson
+
+__all__ = ["JsonFloat", "dumps", "loads"]
+
+
+class JsonFloat(float):
+    """A number parsed from a caller's JSON, written back as ``json.dumps`` writes a float."""
+
+    __slots__ = ()
+
+
+def loads(text: str) -> Any:
+    """``json.loads(text)`` with its floats (and NaN, Infinity) as ``JsonFloat``."""
+    return json.loads(text, parse_float=JsonFloat, parse_constant=JsonFloat)
+
+
+def dumps(value: Any) -> str:
+    """``json.dumps(value, ensure_ascii=False, separators=(",", ":"))``, byte for byte."""
+    try:
+        return orjson.dumps(value, default=_as_json).decode()
+    except orjson.JSONEncodeError:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _as_json(value: object) -> orjson.Fragment:
+    if isinstance(value, float):
+        return orjson.Fragment(json.dumps(float(value)))
+    raise TypeError(f"{type(value).__name__} is not JSON")

@@ -1,0 +1,63 @@
+"""A body's JSON text is json.dumps's, byte for byte, whatever JSON the caller sent
+(domain/json_text.py: orjson where it writes the same text, json where it would not)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from admission_service.domain import json_text
+from hypothesis import given
+from hypothesis import strategies as st
+
+
+def reference(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()  # beyond 64 bits too: orjson refuses those, json writes them
+    | st.floats()  # NaN, the infinities, -0.0, subnormals, exponents both ways
+    | st.text(),  # lone surrogates too: orjson refuses them, json writes them
+    lambda children: st.lists(children, max_size=4)
+    | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(json_values)
+def test_what_a_caller_sent_is_parsed_whole_and_written_back_as_json_writes_it(
+    value: object,
+) -> None:
+    text = reference(value)  # the caller's JSON (json's own spelling of NaN and Infinity)
+    parsed = json_text.loads(text)
+    assert reference(parsed) == reference(json.loads(text))
+    assert json_text.dumps(parsed) == reference(json.loads(text))
+
+
+def test_the_floats_json_and_orjson_spell_differently() -> None:
+    for text in ("1e-05", "1e+16", "1E400", "-0.0", "0.000123", "1.2345678901234568e+17"):
+        body = {"input": json_text.loads(f'{{"x":{text}}}')}
+        assert json_text.dumps(body) == reference({"input": json.loads(f'{{"x":{text}}}')})
+    assert json_text.dumps([json_text.loads("NaN"), json_text.loads("-Infinity")]) == (
+        "[NaN,-Infinity]"
+    )
+    assert math.isnan(json_text.loads("NaN"))
+
+
+def test_what_orjson_refuses_json_writes() -> None:
+    for value in ({"n": 2**64}, {"n": -(2**63) - 1}, {"s": "\ud800"}, {1: "x"}, ("a", "ü")):
+        assert json_text.dumps(value) == reference(value)
+
+
+def test_a_large_text_of_every_kind() -> None:
+    text = 'plain "quoted" \\ back\nslash \t ü € 😀 \x00\x1f\x7f \u2028' * 10_000
+    assert json_text.dumps({"content": text}) == reference({"content": text})
+
+
+def test_what_is_not_json_is_refused_as_json_refuses_it() -> None:
+    with pytest.raises(TypeError):
+        json_text.dumps({"x": object()})
