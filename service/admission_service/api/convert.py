@@ -836,6 +836,7 @@ class EncodedResponse:
     method: str
     data: bytes = field(repr=False)
     result: Any = field(default=None, repr=False)
+    sha256: bytes | None = field(default=None, repr=False)  # data's, when already hashed
 
     def summary(self) -> ProtoMessage:
         """The response without the derived request's messages and body, built from the typed
@@ -853,8 +854,9 @@ def encoded_response(method: str, reply: Reply[Any]) -> EncodedResponse:
     """``reply``'s response bytes: those the use case encoded for its request_id (or replayed),
     else its result encoded here (no request_id, or ``validate_only``: after the commit, with
     the session's lock released)."""
-    data = reply.encoded if reply.encoded is not None else WRITES[method].encode(reply.result)
-    return EncodedResponse(method, data, reply.result)
+    if reply.encoded is None:
+        return EncodedResponse(method, WRITES[method].encode(reply.result), reply.result)
+    return EncodedResponse(method, reply.encoded, reply.result, reply.sha256)
 
 
 def inspect_response(result: app.InspectResult) -> api.InspectResponse:

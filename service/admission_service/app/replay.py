@@ -106,9 +106,27 @@ class Recipe:
         )
 
 
-def stored_form(
-    result: object, payload: bytes, encode: object, through_seq: int
-) -> tuple[bytes, bytes | None]:
+@dataclass(frozen=True, slots=True)
+class StoredForm:
+    """What a response is stored as: the whole ``response``, or its head and the ``recipe``
+    that rebuilds the rest; with a recipe, ``sha256`` is the whole response's (the recipe
+    holds it; a streamed response announces the same digest, so it is hashed once)."""
+
+    response: bytes
+    recipe: bytes | None = None
+    sha256: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Replayed:
+    """A replayed response's bytes and, when they were rebuilt from a recipe, their SHA-256
+    (checked against the recipe's)."""
+
+    payload: bytes
+    sha256: bytes | None = None
+
+
+def stored_form(result: object, payload: bytes, encode: object, through_seq: int) -> StoredForm:
     """What to store for ``payload`` (the encoded ``result``): the head and its recipe when the
     response carries a derived request made of stored frames, else the payload itself."""
     if not (
@@ -116,8 +134,9 @@ def stored_form(
         and isinstance(encode, SplitEncoder)
         and isinstance(result.request.messages, EncodedMessages)
     ):
-        return payload, None
+        return StoredForm(payload)
     request = result.request
+    digest = hashlib.sha256(payload).digest()
     recipe = Recipe(
         through_seq,
         request.first_message_index,
@@ -125,17 +144,17 @@ def stored_form(
         result.route.in_history,
         result.route.provider,
         result.admission_id,
-        hashlib.sha256(payload).digest(),
+        digest,
         request.content,
         request.continues,
     )
-    return encode.head(result), recipe.to_json()
+    return StoredForm(encode.head(result), recipe.to_json(), digest)
 
 
-async def replayed(store: SessionRepository, stored: StoredResponse, encode: object) -> bytes:
+async def replayed(store: SessionRepository, stored: StoredResponse, encode: object) -> Replayed:
     """The bytes of the stored response, its derived request rebuilt from the surface."""
     if stored.derived_request is None:
-        return stored.response
+        return Replayed(stored.response)
     assert isinstance(encode, SplitEncoder), "a split record is replayed by a split encoder"
     recipe = Recipe.from_json(stored.derived_request)
     frames = await _frames_as_of(store, recipe, recipe.first_message_index)
@@ -145,7 +164,7 @@ async def replayed(store: SessionRepository, stored: StoredResponse, encode: obj
     payload = encode.splice(stored.response, body_json, sent)  # the frames' one copy
     if hashlib.sha256(payload).digest() != recipe.response_sha256:
         raise ReplayMismatch("a replayed response differs from the one first sent")
-    return payload
+    return Replayed(payload, recipe.response_sha256)
 
 
 async def _frames_as_of(store: SessionRepository, recipe: Recipe, first: int) -> bytes:

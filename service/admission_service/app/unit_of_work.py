@@ -78,6 +78,7 @@ class Reply(Generic[R]):
 
     result: R | None
     encoded: bytes | None = None
+    sha256: bytes | None = None  # encoded's, when the unit of work hashed it (``StoredForm``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +167,8 @@ class UnitOfWork:
             or stored.request_digest != idempotency.request_digest
         ):
             raise RequestIdReused(idempotency.request_id)
-        return Reply(None, await replay.replayed(self.sessions, stored, self._encode))
+        replayed = await replay.replayed(self.sessions, stored, self._encode)
+        return Reply(None, replayed.payload, replayed.sha256)
 
     def load(self, expected_revision: int | None = None) -> Session:
         """The session the call works on: refused when it does not exist (or, creating,
@@ -199,18 +201,21 @@ class UnitOfWork:
         idempotency = self._call.idempotency
         # Only a response stored for a request_id is encoded here, under the session's lock;
         # otherwise the edge encodes it once the lock and the connection are free.
-        encoded = None
+        encoded = sha256 = None
         if idempotency is not None:
             encoded = self._encode(result)
             through_seq = loaded.next_seq + growth.events - 1
+            stored = replay.stored_form(result, encoded, self._encode, through_seq)
             await self.sessions.store_response(
                 idempotency.request_id,
                 self._call.method,
                 idempotency.request_digest,
-                *replay.stored_form(result, encoded, self._encode, through_seq),
+                stored.response,
+                stored.recipe,
             )
+            sha256 = stored.sha256
         await self.reached(Phase.COMMIT)
         await self._unit.commit()  # the deferred writes and COMMIT: one round trip
         self._committed = True
         self._deps.quotas.stored(self._call.tenant, growth.log_bytes)
-        return Reply(result, encoded)
+        return Reply(result, encoded, sha256)

@@ -104,6 +104,8 @@ def test_a_streamed_response_is_sent_as_the_chunk_messages_encoded(size: int) ->
     data = random.Random(size).randbytes(size)
     chunks = list(encoded_chunks(data))
     assert len(chunks) == -(-size // CHUNK_BYTES)
+    # A digest the unit of work already took (the replay recipe's) is the one announced.
+    assert list(encoded_chunks(data, hashlib.sha256(data).digest())) == chunks
     for message_type, method in (
         (api.StreamAdmitResponse, "StreamAdmit"),
         (api.StreamReconcileResponse, "StreamReconcile"),

@@ -7,6 +7,7 @@ step's output in the same transaction, all or nothing."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -277,6 +278,8 @@ async def test_a_retry_replays_the_first_bytes_and_commits_nothing(app: App) -> 
     again = await call(app, command, "r1")
     assert again.result is None and again.encoded == first.encoded
     assert await app.observe(sid) == before
+    # Both carry the digest their recipe holds (a streamed response announces it unhashed).
+    assert first.sha256 == again.sha256 == hashlib.sha256(first.encoded).digest()
 
 
 async def test_a_retry_replays_each_view_and_format_after_later_steps_and_a_compaction(
