@@ -518,3 +518,50 @@ def test_0005_stores_a_message_once_and_reads_back_identically(empty_database_ur
         == (before["nodes"])
     )
     assert rows(url, "SELECT log_bytes FROM sessions") == before["sessions"]
+
+
+def test_0010_compresses_frames_with_lz4_where_the_server_has_it_and_its_downgrade_reverts(
+    empty_database_url: str,
+) -> None:
+    """A frame written after 0010 is lz4 on a server built with lz4 (PostgreSQL at DATABASE_URL
+    on Debian), pglz on one without (the embedded PostgreSQL); 0009 writes pglz everywhere."""
+    url = empty_database_url
+    config = alembic_config(url)
+    (has_lz4,) = rows(
+        url,
+        "SELECT 'lz4' = ANY(enumvals) FROM pg_settings WHERE name = 'default_toast_compression'",
+    )[0]
+
+    def compression_of_a_new_frame() -> tuple[list[Any], str]:
+        with connect(url) as connection, connection.begin():
+            connection.execute(text("DELETE FROM sessions WHERE tenant_id = 't-0010'"))
+            connection.execute(
+                text("INSERT INTO sessions (tenant_id, session_id) VALUES ('t-0010', 's')")
+            )
+            connection.execute(
+                text(
+                    "INSERT INTO frame_chunks (tenant_id, session_id, first_position,"
+                    " end_position, frames, messages, tokens)"
+                    " VALUES ('t-0010', 's', 0, 1, :frames, 1, 1)"
+                ),
+                {"frames": b"a compressible frame " * 10_000},
+            )
+        settings = rows(
+            url,
+            "SELECT attname, attcompression FROM pg_attribute WHERE attrelid IN"
+            " ('frame_chunks'::regclass, 'surface_nodes'::regclass)"
+            " AND attname IN ('frames', 'message_pb') ORDER BY attname",
+        )
+        (method,) = rows(url, "SELECT pg_column_compression(frames) FROM frame_chunks")[0]
+        return settings, method
+
+    command.upgrade(config, "0009")
+    assert compression_of_a_new_frame() == ([("frames", ""), ("message_pb", "")], "pglz")
+    command.upgrade(config, "0010")
+    expected = "l" if has_lz4 else ""
+    assert compression_of_a_new_frame() == (
+        [("frames", expected), ("message_pb", expected)],
+        "lz4" if has_lz4 else "pglz",
+    )
+    command.downgrade(config, "0009")
+    assert compression_of_a_new_frame() == ([("frames", ""), ("message_pb", "")], "pglz")
