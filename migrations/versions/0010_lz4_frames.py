@@ -2,8 +2,8 @@
 
 A FULL request reads every message frame of the surface, from ``frame_chunks.frames`` and
 ``surface_nodes.message_pb``. PostgreSQL compresses such values with pglz by default, and
-decompressing the 4.6 MB of a 1M-token session took 15–17 ms of its FULL Admit; the same rows
-compressed with lz4 read in 7–8 ms (docs/BENCHMARKS.md, S7). Values written from here on are
+decompressing the 4.6 MB of a 1M-token session took 15 to 17 ms of its FULL Admit; the same rows
+compressed with lz4 read in 7 to 8 ms (docs/BENCHMARKS.md, S7). Values written from here on are
 lz4; those already stored stay pglz until rewritten, and the server reads both.
 
 lz4 is a build option of PostgreSQL (``--with-lz4``; Debian's and the official images have it):
