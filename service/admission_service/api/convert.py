@@ -527,11 +527,13 @@ def series_to_proto(series: SeriesState) -> pb.SeriesState:
 def derived_request_to_proto(
     view: app.DerivedRequestView, *, with_messages: bool = True
 ) -> pb.DerivedRequest:
-    """The derived request; ``with_messages=False`` leaves out stored frames for
-    ``SplitAttemptEncoder``."""
+    """The derived request; ``with_messages=False`` leaves out the stored frames and the
+    rendered body for ``SplitAttemptEncoder``, which splices both after the head (a body of
+    megabytes is then never copied into a message)."""
+    spliced = not with_messages and isinstance(view.messages, app.EncodedMessages)
     proto = pb.DerivedRequest(
         wire_format=wire_format_to_proto(view.wire_format),
-        body_json=view.body_json,
+        body_json="" if spliced else view.body_json,
         tools=_tools(view.tools),
         view=_REQUEST_VIEWS_OUT[view.view],
         first_message_index=view.first_message_index,
@@ -579,10 +581,7 @@ class SplitAttemptEncoder:
     request_field: int
 
     def head(self, result: app.AttemptResult) -> bytes:
-        response = self.build(result, with_messages=False)
-        if isinstance(result.request.messages, app.EncodedMessages):
-            response.request.ClearField("body_json")  # in the body, after the head
-        return _encode(response)
+        return _encode(self.build(result, with_messages=False))
 
     def splice(self, head: bytes, body_json: str, frames: Sequence[bytes]) -> bytes:
         """``head`` followed by the derived request's rendered body and message frames (in

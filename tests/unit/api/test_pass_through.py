@@ -79,8 +79,10 @@ def test_telemetry_reads_a_summary_built_from_the_result() -> None:
     assert [m.content[0].text.text for m in whole.request.messages] == ["a", "b\x00🙂"]
     summary = response.summary()
     assert isinstance(summary, api.AdmitResponse)
-    assert not summary.request.messages
+    assert not summary.request.messages and not summary.request.body_json
+    assert whole.request.body_json  # the summary leaves out what the response splices in
     whole.request.ClearField("messages")
+    whole.request.ClearField("body_json")
     assert summary == whole
     replayed = convert.encoded_response("Admit", Reply(None, response.data))
     assert replayed.summary() == response.message()  # no result: parsed from the bytes
