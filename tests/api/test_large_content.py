@@ -17,6 +17,7 @@ from typing import Any
 import grpc
 import pytest
 from admission_service import tokenizers
+from admission_service.api import convert, malformed
 from admission_service.app import derivation
 from admission_service.domain import wire
 from promptadmission.v1 import admission_service_pb2 as api
@@ -144,3 +145,37 @@ async def test_another_session_is_served_while_a_large_body_is_rendered(
     response = await large
     assert released == [True], "the rendering held the event loop"
     assert len(response.request.body_json) > MIB
+
+
+async def test_another_session_is_served_while_a_large_request_is_converted(
+    stub: api_grpc.AdmissionServiceAsyncStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A large request becomes its command (its texts Python strings, its encoding hashed for
+    the request_id) in a thread (``malformed.OFF_LOOP_BYTES``): held there until the other
+    session's whole call has completed, which it could not if the conversion held the loop."""
+    converting, release = threading.Event(), threading.Event()
+    released: list[bool] = []
+    admit_command = convert.admit_command
+
+    def held_conversion(request: api.AdmitRequest, **kwargs: Any) -> Any:
+        if request.ByteSize() > malformed.OFF_LOOP_BYTES:
+            converting.set()
+            released.append(release.wait(10))
+        return admit_command(request, **kwargs)
+
+    monkeypatch.setattr(convert, "admit_command", held_conversion)
+    large_session = await create_session(stub)
+    other_session = await create_session(stub)
+    large = asyncio.ensure_future(
+        stub.Admit(admit_request(large_session, "You are terse.", "x" * MIB, request_id="r-l"))
+    )
+    try:
+        assert await asyncio.to_thread(converting.wait, 60), "the request was not converted"
+        other = await stub.Admit(admit_request(other_session, "You are terse.", "hi"))
+        assert not large.done()
+        assert other.revision > 0
+    finally:
+        release.set()
+    response = await large
+    assert released == [True], "the conversion held the event loop"
+    assert response.request.messages[-1].content[0].text.text == "x" * MIB

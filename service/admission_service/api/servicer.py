@@ -11,6 +11,7 @@ never parsed and encoded again.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
@@ -20,6 +21,7 @@ from google.protobuf.message_factory import GetMessageClass
 from promptadmission.v1 import admission_service_pb2 as api
 
 from admission_service.api import convert
+from admission_service.api.malformed import OFF_LOOP_BYTES
 from admission_service.api.tenancy import TenantResolver
 from admission_service.app import handlers
 from admission_service.app.commands import Idempotency
@@ -183,13 +185,24 @@ class AdmissionServicer:
         to_command: Callable[[Any], Command],
         use_case: UseCase[Command],
     ) -> convert.EncodedResponse:
-        """A mutation: the request converted to its command (its shape checked before the
-        tenant is resolved); the use case returns its result and the response bytes it stored
-        (or replayed), sent as they are."""
-        command = to_command(request)
+        """A mutation: the request converted to its command and its request_id's digest (its
+        shape checked before the tenant is resolved); the use case returns its result and the
+        response bytes it stored (or replayed), sent as they are."""
+        if request.ByteSize() > OFF_LOOP_BYTES:
+            # A large request's texts become str and its encoding is hashed on a worker thread:
+            # 15 MiB is ~5 ms of conversion and ~15 ms of encoding and SHA-256 (which releases
+            # the GIL) that would otherwise hold every other call on this worker.
+            command, key = await asyncio.to_thread(_command_and_key, to_command, request)
+        else:
+            command, key = _command_and_key(to_command, request)
         tenant = await self._tenants.tenant(context)
-        key = convert.idempotency_of(request.request_id, request)
         return convert.encoded_response(method, await use_case(self._deps, tenant, command, key))
+
+
+def _command_and_key(
+    to_command: Callable[[Any], Command], request: Any
+) -> tuple[Command, Idempotency | None]:
+    return to_command(request), convert.idempotency_of(request.request_id, request)
 
 
 def _streamed(to_command: Callable[..., Command]) -> Callable[[Any], Command]:
