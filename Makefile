@@ -150,7 +150,9 @@ citus-test: citus-build $(TS_STAMP)
 # (tests/reliability: latency and resource bounds measured inside the test) run afterwards,
 # alone. TEST_WORKERS=1 runs everything in one process.
 TEST_WORKERS ?= auto
-PARALLEL     := -n $(TEST_WORKERS) --dist loadfile
+# A worker that dies (a test past its timeout ends its process) ends the run, naming the test:
+# pytest-xdist 3.8 replacing it under loadfile left the run waiting forever once.
+PARALLEL     := -n $(TEST_WORKERS) --dist loadfile --max-worker-restart=0
 
 # The fast loop: the pure tests and the tests on the in-memory fake (tests/unit, the fake half of
 # the storage contract); no PostgreSQL, no server (tests/conftest.py refuses a database fixture
