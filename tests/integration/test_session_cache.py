@@ -6,7 +6,9 @@ read — no lost update, no answer made on a state that was not the stored one."
 from __future__ import annotations
 
 import asyncio
+import random
 import uuid
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -16,13 +18,16 @@ from admission_service.app.commands import (
     AdmitCommand,
     AttemptResult,
     Idempotency,
+    ReconcileCommand,
     RecordCommand,
 )
 from admission_service.app.deps import Deps
 from admission_service.app.hooks import Phase
 from admission_service.app.unit_of_work import Reply
+from admission_service.domain.aggregate import SessionAggregate
 from admission_service.domain.errors import InvalidArgument, SessionNotFound
 from admission_service.domain.messages import Message, Role, Text, ToolCall, ToolResult
+from admission_service.domain.session import Frames
 from admission_service.storage.session_cache import SessionCache
 from admission_service.storage.transactions import PostgresStorage
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -57,6 +62,7 @@ async def step(
     assistant: Message | None = None,
     results: tuple[ToolResult, ...] = (),
     request_id: str | None = None,
+    prompt: str = "be brief",
     **kwargs: Any,
 ) -> Reply[AttemptResult]:
     """One one-call step: the previous admission's output (an assistant reply by default),
@@ -69,7 +75,7 @@ async def step(
         session_id,
         1,
         1,
-        "be brief",
+        prompt,
         (),
         ROUTE,
         users=(user(text),),
@@ -233,3 +239,92 @@ async def test_a_step_on_a_warm_cache_cancelled_at_any_phase_commits_nothing(
     second = await admitted(a, sid, "two", previous=first)
     assert second.revision == first.revision + 2
     assert await users_on_surface(a, sid) == ["one", "two"]
+
+
+def results_for(call_ids: list[str]) -> tuple[ToolResult, ...]:
+    return tuple(ToolResult(call, (Text(f"body of {call}"),)) for call in call_ids)
+
+
+async def fresh_aggregate(
+    engine: AsyncEngine, session_id: str, cached: SessionAggregate
+) -> tuple[SessionAggregate, Frames]:
+    """The aggregate a fresh read under the row's lock finds (no cache), and the stored frames
+    from where ``cached`` says the previous request ended; rolled back, nothing written."""
+    storage = PostgresStorage(engine, cache_bytes=0)
+    admission = cached.admission.admission_id if cached.admission is not None else None
+    async with storage.unit(TENANT, session_id) as unit:
+        await unit.store.read(lock=True, admission_id=admission)
+        known = unit.store.known
+        assert known is not None and known.aggregate is not None
+        return known.aggregate, await unit.store.frames(cached.pending_from, None)
+
+
+async def test_the_aggregate_a_commit_leaves_is_the_one_a_fresh_read_finds(
+    engine: AsyncEngine,
+) -> None:
+    """The domain's transitions (domain/aggregate.py) against PostgreSQL: after every step of
+    a seeded mix — prompt changes (system nodes), tool calls made and answered across steps,
+    Records on their own, Reconciles — the aggregate the worker keeps is what the database
+    holds: row, system nodes, open calls in call order, the frames since the previous request,
+    the last admission."""
+    rng = random.Random(20261203)
+    a = worker(engine)
+    sid = await new_session(a)
+    last = await admitted(a, sid, "user 0")
+    recorded = False  # whether the output of ``last`` was recorded
+    open_calls: list[str] = []
+    for number in range(1, 48):
+        made = [f"call-{number}-{k}" for k in range(rng.choice([0, 0, 1, 2]))]
+        assistant = Message(
+            Role.ASSISTANT,
+            (Text(f"reply {number}"), *(ToolCall(call, "read", "{}") for call in made)),
+        )
+        roll = rng.random()
+        if recorded and open_calls:
+            action = "record the rest"
+            answered = list(open_calls)
+            command = RecordCommand(sid, last.admission_id, None, results_for(answered))
+            await handlers.record(a, TENANT, command, None)
+            open_calls = []
+        elif not recorded and roll < 0.3:
+            action = "record"
+            open_calls += made
+            answered = rng.sample(open_calls, k=rng.randint(0, len(open_calls)))
+            command = RecordCommand(sid, last.admission_id, assistant, results_for(answered))
+            await handlers.record(a, TENANT, command, None)
+            open_calls = [call for call in open_calls if call not in answered]
+            recorded = True
+        elif not recorded and roll < 0.45:
+            action = "reconcile"
+            retried = ReconcileCommand(sid, last.admission_id, ROUTE)
+            assert (await handlers.reconcile(a, TENANT, retried, None)).result is not None
+        else:
+            action = "step"
+            prompt = rng.choice(["be brief", "be brief", "be thorough"])
+            if recorded:
+                last = await admitted(a, sid, f"user {number}", prompt=prompt)
+            else:
+                answered = made  # a step answers every call its previous output made
+                last = await admitted(
+                    a,
+                    sid,
+                    f"user {number}",
+                    previous=last,
+                    assistant=assistant,
+                    results=results_for(answered),
+                    prompt=prompt,
+                )
+            recorded = False
+        cache = cache_of(a)
+        entry = cache.take((TENANT, sid))
+        assert entry is not None, f"{number} ({action}) left no aggregate"
+        cache.put((TENANT, sid), entry)
+        kept = entry.aggregate
+        fresh, stored_frames = await fresh_aggregate(engine, sid, kept)
+        assert kept.session == replace(fresh.session, update_time=kept.session.update_time)
+        assert kept.system_nodes == fresh.system_nodes
+        assert list(kept.open_calls) == list(fresh.open_calls) == open_calls
+        assert kept.pending_from == fresh.pending_from
+        assert kept.admission == fresh.admission
+        if kept.pending is not None:
+            assert kept.pending == stored_frames

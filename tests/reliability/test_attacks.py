@@ -334,7 +334,8 @@ async def reflection_code_without_a_race(target: str) -> grpc.StatusCode:
     method = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"
     request = reflection_pb2.ServerReflectionRequest(list_services="")
     async with grpc.aio.insecure_channel(target) as channel:
-        call = channel.unary_unary(method)(request.SerializeToString(), timeout=10)
+        send = channel.unary_unary(method, request_serializer=None, response_deserializer=None)
+        call = send(request.SerializeToString(), timeout=10)
         try:
             await call
         except grpc.aio.AioRpcError as error:

@@ -302,7 +302,7 @@ class SurfaceWrites(SessionScope):
     async def reprice(self, prices: Sequence[tuple[int, int]]) -> None:
         """Set the stored price of each ``(seq, tokens)`` surface node, in one statement."""
         if self.known is not None:
-            self.known.lost = True  # the frames it kept were priced with the old tokenizer
+            self.known.lose()  # the frames it kept were priced with the old tokenizer
         self.batch.defer(drop_chunks(self.tenant, self.session_id, 0))  # their prices too
         self.seal = None
         await self._with_pairs(_REPRICE, ("seqs", "tokens"), prices)
@@ -316,11 +316,12 @@ class SurfaceWrites(SessionScope):
         if (kept := self._kept("known_calls", tuple(call_ids))) is not NOT_READ:
             return kept  # type: ignore[no-any-return]
         known = self.known
-        if self.warm and known is not None and not known.lost:
+        aggregate = known.aggregate if known is not None else None
+        if self.warm and known is not None and aggregate is not None:
             # The cache knows the open calls and those made since, not every call ever made:
             # a reused id it misses fails the commit on its key, and the call runs again on a
             # fresh read, which finds it (``flush_and_commit``).
-            return {c for c in call_ids if c in known.open_calls or c in known.made_calls}
+            return {c for c in call_ids if c in aggregate.open_calls or c in known.made_calls}
         statement = known_calls_statement(self.tenant, self.session_id, call_ids)
         *_, rows = await self._flight(*self._deferred(), statement)
         return {call_id for (call_id,) in rows}
@@ -359,7 +360,7 @@ class SurfaceWrites(SessionScope):
             self.batch.defer(build)
             return {call_id: True for call_id, _ in answers}
         if known is not None:
-            known.lost = True
+            known.lose()
         rows = await self._with_pairs(_MARK_ANSWERED, ("ids", "seqs"), answers)
         return {call_id: was_open for call_id, was_open in rows}
 
@@ -422,12 +423,12 @@ class FrameReads(SessionScope):
         or cached, and moved by its writes: ``session_cache.KnownSession``) is not read again:
         usually that is all of it, and a read of the frames since the previous request too.
         Otherwise the deferred writes go first, then one read, in one round trip."""
-        known = self.known
-        if known is not None and not known.lost:
-            frames = known.frames_since_request(from_position, split_position)
+        aggregate = self.known.aggregate if self.known is not None else None
+        if aggregate is not None:
+            frames = aggregate.frames_since_request(from_position, split_position)
             if frames is None:
                 frames = await self._read_frames(from_position, split_position, flush=True)
-            return known.system_nodes, frames, tuple(known.open_calls)
+            return aggregate.system_nodes, frames, aggregate.open_calls
         row = await self._read(_FRAMES_SYSTEM_AND_OPEN, from_position, split_position, True)
         system, calls = system_and_open(row[5:])
         return system, _frames(row[:5]), calls

@@ -15,6 +15,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from admission_service.domain.accounting import PreviousRequest, RequestKey
+from admission_service.domain.aggregate import SessionAggregate
 from admission_service.domain.series import SeriesState
 from admission_service.domain.session import RequestPrefix, Session, Shadowed
 from admission_service.domain.stored import StoredResponse
@@ -29,7 +30,7 @@ from admission_service.storage.log_and_surface import (
 )
 from admission_service.storage.raw import RawStatement, execute_raw
 from admission_service.storage.scope import SessionScope
-from admission_service.storage.session_cache import KnownSession
+from admission_service.storage.session_cache import CachedSession, KnownSession
 from admission_service.storage.tables import sessions
 
 _RUNNING_SIZES = ("surface_bytes", "surface_nodes", "log_bytes")
@@ -142,7 +143,9 @@ class SessionRows(SessionScope):
         # key that outlived it) are new again for this one (issue 13, finding 6).
         await self._execute(forget_responses(self.tenant, self.session_id))
         session = _record(row)
-        self.known = KnownSession.read(session, row.row_version, (), (), None)
+        self.known = KnownSession(
+            CachedSession(SessionAggregate.read(session, (), (), None), row.row_version)
+        )
         return session
 
     async def read(
@@ -170,8 +173,7 @@ class SessionRows(SessionScope):
         key = (self.tenant, self.session_id)
         entry = self.cache.take(key) if self.cache is not None and fresh else None
         if entry is not None and (
-            admission_id is None
-            or (entry.admission is not None and entry.admission.admission_id == admission_id)
+            admission_id is None or entry.aggregate.holds_admission(admission_id)
         ):
             self.entry, self.known, self.warm = entry, KnownSession(entry), True
             return entry.session
@@ -199,9 +201,8 @@ class SessionRows(SessionScope):
         locked_row: Any = _SessionRow(*locked)
         session = _record(locked_row)
         system_nodes, open_calls = system_and_open(indexed)
-        self.known = KnownSession.read(
-            session, locked_row.row_version, system_nodes, open_calls, admission
-        )
+        aggregate = SessionAggregate.read(session, system_nodes, open_calls, admission)
+        self.known = KnownSession(CachedSession(aggregate, locked_row.row_version))
         return session
 
     async def row_version(self) -> int | None:
@@ -266,7 +267,7 @@ class SessionRows(SessionScope):
     async def delete(self) -> None:
         """Delete the session; its events, surface, admissions and ledger cascade."""
         if self.known is not None:
-            self.known.lost = True  # nothing to cache
+            self.known.lose()  # nothing to cache
         if self.cache is not None:
             self.cache.evict((self.tenant, self.session_id))
         await self._execute(delete(sessions).where(self._mine(sessions)))
