@@ -17,6 +17,7 @@ from admission_service.domain.events import (
 )
 from admission_service.domain.messages import Message, Role, Text, ToolCall, ToolResult
 from admission_service.domain.session import RequestPrefix, Shadowed, Written
+from admission_service.domain.stored import AdmissionRecord
 from admission_service.domain.wire import MessagesEnd
 from admission_service.storage import codec
 
@@ -53,10 +54,13 @@ async def new_session(storage: Storage, *events: Event) -> str:
     """A committed session holding ``events`` (their seqs from 0)."""
     session_id = _sid()
     async with storage.unit(TENANT, session_id) as unit:
-        record = await unit.store.create()
-        assert record is not None
+        created = await unit.store.create()
+        assert created is not None
+        record = created.session
         written = await unit.store.write_events(events, 0, node_prices(events))
-        await unit.store.save(record.compacted(len(events), written, record.series))
+        followed = created.wrote(events, written)  # what save keeps is the aggregate they left
+        assert followed is not None
+        await unit.store.save(followed.saved(record.compacted(len(events), written, record.series)))
         await unit.commit()
     return session_id
 
@@ -64,16 +68,18 @@ async def new_session(storage: Storage, *events: Event) -> str:
 async def test_a_created_session_reads_back_and_is_created_once(storage: Storage) -> None:
     session_id = _sid()
     async with storage.unit(TENANT, session_id) as unit:
-        record = await unit.store.create()
-        assert record is not None
+        created = await unit.store.create()
+        assert created is not None
+        record = created.session
         assert (record.session_id, record.revision, record.next_seq) == (session_id, 0, 0)
+        assert (created.system_nodes, created.open_calls, created.admission) == ((), (), None)
         assert await unit.store.create() is None
         await unit.commit()
     async with storage.unit(TENANT, session_id, snapshot=True) as unit:
-        read = await unit.store.read(lock=False)
+        read = await unit.store.read()
         assert read is not None and read.revision == 0
     async with storage.unit("another tenant", session_id, snapshot=True) as unit:
-        assert await unit.store.read(lock=False) is None
+        assert await unit.store.read() is None
 
 
 async def test_leaving_a_unit_without_commit_writes_nothing(storage: Storage) -> None:
@@ -85,20 +91,22 @@ async def test_leaving_a_unit_without_commit_writes_nothing(storage: Storage) ->
             assert await unit.store.create() is not None
             raise RuntimeError("rolled back")
     async with storage.unit(TENANT, session_id, snapshot=True) as unit:
-        assert await unit.store.read(lock=False) is None
+        assert await unit.store.read() is None
 
 
 async def test_the_revision_saved_is_the_callers(storage: Storage) -> None:
     session_id = await new_session(storage, user(0, "a"))
     async with storage.unit(TENANT, session_id) as unit:
-        record = await unit.store.read(lock=True)
-        assert record is not None and record.revision == 1 and record.next_seq == 1
+        locked = await unit.store.lock()
+        assert locked is not None
+        record = locked.session
+        assert record.revision == 1 and record.next_seq == 1
         assert record.surface_nodes == 1 and record.log_bytes > 0
         assert record.surface_bytes == len(codec.frame(user(0, "a").message))  # type: ignore[arg-type]
-        await unit.store.save(replace(record, revision=7, request_count=5))
+        await unit.store.save(locked.saved(replace(record, revision=7, request_count=5)))
         await unit.commit()
     async with storage.unit(TENANT, session_id, snapshot=True) as unit:
-        read = await unit.store.read(lock=False)
+        read = await unit.store.read()
         assert read is not None and (read.revision, read.request_count) == (7, 5)
 
 
@@ -112,8 +120,9 @@ async def test_the_session_saved_is_the_one_read_back(storage: Storage) -> None:
         1, 3, 12, b"d" * 32, 1, MessagesEnd("anthropic", 2, "user", True, 1, "assistant")
     )
     async with storage.unit(TENANT, session_id) as unit:
-        before = await unit.store.read(lock=True)
-        assert before is not None
+        locked = await unit.store.lock()
+        assert locked is not None
+        before = locked.session
         after = replace(
             before.admitted(
                 0,
@@ -124,10 +133,10 @@ async def test_the_session_saved_is_the_one_read_back(storage: Storage) -> None:
             ),
             shadowed=Shadowed(0, True),
         )
-        await unit.store.save(after)
+        await unit.store.save(locked.saved(after))
         await unit.commit()
     async with storage.unit(TENANT, session_id, snapshot=True) as unit:
-        read = await unit.store.read(lock=False)
+        read = await unit.store.read()
     assert read is not None
     fields = ("revision", "next_seq", "next_position", "series", "last_request", "prefix")
     assert [getattr(read, f) for f in fields] == [getattr(after, f) for f in fields]
@@ -179,10 +188,9 @@ async def test_a_replacement_shadows_a_run(storage: Storage) -> None:
         assert await unit.store.surface_positions(1, 5) == {4: 1, 3: 3}  # only survivors
         assert written.tokens == surface[1].tokens - shadowed_tokens
         assert await unit.store.frames_as_of(3, 0) is None  # a replace since: fold the log
-        assert [n.seq for n in await unit.store.system_nodes()] == [0]
-        system, read, open_calls = await unit.store.system_nodes_and_frames(0, None)
-        assert [n.text for n in system] == ["be brief"] and open_calls == ()
-        assert read.messages == 3
+        system, open_calls = await unit.store.system_nodes_and_open_calls()
+        assert [(n.seq, n.text) for n in system] == [(0, "be brief")] and open_calls == ()
+        assert (await unit.store.frames(0, None, after_writes=True)).messages == 3
 
 
 async def test_frames_as_of_an_earlier_seq(storage: Storage) -> None:
@@ -197,20 +205,37 @@ async def test_an_answer_is_recorded_and_reports_whether_the_call_was_open(
 ) -> None:
     session_id = await new_session(storage, calling(0, "x", "y"))
     async with storage.unit(TENANT, session_id) as unit:
+        locked = await unit.store.lock(tool_call_ids=["x", "z"])
+        assert locked is not None and locked.open_calls == ("x", "y")
         assert await unit.store.known_tool_calls(["x", "z"]) == {"x"}
-        _, _, open_calls = await unit.store.system_nodes_and_frames(0, None)
-        assert open_calls == ("x", "y")
         await unit.store.write_events(*at(1, [answer(1, "x"), answer(2, "x")]))
         assert await unit.store.mark_answered([("x", 1), ("nope", 2)]) == {"x": True}
-        _, _, open_calls = await unit.store.system_nodes_and_frames(0, None)
+        _, open_calls = await unit.store.system_nodes_and_open_calls()
         assert open_calls == ("y",)
         assert await unit.store.mark_answered([("x", 2)]) == {"x": False}
+
+
+async def test_calls_known_open_are_closed_with_the_deferred_writes(storage: Storage) -> None:
+    """``close_calls``: a call made before this transaction and one made in it (its row not
+    written yet) answered without a read."""
+    session_id = await new_session(storage, calling(0, "x"))
+    async with storage.unit(TENANT, session_id) as unit:
+        await unit.store.lock()
+        await unit.store.write_events(*at(1, [calling(1, "w"), answer(2, "x"), answer(3, "w")]))
+        await unit.store.close_calls([("x", 2), ("w", 3)])
+        assert (await unit.store.system_nodes_and_open_calls())[1] == ()
+        await unit.store.close_calls([])
+        await unit.commit()
+    async with storage.unit(TENANT, session_id) as unit:
+        locked = await unit.store.lock()
+        assert locked is not None and locked.open_calls == ()
+        assert await unit.store.mark_answered([("x", 4)]) == {"x": False}
 
 
 async def test_admissions_count_their_attempts(storage: Storage) -> None:
     session_id = await new_session(storage)
     async with storage.unit(TENANT, session_id) as unit:
-        await unit.store.add_admission("a1", 2, 3, "prompt", (), [0])
+        await unit.store.add_admission(AdmissionRecord("a1", 2, 3, "prompt", (), 1), [0])
         admitted = await unit.store.admission("a1")
         assert admitted is not None
         assert (admitted.turn, admitted.step, admitted.rendered_prompt) == (2, 3, "prompt")
@@ -223,7 +248,7 @@ async def test_admissions_count_their_attempts(storage: Storage) -> None:
 async def test_the_ledger_and_observed_usage(storage: Storage) -> None:
     session_id = await new_session(storage)
     async with storage.unit(TENANT, session_id) as unit:
-        await unit.store.add_admission("a1", 1, 1, "p", (), [])
+        await unit.store.add_admission(AdmissionRecord("a1", 1, 1, "p", (), 1), [])
         for index, attempt in enumerate((0, 1, 2)):
             await unit.store.add_request(index, "a1", attempt, b'{"n": %d}' % index)
         await unit.store.flush()  # one flushed statement does not see its own inserts
@@ -254,7 +279,7 @@ async def test_a_stored_response_lives_as_long_as_its_session(storage: Storage) 
         await unit.commit()
     async with storage.unit(TENANT, session_id) as unit:
         await unit.store.delete()
-        assert await unit.store.read(lock=True) is None
+        assert await unit.store.lock() is None
         assert await unit.store.create() is not None  # a new lifetime of the id
         assert await unit.store.stored_response("r1") is None
 

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Self
 
+from admission_service.domain.aggregate import SessionAggregate
 from admission_service.domain.events import Append, Event, EventKind, Replace
-from admission_service.domain.messages import Message, Tool
+from admission_service.domain.messages import Message
 from admission_service.domain.projection import SystemNode
 from admission_service.domain.series import SeriesState
 from admission_service.domain.session import Frames, Session, Shadowed, Written
@@ -136,27 +137,36 @@ class FakeSessionStore:
 
     # ---- the session row
 
-    async def create(self) -> Session | None:
+    async def create(self) -> SessionAggregate | None:
         if self._key in self._state.sessions:
             return None
         now = _now()
         record = Session(self.session_id, 0, 0, 0, SeriesState(), None, None, None, 0, 0, now, now)
         self._state.sessions[self._key] = _Session(record)
         self._state.responses.pop(self._key, None)  # request ids are new in a new lifetime
-        return record
+        return SessionAggregate.read(record, (), (), None)
 
-    async def read(
-        self,
-        *,
-        lock: bool,
-        request_id: str | None = None,
-        admission_id: str | None = None,
-        tool_call_ids: Sequence[str] = (),
-    ) -> Session | None:
+    async def read(self) -> Session | None:
         session = self._state.sessions.get(self._key)
         return session.record if session is not None else None
 
-    async def save(self, saved: Session) -> None:
+    async def lock(
+        self,
+        *,
+        request_id: str | None = None,
+        admission_id: str | None = None,
+        tool_call_ids: Sequence[str] = (),
+    ) -> SessionAggregate | None:
+        session = self._state.sessions.get(self._key)
+        if session is None:
+            return None
+        admission = session.admissions.get(admission_id) if admission_id is not None else None
+        return SessionAggregate.read(
+            session.record, self._system_nodes(), self._open_calls(), admission
+        )
+
+    async def save(self, aggregate: SessionAggregate) -> None:
+        saved = aggregate.session
         unsaved, self._saved_growth = self.growth.minus(self._saved_growth), replace(self.growth)
 
         def write() -> None:
@@ -209,9 +219,19 @@ class FakeSessionStore:
 
     # ---- the surface
 
-    async def system_nodes(self) -> tuple[SystemNode, ...]:
+    async def system_nodes_and_open_calls(self) -> tuple[tuple[SystemNode, ...], tuple[str, ...]]:
         await self.flush()
-        return self._system_nodes()
+        return self._system_nodes(), self._open_calls()
+
+    def _open_calls(self) -> tuple[str, ...]:
+        session = self._mine
+        on_surface = {node.seq for node in session.nodes}
+        open_calls = sorted(
+            (call_seq, call_id)
+            for call_id, (call_seq, result_seq) in session.calls.items()
+            if result_seq is None and call_seq in on_surface
+        )
+        return tuple(call_id for _, call_id in open_calls)
 
     def _system_nodes(self) -> tuple[SystemNode, ...]:
         return tuple(
@@ -334,25 +354,12 @@ class FakeSessionStore:
             sum(node.tokens for node in before),
         )
 
-    async def system_nodes_and_frames(
-        self, from_position: int, split_position: int | None
-    ) -> tuple[tuple[SystemNode, ...], Frames, tuple[str, ...]]:
-        await self.flush()
-        session = self._mine
-        on_surface = {node.seq for node in session.nodes}
-        open_calls = sorted(
-            (call_seq, call_id)
-            for call_id, (call_seq, result_seq) in session.calls.items()
-            if result_seq is None and call_seq in on_surface
-        )
-        return (
-            self._system_nodes(),
-            self._frames(from_position, split_position),
-            tuple(call_id for _, call_id in open_calls),
-        )
-
-    async def frames(self, from_position: int, split_position: int | None) -> Frames:
-        return self._frames(from_position, split_position)  # no flush, like SessionStore
+    async def frames(
+        self, from_position: int, split_position: int | None, *, after_writes: bool = False
+    ) -> Frames:
+        if after_writes:
+            await self.flush()
+        return self._frames(from_position, split_position)  # else no flush, like SessionStore
 
     async def frames_before(self, end_position: int, messages: int) -> bytes:
         kept = [
@@ -387,6 +394,16 @@ class FakeSessionStore:
         await self.flush()
         return {call_id for call_id in call_ids if call_id in self._mine.calls}
 
+    async def close_calls(self, answers: Sequence[tuple[str, int]]) -> None:
+        answered = list(answers)
+
+        def write() -> None:
+            calls = self._mine.calls
+            for call_id, seq in answered:
+                calls[call_id][1] = seq
+
+        self._deferred.append(write)
+
     async def mark_answered(self, answers: Sequence[tuple[str, int]]) -> dict[str, bool]:
         if not answers:
             return {}
@@ -404,17 +421,9 @@ class FakeSessionStore:
 
     # ---- admissions and the ledger
 
-    async def add_admission(
-        self,
-        admission_id: str,
-        turn: int,
-        step: int,
-        rendered: str,
-        tools: tuple[Tool, ...],
-        user_seqs: Sequence[int],
-    ) -> None:
-        admitted = AdmissionRecord(admission_id, turn, step, rendered, tools, 1)
-        self._deferred.append(lambda: self._mine.admissions.__setitem__(admission_id, admitted))
+    async def add_admission(self, admission: AdmissionRecord, user_seqs: Sequence[int]) -> None:
+        admitted = admission.admission_id
+        self._deferred.append(lambda: self._mine.admissions.__setitem__(admitted, admission))
 
     async def admission(self, admission_id: str) -> AdmissionRecord | None:
         await self.flush()

@@ -17,7 +17,9 @@ from admission_service.app import handlers
 from admission_service.app.commands import (
     AdmitCommand,
     AttemptResult,
+    CompactCommand,
     Idempotency,
+    PlanCompactionCommand,
     ReconcileCommand,
     RecordCommand,
 )
@@ -25,7 +27,7 @@ from admission_service.app.deps import Deps
 from admission_service.app.hooks import Phase
 from admission_service.app.unit_of_work import Reply
 from admission_service.domain.aggregate import SessionAggregate
-from admission_service.domain.errors import InvalidArgument, SessionNotFound
+from admission_service.domain.errors import InvalidArgument, SessionNotFound, SummaryNotSmaller
 from admission_service.domain.messages import Message, Role, Text, ToolCall, ToolResult
 from admission_service.domain.session import Frames
 from admission_service.storage.session_cache import SessionCache
@@ -253,10 +255,9 @@ async def fresh_aggregate(
     storage = PostgresStorage(engine, cache_bytes=0)
     admission = cached.admission.admission_id if cached.admission is not None else None
     async with storage.unit(TENANT, session_id) as unit:
-        await unit.store.read(lock=True, admission_id=admission)
-        known = unit.store.known
-        assert known is not None and known.aggregate is not None
-        return known.aggregate, await unit.store.frames(cached.pending_from, None)
+        aggregate = await unit.store.lock(admission_id=admission)
+        assert aggregate is not None
+        return aggregate, await unit.store.frames(cached.pending_from, None)
 
 
 async def test_the_aggregate_a_commit_leaves_is_the_one_a_fresh_read_finds(
@@ -264,9 +265,9 @@ async def test_the_aggregate_a_commit_leaves_is_the_one_a_fresh_read_finds(
 ) -> None:
     """The domain's transitions (domain/aggregate.py) against PostgreSQL: after every step of
     a seeded mix — prompt changes (system nodes), tool calls made and answered across steps,
-    Records on their own, Reconciles — the aggregate the worker keeps is what the database
-    holds: row, system nodes, open calls in call order, the frames since the previous request,
-    the last admission."""
+    Records on their own, Reconciles, compactions — the aggregate the worker keeps is what the
+    database holds: row, system nodes, open calls in call order, the frames since the previous
+    request, the last admission."""
     rng = random.Random(20261203)
     a = worker(engine)
     sid = await new_session(a)
@@ -294,6 +295,16 @@ async def test_the_aggregate_a_commit_leaves_is_the_one_a_fresh_read_finds(
             await handlers.record(a, TENANT, command, None)
             open_calls = [call for call in open_calls if call not in answered]
             recorded = True
+        elif recorded and roll < 0.25:
+            action = "compact"  # a replacement: the aggregate reads what it left again
+            planned = await handlers.plan_compaction(
+                a, TENANT, PlanCompactionCommand(sid, retain_tokens=rng.choice([0, 40]))
+            )
+            summary = CompactCommand(sid, planned.plan_token, "s")
+            try:
+                await handlers.compact(a, TENANT, summary, None)
+            except SummaryNotSmaller:
+                action = "compact refused"  # too little to summarise: nothing committed
         elif not recorded and roll < 0.45:
             action = "reconcile"
             retried = ReconcileCommand(sid, last.admission_id, ROUTE)
@@ -328,3 +339,24 @@ async def test_the_aggregate_a_commit_leaves_is_the_one_a_fresh_read_finds(
         assert kept.admission == fresh.admission
         if kept.pending is not None:
             assert kept.pending == stored_frames
+
+
+async def test_a_retried_call_its_own_commit_would_refuse_is_replayed_on_a_warm_cache(
+    engine: AsyncEngine,
+) -> None:
+    """A Record whose response was lost, retried: on the state it left its tool call is taken,
+    a refusal made without looking for the stored response (the warm path assumes none). The
+    refusal is not answered: the call runs again on a fresh read, which replays it."""
+    a = worker(engine)
+    sid = await new_session(a)
+    first = await admitted(a, sid, "one")
+    output = RecordCommand(
+        sid, first.admission_id, Message(Role.ASSISTANT, (ToolCall("c1", "read", "{}"),))
+    )
+    key = Idempotency("r-record", b"digest")
+    recorded = await handlers.record(a, TENANT, output, key)
+    assert recorded.encoded is not None
+    hits = cache_of(a).hits
+    again = await handlers.record(a, TENANT, output, key)
+    assert cache_of(a).hits == hits + 1  # the retry ran on the cache first
+    assert again.result is None and again.encoded == recorded.encoded  # replayed

@@ -100,10 +100,13 @@ async def test_what_is_written_reads_back_the_same(engine: AsyncEngine) -> None:
     events = session_events()
     async with engine.connect() as connection, connection.begin() as transaction:
         store = SessionStore(connection, "t", f"store-{uuid.uuid4().hex}")
-        record = await store.create()
-        assert record is not None
+        created = await store.create()
+        assert created is not None
+        record = created.session
         written = await store.write_events(events, record.next_position, node_prices(events))
-        await store.save(record.compacted(len(events), written, record.series))
+        system_nodes, open_calls = await store.system_nodes_and_open_calls()  # a replace: read
+        after = created.reread(system_nodes, open_calls)
+        await store.save(after.saved(record.compacted(len(events), written, record.series)))
 
         assert [row.event() for row in await store.events_after(-1, 100)] == events
         page, more = await store.events_page(-1, 100, 1 << 20)

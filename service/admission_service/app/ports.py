@@ -19,8 +19,9 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol, Self
 
+from admission_service.domain.aggregate import SessionAggregate
 from admission_service.domain.events import Event
-from admission_service.domain.messages import Message, Tool
+from admission_service.domain.messages import Message
 from admission_service.domain.projection import SystemNode
 from admission_service.domain.session import Frames, Session, Written
 from admission_service.domain.stored import AdmissionRecord, Growth, StoredResponse
@@ -94,22 +95,32 @@ class SessionRepository(Protocol):
 
     async def flush(self) -> None: ...
 
-    # the session row
-    async def create(self) -> Session | None: ...
-    async def read(
+    # the session
+    async def create(self) -> SessionAggregate | None:
+        """Insert the session; None when it already exists."""
+        ...
+
+    async def read(self) -> Session | None:
+        """The session row, not locked (a snapshot's reads)."""
+        ...
+
+    async def lock(
         self,
         *,
-        lock: bool,
         request_id: str | None = None,
         admission_id: str | None = None,
         tool_call_ids: Sequence[str] = (),
-    ) -> Session | None:
-        """The session row (``lock``: under its lock; then also reads ahead, in the same round
-        trip, what ``stored_response(request_id)``, ``admission(admission_id)`` and
-        ``known_tool_calls(tool_call_ids)`` answer)."""
+    ) -> SessionAggregate | None:
+        """The session under its row lock, as the aggregate a step works on (the adapter may
+        answer from what it kept of its own last commit, checked at the commit). Reads ahead,
+        in the same round trip, what ``stored_response(request_id)``,
+        ``admission(admission_id)`` and ``known_tool_calls(tool_call_ids)`` answer."""
+        ...
 
-    async def save(self, session: Session) -> None:
-        """Write the session the transition left (its running sizes: what ``growth`` moved)."""
+    async def save(self, aggregate: SessionAggregate) -> None:
+        """Write the session row the transitions left (its running sizes: what ``growth``
+        moved); the adapter may keep ``aggregate`` for the next step once committed."""
+        ...
 
     async def delete(self) -> None: ...
 
@@ -129,12 +140,21 @@ class SessionRepository(Protocol):
     async def write_events(
         self, new_events: Sequence[Event], next_position: int, prices: Mapping[int, int]
     ) -> Written: ...
-    async def system_nodes(self) -> tuple[SystemNode, ...]: ...
+    async def system_nodes_and_open_calls(self) -> tuple[tuple[SystemNode, ...], tuple[str, ...]]:
+        """The surviving system nodes in surface order and the open tool calls in call order,
+        after the deferred writes (what ``SessionAggregate.reread`` takes)."""
+        ...
+
     async def surface(self, *, with_empty: bool = True) -> Sequence[SurfaceNode]: ...
-    async def system_nodes_and_frames(
-        self, from_position: int, split_position: int | None
-    ) -> tuple[tuple[SystemNode, ...], Frames, tuple[str, ...]]: ...
-    async def frames(self, from_position: int, split_position: int | None) -> Frames: ...
+    async def frames(
+        self, from_position: int, split_position: int | None, *, after_writes: bool = False
+    ) -> Frames:
+        """The derived messages of the nodes at ``from_position`` and after, as concatenated
+        frames, with their count and price (and those before ``split_position``). Deferred
+        nodes are read only ``after_writes`` (otherwise ``write_events`` returned them as its
+        tail)."""
+        ...
+
     async def frames_before(self, end_position: int, messages: int) -> bytes:
         """The frames of the last ``messages`` derived messages before ``end_position``, in
         surface order (what an Anthropic Messages DELTA renders again)."""
@@ -145,18 +165,21 @@ class SessionRepository(Protocol):
 
     # tool calls
     async def known_tool_calls(self, call_ids: Sequence[str]) -> set[str]: ...
-    async def mark_answered(self, answers: Sequence[tuple[str, int]]) -> dict[str, bool]: ...
+    async def close_calls(self, answers: Sequence[tuple[str, int]]) -> None:
+        """Record each ``(call_id, result_seq)`` as the answer of a call the caller knows is
+        open (its aggregate says so); nothing is read."""
+        ...
+
+    async def mark_answered(self, answers: Sequence[tuple[str, int]]) -> dict[str, bool]:
+        """Record each ``(call_id, result_seq)``; for each call made in this session, whether
+        it was open before (the domain decides what that means)."""
+        ...
 
     # admissions and the ledger
-    async def add_admission(
-        self,
-        admission_id: str,
-        turn: int,
-        step: int,
-        rendered: str,
-        tools: tuple[Tool, ...],
-        user_seqs: Sequence[int],
-    ) -> None: ...
+    async def add_admission(self, admission: AdmissionRecord, user_seqs: Sequence[int]) -> None:
+        """A step's first attempt, and the seqs of the users it admitted."""
+        ...
+
     async def admission(self, admission_id: str) -> AdmissionRecord | None: ...
     async def count_attempt(self, admission_id: str) -> None: ...
     async def add_request(

@@ -37,7 +37,7 @@ async def snapshot(
         deps.quotas.call(tenant),
         deps.storage.unit(tenant, session_id, snapshot=True) as unit,
     ):
-        session = await unit.store.read(lock=False)
+        session = await unit.store.read()
         if session is None:
             raise SessionNotFound(session_id)
         yield unit.store, session

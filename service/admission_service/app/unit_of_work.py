@@ -3,14 +3,16 @@
     async with UnitOfWork(deps, call) as uow:
         if (replayed := await uow.replayed()) is not None:
             return replayed
-        session = uow.load(expected_revision)
-        ...  # the domain's transition, its writes through uow.sessions
+        aggregate = uow.load(expected_revision)
+        ...  # the domain's transitions, their writes through uow.sessions
+        await uow.sessions.save(aggregate_after)
         return await uow.commit(result)
 
 Entering takes, in order: a place in the tenant's concurrent-calls quota, the per-session
 write gate (one writer per session per process, queued before the pool), a transaction
-(``Storage.unit``), and the session row under lock (``SELECT … FOR UPDATE``: one writer per
-session across replicas) — or, for ``CreateSession``, the new row. ``replayed`` answers a
+(``Storage.unit``), and the session under its row lock (``SELECT … FOR UPDATE``: one writer
+per session across replicas) as the domain's ``SessionAggregate`` — or, for
+``CreateSession``, the new row. ``replayed`` answers a
 repeated ``request_id`` with the stored response; ``load`` checks the session exists at the
 expected revision. ``commit`` checks the growth bounds, stores the response for ``request_id``,
 sends the deferred writes and commits. Leaving the block without ``commit`` rolls back: an
@@ -31,13 +33,13 @@ from admission_service.app.commands import Idempotency
 from admission_service.app.deps import Deps
 from admission_service.app.hooks import Phase
 from admission_service.app.ports import SessionRepository, StorageUnit
+from admission_service.domain.aggregate import SessionAggregate
 from admission_service.domain.errors import (
     RequestIdReused,
     RevisionMismatch,
     SessionAlreadyExists,
     SessionNotFound,
 )
-from admission_service.domain.session import Session
 from admission_service.storage.failures import SessionMoved
 
 R = TypeVar("R")
@@ -109,7 +111,7 @@ class UnitOfWork:
         self.validate_only = call.validate_only
         self._encode = deps.encoders[call.method]
         self._stack = AsyncExitStack()
-        self._loaded: Session | None = None
+        self._loaded: SessionAggregate | None = None
         self._committed = False
 
     async def __aenter__(self) -> Self:
@@ -130,8 +132,7 @@ class UnitOfWork:
                 # The lock, the stored response of a repeated request_id and the admission and
                 # tool calls the call reads: one round trip (with the transaction's BEGIN).
                 idempotency = None if self.validate_only else call.idempotency
-                self._loaded = await self.sessions.read(
-                    lock=True,
+                self._loaded = await self.sessions.lock(
                     request_id=idempotency.request_id if idempotency is not None else None,
                     admission_id=call.admission_id,
                     tool_call_ids=call.tool_call_ids,
@@ -170,15 +171,16 @@ class UnitOfWork:
         replayed = await replay.replayed(self.sessions, stored, self._encode)
         return Reply(None, replayed.payload, replayed.sha256)
 
-    def load(self, expected_revision: int | None = None) -> Session:
-        """The session the call works on: refused when it does not exist (or, creating,
-        already existed) or is not at ``expected_revision``."""
+    def load(self, expected_revision: int | None = None) -> SessionAggregate:
+        """The session the call works on, as it was when the call began: refused when it does
+        not exist (or, creating, already existed) or is not at ``expected_revision``."""
         if self._loaded is None:
             if self._call.create:
                 raise SessionAlreadyExists(self._call.session_id)
             raise SessionNotFound(self._call.session_id)
-        if expected_revision is not None and expected_revision != self._loaded.revision:
-            raise RevisionMismatch(expected_revision, self._loaded.revision)
+        revision = self._loaded.session.revision
+        if expected_revision is not None and expected_revision != revision:
+            raise RevisionMismatch(expected_revision, revision)
         return self._loaded
 
     async def check_new_session(self) -> None:
@@ -189,7 +191,7 @@ class UnitOfWork:
         transaction wrote; with ``validate_only`` stop there (the answer is the commit's, and
         nothing is committed). Otherwise store the encoded ``result`` under the call's
         ``request_id`` and commit with the deferred writes (one round trip)."""
-        loaded = self.load()
+        loaded = self.load().session
         growth = self.sessions.growth
         bounds.check_session_growth(loaded, growth, self._deps.limits)
         await self._deps.quotas.check_stored_bytes(

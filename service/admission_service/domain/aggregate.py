@@ -18,7 +18,7 @@ that, and every transition here is tested against a fresh read of what the write
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from admission_service.domain.events import Append, Event
@@ -64,17 +64,20 @@ class SessionAggregate:
             return None
         return self.pending
 
-    def wrote(
-        self, events: Iterable[Event], written: Written, calls: Mapping[str, int]
-    ) -> SessionAggregate | None:
-        """After ``events`` were logged, appending ``written.tail`` and making ``calls`` (call
-        id: the seq of the node making it); None after a replacement (not followed)."""
+    def wrote(self, events: Iterable[Event], written: Written) -> SessionAggregate | None:
+        """After ``events`` were logged, appending ``written.tail``; None after a replacement
+        (not followed: read the indexed state again, ``reread``)."""
         events = tuple(events)
         if written.shadowed is not None or not all(
             isinstance(event.op, Append) for event in events if event.op is not None
         ):
             return None
-        made = sorted(calls, key=lambda call_id: (calls[call_id], call_id))
+        made = [
+            call_id
+            for event in events
+            if event.op is not None and (message := event.derived_message()) is not None
+            for call_id in sorted(message.tool_call_ids())
+        ]
         pending = self.pending
         if pending is not None:
             tail = written.tail
@@ -102,6 +105,22 @@ class SessionAggregate:
             self, open_calls=tuple(call for call in self.open_calls if call not in call_ids)
         )
 
+    def reread(
+        self, system_nodes: tuple[SystemNode, ...], open_calls: Iterable[str]
+    ) -> SessionAggregate:
+        """After a write ``wrote`` could not follow: the system nodes and open calls as read
+        again; the frames since the previous request are no longer known."""
+        return replace(self, system_nodes=system_nodes, open_calls=tuple(open_calls), pending=None)
+
+    def repriced(self) -> SessionAggregate:
+        """After every node was priced again with another tokenizer: the frames kept since the
+        previous request carry the old prices, so they are no longer known."""
+        return replace(self, pending=None)
+
+    def saved(self, session: Session) -> SessionAggregate:
+        """With the row a transition left (what the step saves)."""
+        return replace(self, session=session)
+
     def holds_admission(self, admission_id: str) -> bool:
         return self.admission is not None and self.admission.admission_id == admission_id
 
@@ -115,16 +134,16 @@ class SessionAggregate:
             return self
         return replace(self, admission=replace(admission, attempts=admission.attempts + 1))
 
-    def committed(self, saved: Session | None, growth: Growth) -> SessionAggregate:
-        """The value a commit leaves: ``saved``, the row the step saved (None: it saved none),
-        with its running sizes moved by ``growth`` as the row's update moves them."""
+    def committed(self, growth: Growth | None) -> SessionAggregate:
+        """The value a commit leaves: the row's running sizes moved by ``growth`` as the row's
+        update moves them (None: the step saved no row)."""
         session = self.session
-        if saved is not None:
+        if growth is not None:
             session = replace(
-                saved,
-                surface_bytes=saved.surface_bytes + growth.surface_bytes,
-                surface_nodes=saved.surface_nodes + growth.surface_nodes,
-                log_bytes=saved.log_bytes + growth.log_bytes,
+                session,
+                surface_bytes=session.surface_bytes + growth.surface_bytes,
+                surface_nodes=session.surface_nodes + growth.surface_nodes,
+                log_bytes=session.log_bytes + growth.log_bytes,
             )
         end = request_end(session)
         pending: Frames | None = NO_FRAMES

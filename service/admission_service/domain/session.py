@@ -1,11 +1,12 @@
-"""The session aggregate: the state one step of a session needs, and its pure transitions.
+"""The session's row as the rules see it, and its pure transitions; the aggregate a step works
+on holds it with what the step reads beside it (``aggregate.py``).
 
 ``Session`` is the session row as the rules see it — revision, next seq and position, the
 series state (replace generation, last header and context), the previous request (its cache
 key and the prefix the next one extends), the first position shadowed since, the running
 price and sizes. Each transition takes what a step decided and returns the new ``Session``;
-nothing here reads or writes anything. Storage loads a ``Session`` and saves the one a use case
-leaves (``app/ports.py``: ``SessionRepository.save``).
+nothing here reads or writes anything. Storage loads it inside a ``SessionAggregate`` and
+saves the one a use case leaves (``app/ports.py``: ``SessionRepository.lock``, ``save``).
 
 The derived request's rules live here too: which stored frames a request reads
 (``FramesQuery.plan``: the previous request still a prefix? the caller holding exactly it, so
@@ -123,7 +124,7 @@ FULL_VIEW = RequestSelection()
 
 @dataclass(frozen=True, slots=True)
 class Session:
-    """The session aggregate (see the module docstring)."""
+    """The session row (see the module docstring)."""
 
     session_id: str
     revision: int

@@ -9,7 +9,6 @@ from typing import Any
 
 from sqlalchemy import select
 
-from admission_service.domain.messages import Tool
 from admission_service.domain.stored import AdmissionRecord
 from admission_service.storage import codec
 from admission_service.storage.batch import param
@@ -47,47 +46,31 @@ class AdmissionsAndLedger(SessionScope):
     """Admissions and the ledger: written in the statement batch, an admission read by key, the
     ledger by request index."""
 
-    async def add_admission(
-        self,
-        admission_id: str,
-        turn: int,
-        step: int,
-        rendered: str,
-        tools: tuple[Tool, ...],
-        user_seqs: Sequence[int],
-    ) -> None:
+    async def add_admission(self, admission: AdmissionRecord, user_seqs: Sequence[int]) -> None:
         self.batch.insert(
             "admissions",
             [
                 {
                     **self._keys(),
-                    "admission_id": admission_id,
-                    "turn": turn,
-                    "step": step,
-                    "rendered_prompt": rendered.encode(),
-                    "tools": codec.encode_tools(tools),
+                    "admission_id": admission.admission_id,
+                    "turn": admission.turn,
+                    "step": admission.step,
+                    "rendered_prompt": admission.rendered_prompt.encode(),
+                    "tools": codec.encode_tools(admission.tools),
                     "users_seqs": list(user_seqs),
-                    "attempts": 1,
+                    "attempts": admission.attempts,
                 }
             ],
         )
-        if self.known is not None:
-            self.known.admitted(AdmissionRecord(admission_id, turn, step, rendered, tools, 1))
 
     async def admission(self, admission_id: str) -> AdmissionRecord | None:
         if (kept := self._kept("admission", admission_id)) is not NOT_READ:
             return kept  # type: ignore[no-any-return]
-        admitted = self.known.admission if self.known is not None else None
-        if admitted is not None and admitted.admission_id == admission_id:
-            return admitted
         statement = admission_statement(self.tenant, self.session_id, admission_id)
         *_, row = await self._flight(*self._deferred(), statement)
         return admission_record(row)
 
     async def count_attempt(self, admission_id: str) -> None:
-        if self.known is not None:
-            self.known.attempted(admission_id)
-
         def build(params: list[Any]) -> str:
             return (
                 "UPDATE admissions SET attempts = attempts + 1"

@@ -45,6 +45,7 @@ class StoredResponses(SessionScope):
         commit's insert of the new one fails on the stored one's key, and the call runs again
         on a fresh read, which finds it."""
         if self.warm:
+            self.response_assumed_absent = True
             return None
         if (kept := self._kept("response", request_id)) is not NOT_READ:
             return kept  # type: ignore[no-any-return]

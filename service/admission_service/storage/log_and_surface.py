@@ -116,8 +116,6 @@ _SYSTEM_AND_OPEN = (
     " (" + _OPEN_CALLS + ") AS open_calls"
 )
 
-_FRAMES_SYSTEM_AND_OPEN = f"SELECT f.*, o.* FROM ({_FRAMES}) AS f, ({_SYSTEM_AND_OPEN}) AS o"
-
 # The frames of the surface as of an event seq, unless a replace since changed it (app/replay.py).
 _FRAMES_AS_OF = (
     "SELECT EXISTS (SELECT 1 FROM events WHERE tenant_id = %(t)s AND session_id = %(s)s"
@@ -240,8 +238,7 @@ class SurfaceWrites(SessionScope):
                 0,
             ),
         )
-        if self.known is not None:
-            self.known.wrote(new_events, written, made)
+        self.made_calls.update(made)
         return written
 
     def _defer_nodes(self, pending: list[dict[str, Any]], calls: list[dict[str, Any]]) -> None:
@@ -301,8 +298,6 @@ class SurfaceWrites(SessionScope):
 
     async def reprice(self, prices: Sequence[tuple[int, int]]) -> None:
         """Set the stored price of each ``(seq, tokens)`` surface node, in one statement."""
-        if self.known is not None:
-            self.known.lose()  # the frames it kept were priced with the old tokenizer
         self.batch.defer(drop_chunks(self.tenant, self.session_id, 0))  # their prices too
         self.seal = None
         await self._with_pairs(_REPRICE, ("seqs", "tokens"), prices)
@@ -315,52 +310,49 @@ class SurfaceWrites(SessionScope):
             return set()
         if (kept := self._kept("known_calls", tuple(call_ids))) is not NOT_READ:
             return kept  # type: ignore[no-any-return]
-        known = self.known
-        aggregate = known.aggregate if known is not None else None
-        if self.warm and known is not None and aggregate is not None:
-            # The cache knows the open calls and those made since, not every call ever made:
-            # a reused id it misses fails the commit on its key, and the call runs again on a
-            # fresh read, which finds it (``flush_and_commit``).
-            return {c for c in call_ids if c in aggregate.open_calls or c in known.made_calls}
+        if self.warm and self.entry is not None:
+            # The cache knows the calls open when the step began and this transaction knows
+            # those it made, not every call ever made: a reused id they miss fails the commit
+            # on its key, and the call runs again on a fresh read, which finds it
+            # (``flush_and_commit``).
+            cached = self.entry.aggregate.open_calls
+            return {c for c in call_ids if c in cached or c in self.made_calls}
         statement = known_calls_statement(self.tenant, self.session_id, call_ids)
         *_, rows = await self._flight(*self._deferred(), statement)
         return {call_id for (call_id,) in rows}
 
+    async def close_calls(self, answers: Sequence[tuple[str, int]]) -> None:
+        """Record each ``(call_id, result_seq)`` as the answer of a call the caller knows is
+        open: a call this transaction made is answered in its row, not sent yet; the others by
+        an update that joins the deferred writes. Nothing is read."""
+        pairs = []
+        for call_id, seq in answers:
+            if (unsent := self.unsent_calls.get(call_id)) is not None:
+                unsent["result_seq"] = seq
+            else:
+                pairs.append((call_id, seq))
+        if not pairs:
+            return
+
+        def build(params: list[Any]) -> str:
+            ids = param(params, [call_id for call_id, _ in pairs])
+            seqs = param(params, [seq for _, seq in pairs])
+            return (
+                "UPDATE tool_calls AS c SET result_seq = u.result_seq"
+                f" FROM unnest(CAST({ids} AS text[]), CAST({seqs} AS bigint[]))"
+                f" AS u(call_id, result_seq) WHERE {self._where_mine(params, 'c')}"
+                " AND c.call_id = u.call_id"
+            )
+
+        self.batch.defer(build)
+
     async def mark_answered(self, answers: Sequence[tuple[str, int]]) -> dict[str, bool]:
         """Record each ``(call_id, result_seq)`` as the call's answer, in one statement, as the
-        caller decided (one answer per call); for each call made in this session, whether it
-        was open on the surface before (which answers are valid is the domain's rule). When
-        this transaction knows every answered call is open (``KnownSession.answer``), the
-        update joins the deferred writes and nothing is read."""
+        caller decided (one answer per call), after the deferred writes; for each call made in
+        this session, whether it was open on the surface before (which answers are valid is
+        the domain's rule)."""
         if not answers:
             return {}
-        known = self.known
-        if known is not None and known.answer(call_id for call_id, _ in answers):
-            # A call this transaction made is answered in its row, not sent yet; the others
-            # by an update that joins the deferred writes.
-            pairs = []
-            for call_id, seq in answers:
-                if (unsent := self.unsent_calls.get(call_id)) is not None:
-                    unsent["result_seq"] = seq
-                else:
-                    pairs.append((call_id, seq))
-            if not pairs:
-                return {call_id: True for call_id, _ in answers}
-
-            def build(params: list[Any]) -> str:
-                ids = param(params, [call_id for call_id, _ in pairs])
-                seqs = param(params, [seq for _, seq in pairs])
-                return (
-                    "UPDATE tool_calls AS c SET result_seq = u.result_seq"
-                    f" FROM unnest(CAST({ids} AS text[]), CAST({seqs} AS bigint[]))"
-                    f" AS u(call_id, result_seq) WHERE {self._where_mine(params, 'c')}"
-                    " AND c.call_id = u.call_id"
-                )
-
-            self.batch.defer(build)
-            return {call_id: True for call_id, _ in answers}
-        if known is not None:
-            known.lose()
         rows = await self._with_pairs(_MARK_ANSWERED, ("ids", "seqs"), answers)
         return {call_id: was_open for call_id, was_open in rows}
 
@@ -386,16 +378,12 @@ class SurfaceWrites(SessionScope):
 class FrameReads(SessionScope):
     """The surface as the projection rule and the derived request read it."""
 
-    async def system_nodes(self) -> tuple[SystemNode, ...]:
-        """The surviving system nodes in surface order (partial index ``WHERE is_system``)."""
-        await self.flush()
-        statement = (
-            select(nodes.c.seq, nodes.c.system_text)
-            .where(self._mine(nodes), nodes.c.is_system)
-            .order_by(nodes.c.position)
-        )
-        rows = await self._execute(statement)
-        return tuple(SystemNode(row.seq, row.system_text.decode()) for row in rows)
+    async def system_nodes_and_open_calls(self) -> tuple[tuple[SystemNode, ...], tuple[str, ...]]:
+        """The surviving system nodes in surface order and the open tool calls in call order,
+        after the deferred writes, in one round trip."""
+        params = {"t": self.tenant, "s": self.session_id}
+        *_, row = await self._flight(*self._deferred(), system_and_open_statement(params))
+        return system_and_open(row)
 
     async def surface(self, *, with_empty: bool = True) -> list[NodeRecord]:
         """Every surviving node in surface order (``with_empty=False``: only message nodes)."""
@@ -414,32 +402,16 @@ class FrameReads(SessionScope):
             "split": split_position if split_position is not None else -1,
         }
 
-    async def system_nodes_and_frames(
-        self, from_position: int, split_position: int | None
-    ) -> tuple[tuple[SystemNode, ...], Frames, tuple[str, ...]]:
-        """``system_nodes()`` and ``frames(from_position, split_position)``, with the ids of the
-        tool calls on the surface no result answers yet, in call order, all as this
-        transaction's writes left them. What the transaction knows (read with the row's lock,
-        or cached, and moved by its writes: ``session_cache.KnownSession``) is not read again:
-        usually that is all of it, and a read of the frames since the previous request too.
-        Otherwise the deferred writes go first, then one read, in one round trip."""
-        aggregate = self.known.aggregate if self.known is not None else None
-        if aggregate is not None:
-            frames = aggregate.frames_since_request(from_position, split_position)
-            if frames is None:
-                frames = await self._read_frames(from_position, split_position, flush=True)
-            return aggregate.system_nodes, frames, aggregate.open_calls
-        row = await self._read(_FRAMES_SYSTEM_AND_OPEN, from_position, split_position, True)
-        system, calls = system_and_open(row[5:])
-        return system, _frames(row[:5]), calls
-
-    async def frames(self, from_position: int, split_position: int | None) -> Frames:
+    async def frames(
+        self, from_position: int, split_position: int | None, *, after_writes: bool = False
+    ) -> Frames:
         """The derived messages of the nodes at ``from_position`` and after, in surface order,
         as concatenated frames (one aggregate in the database; an index range scan), with
         their count and price, and the count and price of those before ``split_position``.
 
-        Deferred nodes are not read (no flush): ``write_events`` returns them as its tail."""
-        return await self._read_frames(from_position, split_position, flush=False)
+        Deferred nodes are read only ``after_writes`` (they go first, in the same round trip);
+        otherwise ``write_events`` returned them as its tail."""
+        return await self._read_frames(from_position, split_position, flush=after_writes)
 
     async def frames_before(self, end_position: int, messages: int) -> bytes:
         """The frames of the last ``messages`` derived messages before ``end_position``, in

@@ -12,11 +12,12 @@ from sqlalchemy import ColumnElement, Executable, Table, and_
 from sqlalchemy.engine import CursorResult
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from admission_service.domain.aggregate import SessionAggregate
 from admission_service.domain.stored import Growth
 from admission_service.storage.batch import StatementBatch, Write, param
 from admission_service.storage.failures import SessionMoved, moved
 from admission_service.storage.raw import RawStatement, execute_flight, execute_script
-from admission_service.storage.session_cache import CachedSession, KnownSession, SessionCache
+from admission_service.storage.session_cache import CachedSession, SessionCache
 
 COMMIT = RawStatement("COMMIT")
 NOT_READ = object()  # ``_kept``: nothing was read ahead for that key
@@ -43,22 +44,30 @@ class SessionScope:
         self.session_id = session_id
         self.batch = StatementBatch()
         self._prelude = list(prelude)
-        # The worker's cached sessions, and what this transaction knows of its session beyond
-        # the row (session_cache.py); ``warm``: known from the cache, not read, so its row is
-        # checked by the commit (``_saved_row``: the session row's checked UPDATE, sent last,
-        # after the other deferred writes, in the same statement).
+        # The worker's cached sessions (session_cache.py); ``warm``: the session came from the
+        # cache (``entry``), not read, so its row is checked by the commit (``_saved_row``: the
+        # session row's checked UPDATE, sent last, after the other deferred writes, in the same
+        # statement, at ``read_version``: the version read or cached).
         self.cache = cache
-        self.entry: CachedSession | None = None  # the cache entry the transaction started from
-        self.known: KnownSession | None = None
+        self.entry: CachedSession | None = None
         self.warm = False
+        # Whether ``stored_response`` assumed, on a cached session, that none is stored (what a
+        # commit's insert checks, and a refusal cannot: ``PostgresUnit.__aexit__``).
+        self.response_assumed_absent = False
+        self.read_version: int | None = None
         self._saved_row: Write | None = None
+        # What a commit leaves for the cache: the aggregate the step saved, or the session it
+        # created (nothing else written).
+        self.saved: SessionAggregate | None = None
+        self.created: SessionAggregate | None = None
+        self.made_calls: set[str] = set()  # the tool calls this transaction made
         # The tool calls this transaction made whose rows are deferred, by id (an answer to one
         # goes into its row: a deferred update could not see it).
         self.unsent_calls: dict[str, dict[str, Any]] = {}
         # The seal of the frame chunks a FULL read found unsealed, sent with the commit
         # (frame_chunks.py); dropped by a replacement.
         self.seal: RawStatement | None = None
-        # What ``read(lock=True)`` read ahead with the lock, by (kind, key), until asked for.
+        # What ``lock`` read ahead with the lock, by (kind, key), until asked for.
         self._read_ahead: dict[tuple[str, object], Any] = {}
         # Everything this transaction's writes added to the running sizes.
         self.growth = Growth()

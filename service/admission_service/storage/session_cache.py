@@ -13,10 +13,8 @@ a fresh read (``failures.SessionMoved``). An entry is taken out for the step tha
 put back only by a commit (what the commit left) or a rollback that checked it
 (``validate_only``): a failed or cancelled step leaves none, and the next one reads afresh.
 
-``KnownSession`` is one transaction's aggregate: started from an entry or a fresh read, moved
-by the aggregate's transitions as the transaction writes, and turned into the next entry when
-it commits. A write the aggregate cannot follow (a replacement, a repricing) leaves it
-``lost``: the transaction reads the database as before and its commit leaves no entry.
+The entry a commit leaves is the aggregate the step saved (``SessionRepository.save``): the
+use case moved it through the domain's transitions, so storage follows no rule of its own.
 
 The cache is bounded in entries and in bytes (least recently used first out); affinity at
 the balancer (docs/SCALING.md) makes its hits likely, never its correctness.
@@ -26,13 +24,10 @@ from __future__ import annotations
 
 import sys
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from admission_service.domain.aggregate import SessionAggregate
-from admission_service.domain.events import Event
-from admission_service.domain.session import Frames, Session, Written
-from admission_service.domain.stored import AdmissionRecord, Growth
+from admission_service.domain.session import Session
 
 SessionKey = tuple[str, str]  # (tenant, session_id)
 
@@ -102,67 +97,3 @@ class SessionCache:
         found = self._entries.pop(key, None)
         if found is not None:
             self.bytes -= found[1]
-
-
-class KnownSession:
-    """One transaction's aggregate, moved by its writes (see the module docstring): None once
-    a write it cannot follow was made (``lost``)."""
-
-    def __init__(self, entry: CachedSession) -> None:
-        self.aggregate: SessionAggregate | None = entry.aggregate
-        self.row_version = entry.row_version
-        self._saved: Session | None = None
-        self.made_calls: set[str] = set()  # the calls this transaction made
-
-    @property
-    def lost(self) -> bool:
-        return self.aggregate is None
-
-    def lose(self) -> None:
-        self.aggregate = None
-
-    def frames_since_request(self, from_position: int, split_position: int | None) -> Frames | None:
-        """The frames of a read from ``from_position`` when the aggregate knows them."""
-        if self.aggregate is None:
-            return None
-        return self.aggregate.frames_since_request(from_position, split_position)
-
-    def wrote(self, events: Iterable[Event], written: Written, calls: Mapping[str, int]) -> None:
-        if self.aggregate is not None:
-            self.aggregate = self.aggregate.wrote(events, written, calls)
-        self.made_calls.update(calls)
-
-    def answer(self, call_ids: Iterable[str]) -> bool:
-        """Close ``call_ids`` if every one is open (made before this transaction or in it);
-        False (nothing changed) otherwise: the database answers then."""
-        answered = self.aggregate.answered(call_ids) if self.aggregate is not None else None
-        if answered is None:
-            return False
-        self.aggregate = answered
-        return True
-
-    @property
-    def admission(self) -> AdmissionRecord | None:
-        return self.aggregate.admission if self.aggregate is not None else None
-
-    def admitted(self, admission: AdmissionRecord) -> None:
-        if self.aggregate is not None:
-            self.aggregate = self.aggregate.admitted(admission)
-
-    def attempted(self, admission_id: str) -> None:
-        if self.aggregate is not None:
-            self.aggregate = self.aggregate.attempted(admission_id)
-
-    def saved(self, session: Session) -> None:
-        self._saved = session
-
-    def committed(self, growth: Growth) -> CachedSession | None:
-        """The entry the transaction leaves once committed (its row one version on if it was
-        saved); None when it made a write the aggregate could not follow."""
-        if self.aggregate is None:
-            return None
-        saved = self._saved is not None
-        return CachedSession(
-            self.aggregate.committed(self._saved, growth),
-            self.row_version + 1 if saved else self.row_version,
-        )

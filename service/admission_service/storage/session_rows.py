@@ -30,13 +30,12 @@ from admission_service.storage.log_and_surface import (
 )
 from admission_service.storage.raw import RawStatement, execute_raw
 from admission_service.storage.scope import SessionScope
-from admission_service.storage.session_cache import CachedSession, KnownSession
 from admission_service.storage.tables import sessions
 
 _RUNNING_SIZES = ("surface_bytes", "surface_nodes", "log_bytes")
 
 # The session row under its lock, as the first statement of a mutation's first round trip
-# (``read(lock=True)``); the row comes back as a ``_SessionRow``.
+# (``lock``); the row comes back as a ``_SessionRow``.
 _SessionRow = namedtuple("_SessionRow", [column.name for column in sessions.c])  # type: ignore[misc]
 _LOCK = (
     f"SELECT {', '.join(_SessionRow._fields)} FROM sessions"
@@ -128,7 +127,7 @@ def _record(row: Any) -> Session:
 class SessionRows(SessionScope):
     """The session row."""
 
-    async def create(self) -> Session | None:
+    async def create(self) -> SessionAggregate | None:
         """Insert the session; None when it already exists (the caller decides what that means)."""
         statement = (
             pg_insert(sessions)
@@ -142,32 +141,31 @@ class SessionRows(SessionScope):
         # A new lifetime of this session id: request ids of an earlier one (the DeleteSession
         # key that outlived it) are new again for this one (issue 13, finding 6).
         await self._execute(forget_responses(self.tenant, self.session_id))
-        session = _record(row)
-        self.known = KnownSession(
-            CachedSession(SessionAggregate.read(session, (), (), None), row.row_version)
-        )
-        return session
+        self.read_version = row.row_version
+        self.created = SessionAggregate.read(_record(row), (), (), None)
+        return self.created
 
-    async def read(
+    async def read(self) -> Session | None:
+        """The session row, not locked."""
+        row = (await self._execute(select(sessions).where(self._mine(sessions)))).first()
+        return _record(row) if row is not None else None
+
+    async def lock(
         self,
         *,
-        lock: bool,
         request_id: str | None = None,
         admission_id: str | None = None,
         tool_call_ids: Sequence[str] = (),
-    ) -> Session | None:
-        """The session row; ``lock`` takes the row lock that serialises writers of one session.
+    ) -> SessionAggregate | None:
+        """The session under the row lock that serialises writers of one session.
 
-        With the lock, a session this worker cached (``session_cache.py``) is not read at all
-        when the cache answers what the call reads (the admission ``admission_id``): the
-        commit checks the row instead. Otherwise the row is read under its lock with, in the
-        same round trip, the system nodes and open calls, the response stored for
-        ``request_id``, the admission ``admission_id`` and which of ``tool_call_ids`` the
-        session already made, kept for ``stored_response``, ``admission`` and
-        ``known_tool_calls`` to answer without another."""
-        if not lock:
-            row = (await self._execute(select(sessions).where(self._mine(sessions)))).first()
-            return _record(row) if row is not None else None
+        A session this worker cached (``session_cache.py``) is not read at all when the cache
+        answers what the call reads (the admission ``admission_id``): the commit checks the
+        row instead. Otherwise the row is read under its lock with, in the same round trip,
+        the system nodes and open calls, the response stored for ``request_id``, the admission
+        ``admission_id`` and which of ``tool_call_ids`` the session already made, kept for
+        ``stored_response``, ``admission`` and ``known_tool_calls`` to answer without
+        another."""
         # The cache answers only for a transaction that has sent and deferred nothing yet.
         fresh = not self.batch and bool(self._prelude)
         key = (self.tenant, self.session_id)
@@ -175,8 +173,9 @@ class SessionRows(SessionScope):
         if entry is not None and (
             admission_id is None or entry.aggregate.holds_admission(admission_id)
         ):
-            self.entry, self.known, self.warm = entry, KnownSession(entry), True
-            return entry.session
+            self.entry, self.warm = entry, True
+            self.read_version = entry.row_version
+            return entry.aggregate
         params = {"t": self.tenant, "s": self.session_id}
         statements = [RawStatement(_LOCK, params, binary=True), system_and_open_statement(params)]
         if request_id is not None:
@@ -201,24 +200,23 @@ class SessionRows(SessionScope):
         locked_row: Any = _SessionRow(*locked)
         session = _record(locked_row)
         system_nodes, open_calls = system_and_open(indexed)
-        aggregate = SessionAggregate.read(session, system_nodes, open_calls, admission)
-        self.known = KnownSession(CachedSession(aggregate, locked_row.row_version))
-        return session
+        self.read_version = locked_row.row_version
+        return SessionAggregate.read(session, system_nodes, open_calls, admission)
 
     async def row_version(self) -> int | None:
         """The stored row's version (None: no row), after the deferred writes."""
         row = await self._execute_raw(_ROW_VERSION, {"t": self.tenant, "s": self.session_id})
         return row[0] if row is not None else None
 
-    async def save(self, session: Session) -> None:
-        """Write the new counters, series state and revision, as the domain's transition left
-        them (``domain.session.Session``); the running sizes move by what this transaction's
-        writes moved (``growth``). The row's UPDATE goes last, with the ``COMMIT``, and fails
-        unless the row is at the version this transaction read or cached
-        (``flush_and_commit``)."""
-        known = self.known
-        assert known is not None, "a session is saved after it was read under its lock"
-        known.saved(session)
+    async def save(self, aggregate: SessionAggregate) -> None:
+        """Write the new counters, series state and revision, as the domain's transitions left
+        them (``aggregate.session``); the running sizes move by what this transaction's writes
+        moved (``growth``). The row's UPDATE goes last, with the ``COMMIT``, and fails unless
+        the row is at the version this transaction read or cached (``flush_and_commit``).
+        Committed, ``aggregate`` is what the worker keeps for the session's next step."""
+        row_version = self.read_version
+        assert row_version is not None, "a session is saved after it was read under its lock"
+        self.saved, session = aggregate, aggregate.session
         series, shadowed = session.series, session.shadowed
         last_request = (
             (session.last_request, session.prefix)
@@ -245,7 +243,7 @@ class SessionRows(SessionScope):
             "request_count": session.request_count,
             "surface_tokens": session.surface_tokens,
         }
-        growth, row_version = self.growth, known.row_version
+        growth = self.growth
 
         def build(params: list[Any]) -> str:
             assignments = ", ".join(f"{name} = {param(params, v)}" for name, v in values.items())
@@ -266,8 +264,7 @@ class SessionRows(SessionScope):
 
     async def delete(self) -> None:
         """Delete the session; its events, surface, admissions and ledger cascade."""
-        if self.known is not None:
-            self.known.lose()  # nothing to cache
+        self.saved = self.created = None  # nothing to keep
         if self.cache is not None:
             self.cache.evict((self.tenant, self.session_id))
         await self._execute(delete(sessions).where(self._mine(sessions)))

@@ -11,6 +11,7 @@ from typing import Any, Self
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from admission_service.domain.session import Session
+from admission_service.domain.stored import Growth
 from admission_service.storage import session_rows
 from admission_service.storage.deadline import deadline_bound
 from admission_service.storage.failures import SessionMoved, classify
@@ -99,10 +100,18 @@ class PostgresUnit:
         self._committed = True
         if status != "COMMIT":
             raise TransactionRolledBack(f"COMMIT answered {status!r}")
-        known = self.store.known
-        entry = known.committed(self.store.growth) if known is not None else None
-        if self._cache is not None and entry is not None:
-            self._cache.put(self._key, entry)
+        store, version = self.store, self.store.read_version
+        if self._cache is None or version is None:
+            return
+        # What the step saved, as its commit left the row (one version on), or the session it
+        # created. Any other commit leaves nothing: what it wrote is in no aggregate, and the
+        # row's version would not tell a cached one from the stored session.
+        if store.saved is not None:
+            self._cache.put(
+                self._key, CachedSession(store.saved.committed(store.growth), version + 1)
+            )
+        elif store.created is not None and store.growth == Growth():
+            self._cache.put(self._key, CachedSession(store.created, version))
 
     async def verify(self) -> None:
         """Check that the cached session this unit runs on is the stored one (one round trip;
@@ -142,7 +151,12 @@ class PostgresUnit:
         try:
             if isinstance(error, Exception) and classify(error) is None and not self._committed:
                 # A refusal (or any failure not the database's) made on a cached session is
-                # answered only once the cache is known to have been current.
+                # answered only once the cache is known to have been current, and only when
+                # the call's request_id has no stored response: a retry of a committed call
+                # is refused on the state it left (a compaction plan now stale), so it runs
+                # again on a fresh read, which replays it.
+                if self.store.response_assumed_absent:
+                    raise SessionMoved(self._session_id) from error
                 try:
                     await self.verify()
                 except SessionMoved as moved:

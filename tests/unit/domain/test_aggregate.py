@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from admission_service.domain.aggregate import SessionAggregate
 from admission_service.domain.events import Append, Event, EventKind, Replace
-from admission_service.domain.messages import Message, Role, Text
+from admission_service.domain.messages import Message, Role, Text, ToolCall
 from admission_service.domain.projection import SystemNode
 from admission_service.domain.session import NO_FRAMES, Frames, Shadowed, Written
 from admission_service.domain.stored import AdmissionRecord, Growth
@@ -37,6 +37,11 @@ def system_event(seq: int, text: str) -> Event:
     )
 
 
+def calls(seq: int, *call_ids: str) -> Event:
+    made = Message(Role.ASSISTANT, tuple(ToolCall(call_id, "read", "{}") for call_id in call_ids))
+    return Event(seq, EventKind.ASSISTANT_MESSAGE, op=Append(), message=made)
+
+
 def appended(frames: bytes, messages: int, tokens: int, next_position: int = 7) -> Written:
     return Written(next_position, None, tokens, Frames(frames, messages, tokens, 0, 0))
 
@@ -57,18 +62,23 @@ def test_the_frames_since_the_request_answer_only_the_read_they_are() -> None:
 
 
 def test_appends_extend_the_frames_fold_the_system_nodes_and_open_the_calls_in_order() -> None:
-    events = [system_event(9, "be thorough"), user_event(10)]
-    after = aggregate().wrote(events, appended(b"ab", 2, 5), {"c2": 11, "c1": 11, "c0": 12})
+    events = [
+        system_event(9, "be thorough"),
+        user_event(10),
+        calls(11, "c2", "c1"),
+        calls(12, "c0"),
+    ]
+    after = replace(aggregate(), open_calls=("c9",)).wrote(events, appended(b"ab", 2, 5))
     assert after is not None
     assert [node.text for node in after.system_nodes] == ["be brief", "be thorough"]
-    assert after.open_calls == ("c1", "c2", "c0")  # by the seq that made them, then by id
+    assert after.open_calls == ("c9", "c1", "c2", "c0")  # by the seq that made them, then id
     assert after.pending == Frames(b"ab", 2, 5, 0, 0)
-    again = after.wrote([user_event(13)], appended(b"c", 1, 1, 8), {})
+    again = after.wrote([user_event(13)], appended(b"c", 1, 1, 8))
     assert again is not None and again.pending == Frames(b"abc", 3, 6, 0, 0)
 
 
 def test_unknown_frames_stay_unknown_after_appends() -> None:
-    after = aggregate(next_position=7).wrote([user_event(9)], appended(b"a", 1, 1), {})
+    after = aggregate(next_position=7).wrote([user_event(9)], appended(b"a", 1, 1))
     assert after is not None and after.pending is None
 
 
@@ -79,9 +89,16 @@ def test_a_replacement_is_not_followed() -> None:
         op=Replace(2, 4),
         message=Message(Role.USER, (Text("summary"),)),
     )
-    assert aggregate().wrote([replacing], appended(b"s", 1, 1), {}) is None
+    assert aggregate().wrote([replacing], appended(b"s", 1, 1)) is None
     shadowing = Written(6, Shadowed(2, False), -3, NO_FRAMES)
-    assert aggregate().wrote([user_event(9)], shadowing, {}) is None
+    assert aggregate().wrote([user_event(9)], shadowing) is None
+
+
+def test_what_was_not_followed_is_read_again_and_the_frames_are_no_longer_known() -> None:
+    again = aggregate().reread((SystemNode(9, "new"),), ["c1"])
+    assert again.system_nodes == (SystemNode(9, "new"),) and again.open_calls == ("c1",)
+    assert again.pending is None and again.session == aggregate().session
+    assert aggregate().repriced().pending is None
 
 
 def test_answers_close_open_calls_and_only_open_ones() -> None:
@@ -102,22 +119,22 @@ def test_a_commit_moves_the_saved_row_by_the_growth() -> None:
     known = aggregate()
     saved = replace(known.session, revision=6, next_position=7, surface_bytes=10)
     growth = Growth(surface_bytes=20, surface_nodes=2, log_bytes=30, events=2)
-    after = known.wrote([user_event(9)], appended(b"ab", 2, 5), {})
+    after = known.wrote([user_event(9)], appended(b"ab", 2, 5))
     assert after is not None
-    left = after.committed(saved, growth)
+    left = after.saved(saved).committed(growth)
     assert left.session.revision == 6
     assert (left.session.surface_bytes, left.session.surface_nodes) == (30, 2)
     assert left.session.log_bytes == 30
     # The row saved still has the request ending at 5: the two appended frames are pending.
     assert left.pending_from == 5 and left.pending == Frames(b"ab", 2, 5, 0, 0)
-    assert known.committed(None, growth).session == known.session  # nothing saved
+    assert known.committed(None).session == known.session  # nothing saved
 
 
 def test_a_new_request_leaves_no_frames_pending() -> None:
-    known = aggregate().wrote([user_event(9)], appended(b"ab", 2, 5), {})
+    known = aggregate().wrote([user_event(9)], appended(b"ab", 2, 5))
     assert known is not None
     moved = replace(PREFIX, end_position=7)
-    left = known.committed(replace(known.session, next_position=7, prefix=moved), Growth())
+    left = known.saved(replace(known.session, next_position=7, prefix=moved)).committed(Growth())
     assert left.pending_from == 7 and left.pending == NO_FRAMES
 
 

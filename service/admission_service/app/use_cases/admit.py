@@ -19,9 +19,9 @@ from admission_service.app.deps import Deps
 from admission_service.app.derivation import derive_request, plan_frames, request_key
 from admission_service.app.hooks import Phase
 from admission_service.app.ledger import forecast_json
-from admission_service.app.pricing import session_counter, write_priced
+from admission_service.app.pricing import followed, session_counter, write_priced
 from admission_service.app.unit_of_work import Call, Reply, UnitOfWork, runs_again_if_moved
-from admission_service.app.use_cases.record import record_output
+from admission_service.app.use_cases.record import admission_of, record_output
 from admission_service.domain import admission as rules
 from admission_service.domain.accounting import (
     PreviousRequest,
@@ -30,10 +30,11 @@ from admission_service.domain.accounting import (
     forecast_totals,
     message_tokens,
 )
+from admission_service.domain.aggregate import SessionAggregate
 from admission_service.domain.catalog import Catalog, resolve_route
-from admission_service.domain.errors import AdmissionNotFound, fields_under
+from admission_service.domain.errors import fields_under
 from admission_service.domain.series import Route
-from admission_service.domain.session import Session
+from admission_service.domain.stored import AdmissionRecord
 from admission_service.domain.surface import effective_prompt, fold_system_nodes
 from admission_service.storage import codec
 from admission_service.tokenizers import counter_for, counter_off_the_loop, load_off_the_loop
@@ -72,11 +73,11 @@ async def admit(
     async with UnitOfWork(deps, call) as uow:
         if (replayed := await uow.replayed()) is not None:
             return replayed
-        session = uow.load(command.expected_revision)
+        aggregate = uow.load(command.expected_revision)
         recorded = None
         if output is not None:
             with fields_under("previous_output"):
-                session, recorded = await record_output(uow, session, output, counter)
+                aggregate, recorded = await record_output(uow, aggregate, output, counter)
         attempt = rules.Attempt(
             admission_id="" if uow.validate_only else uuid.uuid4().hex,
             turn=command.turn,
@@ -90,17 +91,23 @@ async def admit(
             config=command.config,
         )
         await uow.reached(Phase.VALIDATE)
-        result = await _attempt(deps, uow, session, attempt, 0, command, counter, first=True)
+        request_index = aggregate.session.request_count
+        aggregate, result = await _attempt(
+            deps, uow, aggregate, attempt, 0, command, counter, first=True
+        )
         if not uow.validate_only:
-            await uow.sessions.add_admission(
+            admitted = AdmissionRecord(
                 attempt.admission_id,
                 attempt.turn,
                 attempt.step,
                 attempt.rendered_prompt,
                 attempt.tools,
-                result.user_seqs,
+                attempts=1,
             )
-            await _add_request(uow, session.request_count, attempt.admission_id, 0, result)
+            await uow.sessions.add_admission(admitted, result.user_seqs)
+            aggregate = aggregate.admitted(admitted)
+            await _add_request(uow, request_index, attempt.admission_id, 0, result)
+        await uow.sessions.save(aggregate)
         return await uow.commit(result if recorded is None else replace(result, recorded=recorded))
 
 
@@ -122,10 +129,9 @@ async def reconcile(
     async with UnitOfWork(deps, call) as uow:
         if (replayed := await uow.replayed()) is not None:
             return replayed
-        session = uow.load(command.expected_revision)
-        admitted = await uow.sessions.admission(command.admission_id)
-        if admitted is None:
-            raise AdmissionNotFound(command.admission_id)
+        aggregate = uow.load(command.expected_revision)
+        session = aggregate.session
+        admitted = await admission_of(uow, aggregate, command.admission_id)
         attempt = rules.Attempt(
             admission_id=admitted.admission_id,
             turn=admitted.turn,
@@ -139,10 +145,14 @@ async def reconcile(
         await uow.reached(Phase.VALIDATE)
         number = admitted.attempts
         counter = counter_for(route.provider)
-        result = await _attempt(deps, uow, session, attempt, number, command, counter, first=False)
+        aggregate, result = await _attempt(
+            deps, uow, aggregate, attempt, number, command, counter, first=False
+        )
         if not uow.validate_only:
             await uow.sessions.count_attempt(attempt.admission_id)
+            aggregate = aggregate.attempted(attempt.admission_id)
             await _add_request(uow, session.request_count, attempt.admission_id, number, result)
+        await uow.sessions.save(aggregate)
         return await uow.commit(result)
 
 
@@ -163,28 +173,35 @@ async def _route(catalog: Catalog, route: RouteRequest) -> Route:
 async def _attempt(
     deps: Deps,
     uow: UnitOfWork,
-    session: Session,
+    aggregate: SessionAggregate,
     attempt: rules.Attempt,
     number: int,
     command: AdmitCommand | ReconcileCommand,
     counter: TokenCounter,
     *,
     first: bool,
-) -> AttemptResult:
-    """One attempt on ``session``: the domain's transition, its events written, the derived
-    request and its forecast, the session it leaves saved; ``counter``: the route's."""
+) -> tuple[SessionAggregate, AttemptResult]:
+    """One attempt on ``aggregate``: the domain's transition, its events written, the derived
+    request and its forecast; the aggregate it leaves; ``counter``: the route's."""
     wire, selection = command.wire_format, command.selection
+    session = aggregate.session
     if session.surface_nodes and session_counter(session).name != counter.name:
-        session = await _reprice(uow, session, counter)
-    # One statement reads the system nodes and the frames the request needs if this attempt
-    # shadows nothing (the usual case); a replacement reads the frames again below.
+        aggregate = await _reprice(uow, aggregate, counter)
+        session = aggregate.session
+    # The frames appended since the previous request are usually known to the aggregate; a
+    # replacement by this attempt reads the frames again below.
     planned = plan_frames(
         session, session.shadowed, selection, wire, attempt.route, command.delivery
     )
-    system_nodes, early, open_calls = await uow.sessions.system_nodes_and_frames(
-        planned.from_position, planned.split_position
+    early = aggregate.frames_since_request(planned.from_position, planned.split_position)
+    if early is None:
+        early = await uow.sessions.frames(
+            planned.from_position, planned.split_position, after_writes=True
+        )
+    system_nodes = aggregate.system_nodes
+    state = rules.AdmissionState(
+        session.next_seq, system_nodes, session.series, aggregate.open_calls
     )
-    state = rules.AdmissionState(session.next_seq, system_nodes, session.series, open_calls)
     outcome = rules.admit(state, attempt) if first else rules.reconcile(state, attempt)
     await uow.reached(Phase.PROJECT)
     written = await write_priced(uow.sessions, session, outcome.events, counter)
@@ -214,10 +231,10 @@ async def _attempt(
         PreviousRequest(key, derived.totals.messages),
         derived.prefix,
     )
-    await uow.sessions.save(after)
     prompt = effective_prompt(fold_system_nodes(system_nodes, outcome.events))
+    aggregate = await followed(uow.sessions, aggregate, outcome.events, written)
     await uow.reached(Phase.DERIVE)
-    return AttemptResult(
+    return aggregate.saved(after), AttemptResult(
         admission_id=attempt.admission_id,
         attempt=number,
         revision=session.revision if uow.validate_only else after.revision,
@@ -234,21 +251,25 @@ async def _attempt(
     )
 
 
-async def _reprice(uow: UnitOfWork, session: Session, counter: TokenCounter) -> Session:
+async def _reprice(
+    uow: UnitOfWork, aggregate: SessionAggregate, counter: TokenCounter
+) -> SessionAggregate:
     """A change of route family (another tokenizer): price every surviving node again with
     the new route's tokenizer, so the breakdown, ``retain_tokens``, the summary-size rule and
     the forecast never mix two tokenizers. Costs one pass over the surface, once per change of
-    family; returns the session with the new running price and prefix price."""
+    family; returns the aggregate with the new running price and prefix price."""
+    session = aggregate.session
     rows = await uow.sessions.surface(with_empty=False)
     prices = [(row.seq, message_tokens(row.decoded(), counter)) for row in rows]
     await uow.sessions.reprice(prices)
     end = session.prefix.end_position if session.prefix is not None else 0
-    return session.repriced(
+    repriced = session.repriced(
         surface_tokens=sum(price for _, price in prices),
         prefix_tokens=sum(
             price for row, (_, price) in zip(rows, prices, strict=True) if row.position < end
         ),
     )
+    return aggregate.repriced().saved(repriced)
 
 
 async def _add_request(

@@ -16,7 +16,7 @@ from admission_service.app.deps import Deps
 from admission_service.app.hooks import Phase
 from admission_service.app.page_tokens import Shape
 from admission_service.app.ports import SurfaceNode
-from admission_service.app.pricing import session_counter, write_priced
+from admission_service.app.pricing import followed, session_counter, write_priced
 from admission_service.app.snapshot import snapshot
 from admission_service.app.unit_of_work import Call, Reply, UnitOfWork, runs_again_if_moved
 from admission_service.domain import admission as rules
@@ -95,7 +95,8 @@ async def compact(
     async with UnitOfWork(deps, Call("Compact", tenant, command.session_id, idempotency)) as uow:
         if (replayed := await uow.replayed()) is not None:
             return replayed
-        session = uow.load(command.expected_revision)
+        aggregate = uow.load(command.expected_revision)
+        session = aggregate.session
         if (token["generation"], token["next_seq"]) != (
             session.series.replace_generation,
             session.next_seq,
@@ -109,10 +110,11 @@ async def compact(
         outcome = compact_rule(state, selected, command.summary, counter=counter)
         await uow.reached(Phase.PROJECT)
         written = await write_priced(uow.sessions, session, outcome.events, counter)
-        prompt = effective_prompt(await uow.sessions.system_nodes())
+        aggregate = await followed(uow.sessions, aggregate, outcome.events, written)
+        prompt = effective_prompt(aggregate.system_nodes)
         await uow.reached(Phase.DERIVE)
         after = session.compacted(len(outcome.events), written, outcome.series)
-        await uow.sessions.save(after)
+        await uow.sessions.save(aggregate.saved(after))
         return await uow.commit(
             CompactResult(
                 after.revision, outcome.summary_seq, selected.shadowed_seqs, outcome.commits, prompt

@@ -8,12 +8,13 @@ from admission_service.app.commands import Idempotency, RecordCommand, RecordRes
 from admission_service.app.deps import Deps
 from admission_service.app.hooks import Phase
 from admission_service.app.ledger import usage_json
-from admission_service.app.pricing import session_counter, write_priced
+from admission_service.app.pricing import followed, session_counter, write_priced
 from admission_service.app.unit_of_work import Call, Reply, UnitOfWork, runs_again_if_moved
 from admission_service.domain import recording
 from admission_service.domain.accounting import TokenCounter
+from admission_service.domain.aggregate import SessionAggregate
 from admission_service.domain.errors import AdmissionNotFound
-from admission_service.domain.session import Session
+from admission_service.domain.stored import AdmissionRecord
 from admission_service.storage import codec
 
 
@@ -33,21 +34,37 @@ async def record(
     async with UnitOfWork(deps, call) as uow:
         if (replayed := await uow.replayed()) is not None:
             return replayed
-        session = uow.load(command.expected_revision)
-        _, result = await record_output(uow, session, command)
+        loaded = uow.load(command.expected_revision)
+        after, result = await record_output(uow, loaded, command)
+        await uow.sessions.save(after)
         return await uow.commit(result)
 
 
-async def record_output(
-    uow: UnitOfWork, session: Session, command: RecordCommand, ahead: TokenCounter | None = None
-) -> tuple[Session, RecordResult]:
-    """Record's transition in ``uow`` (Record, and an Admit's previous_output): the session it
-    leaves, from which a transition after it in the same transaction starts, and its result.
-    ``ahead``: a counter holding counts made off the event loop (an Admit's), used when it is
-    the session's (its route kept the family)."""
-    admitted = await uow.sessions.admission(command.admission_id)
+async def admission_of(
+    uow: UnitOfWork, aggregate: SessionAggregate, admission_id: str
+) -> AdmissionRecord:
+    """The admission ``admission_id`` of the session: the aggregate's last, or read."""
+    if aggregate.holds_admission(admission_id):
+        assert aggregate.admission is not None
+        return aggregate.admission
+    admitted = await uow.sessions.admission(admission_id)
     if admitted is None:
-        raise AdmissionNotFound(command.admission_id)
+        raise AdmissionNotFound(admission_id)
+    return admitted
+
+
+async def record_output(
+    uow: UnitOfWork,
+    aggregate: SessionAggregate,
+    command: RecordCommand,
+    ahead: TokenCounter | None = None,
+) -> tuple[SessionAggregate, RecordResult]:
+    """Record's transition in ``uow`` (Record, and an Admit's previous_output): the aggregate
+    it leaves (not saved: a transition after it in the same transaction starts from it) and
+    its result. ``ahead``: a counter holding counts made off the event loop (an Admit's), used
+    when it is the session's (its route kept the family)."""
+    admitted = await admission_of(uow, aggregate, command.admission_id)
+    session = aggregate.session
     calls = command.call_ids
     outcome = recording.record(
         session.next_seq,
@@ -62,12 +79,34 @@ async def record_output(
     if ahead is not None and ahead == counter:
         counter = ahead
     written = await write_priced(uow.sessions, session, outcome.events, counter)
-    was_open = await uow.sessions.mark_answered(outcome.answers(command.tool_results))
-    recording.check_answered(command.tool_results, was_open)
+    aggregate = await followed(uow.sessions, aggregate, outcome.events, written)
+    aggregate = await _answer(uow, aggregate, command, outcome)
     if command.usage is not None:
         usage = codec.dumps(usage_json(command.usage))
         await uow.sessions.observe_usage(admitted.admission_id, usage)
     await uow.reached(Phase.DERIVE)
     after = session.recorded(outcome.next_seq, written)
-    await uow.sessions.save(after)
-    return after, RecordResult(after.revision, outcome.assistant_seq, outcome.tool_result_seqs)
+    result = RecordResult(after.revision, outcome.assistant_seq, outcome.tool_result_seqs)
+    return aggregate.saved(after), result
+
+
+async def _answer(
+    uow: UnitOfWork,
+    aggregate: SessionAggregate,
+    command: RecordCommand,
+    outcome: recording.RecordOutcome,
+) -> SessionAggregate:
+    """The tool results' calls closed. When the aggregate knows every one is open, the answers
+    are written and nothing is read; otherwise the database says which were open, and the
+    domain refuses what was not."""
+    answers = outcome.answers(command.tool_results)
+    closed = aggregate.answered(call_id for call_id, _ in answers)
+    if closed is not None:
+        recording.check_answered(command.tool_results, {call_id: True for call_id, _ in answers})
+        await uow.sessions.close_calls(answers)
+        return closed
+    was_open = await uow.sessions.mark_answered(answers)
+    recording.check_answered(command.tool_results, was_open)
+    # The aggregate did not know a call the database found open (a cached value behind it:
+    # the commit will find it moved): what the answers left is read.
+    return aggregate.reread(*await uow.sessions.system_nodes_and_open_calls())

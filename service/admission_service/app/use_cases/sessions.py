@@ -44,9 +44,9 @@ async def create_session(
     async with UnitOfWork(deps, call) as uow:
         if (replayed := await uow.replayed()) is not None:
             return replayed
-        session = uow.load()
+        created = uow.load()
         await uow.check_new_session()
-        return await uow.commit(session_info(session))
+        return await uow.commit(session_info(created.session))
 
 
 async def get_session(deps: Deps, tenant: str, session_id: str) -> SessionInfo:
