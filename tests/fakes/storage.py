@@ -121,6 +121,7 @@ class FakeSessionStore:
         self._deferred: list[Callable[[], None]] = []
         self.growth = Growth()
         self._saved_growth = Growth()
+        self.saved: SessionAggregate | None = None
 
     @property
     def _key(self) -> tuple[str, str]:
@@ -166,7 +167,7 @@ class FakeSessionStore:
         )
 
     async def save(self, aggregate: SessionAggregate) -> None:
-        saved = aggregate.session
+        self.saved, saved = aggregate, aggregate.session
         unsaved, self._saved_growth = self.growth.minus(self._saved_growth), replace(self.growth)
 
         def write() -> None:
@@ -187,8 +188,28 @@ class FakeSessionStore:
         self._deferred.append(write)
 
     async def delete(self) -> None:
+        self.saved = None
         self._state.sessions.pop(self._key, None)
         self._state.responses.pop(self._key, None)
+
+    def check_saved(self) -> None:
+        """The aggregate saved, as its commit leaves it (what PostgreSQL's adapter would cache
+        for the next step), is what is stored: the check ``tests/integration/
+        test_session_cache.py`` makes on PostgreSQL after each step of a seeded mix, made here
+        at every commit of every use-case test."""
+        if self.saved is None or self._key not in self._state.sessions:
+            return
+        kept, stored = self.saved.committed(self.growth), self._mine
+        counters = ("revision", "next_seq", "next_position", "surface_tokens", "request_count")
+        sizes = ("surface_bytes", "surface_nodes", "log_bytes")
+        for name in counters + sizes:
+            assert getattr(kept.session, name) == getattr(stored.record, name), name
+        assert kept.system_nodes == self._system_nodes(), "system nodes"
+        assert kept.open_calls == self._open_calls(), "open calls"
+        if kept.pending is not None:
+            assert kept.pending == self._frames(kept.pending_from, None), "frames since request"
+        if (admission := kept.admission) is not None:
+            assert stored.admissions.get(admission.admission_id) == admission, "admission"
 
     # ---- idempotency
 
@@ -563,6 +584,7 @@ class FakeUnit:
     async def commit(self) -> None:
         assert not self._snapshot, "a snapshot is read-only"
         await self.store.flush()
+        self.store.check_saved()
         self._storage.state = self._state
         self._storage.commits += 1
 
