@@ -250,16 +250,16 @@ async def test_the_ledger_and_observed_usage(storage: Storage) -> None:
     async with storage.unit(TENANT, session_id) as unit:
         await unit.store.add_admission(AdmissionRecord("a1", 1, 1, "p", (), 1), [])
         for index, attempt in enumerate((0, 1, 2)):
-            await unit.store.add_request(index, "a1", attempt, b'{"n": %d}' % index)
+            await unit.store.add_request(index, "a1", attempt, {"n": index, "at": [index]})
         await unit.store.flush()  # one flushed statement does not see its own inserts
-        await unit.store.observe_usage("a1", b'{"input_tokens": 7}')
+        await unit.store.observe_usage("a1", {"input_tokens": 7})
         ledger = await unit.store.ledger(2)
         assert [row.request_index for row in ledger] == [1, 2]
-        assert [row.observed for row in ledger] == [None, b'{"input_tokens": 7}']
+        assert [row.observed_json() for row in ledger] == [None, {"input_tokens": 7}]
         rows = await unit.store.requests_from(1, 5)
-        assert [(row.request_index, row.attempt, row.forecast) for row in rows] == [
-            (1, 1, b'{"n": 1}'),
-            (2, 2, b'{"n": 2}'),
+        assert [(row.request_index, row.attempt, row.forecast_json()) for row in rows] == [
+            (1, 1, {"n": 1, "at": [1]}),
+            (2, 2, {"n": 2, "at": [2]}),
         ]
 
 

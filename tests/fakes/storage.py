@@ -17,7 +17,7 @@ import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Self
+from typing import Any, Self
 
 from admission_service.domain.aggregate import SessionAggregate
 from admission_service.domain.events import Append, Event, EventKind, Replace
@@ -29,6 +29,11 @@ from admission_service.domain.stored import AdmissionRecord, Growth, StoredRespo
 from admission_service.storage import codec
 
 _PROMPT_KINDS = (EventKind.SYSTEM_MESSAGE, EventKind.REQUEST_HEADER, EventKind.REQUEST_CONTEXT)
+
+
+def _as_stored(value: Mapping[str, Any]) -> dict[str, Any]:
+    """A JSON object as the real store gives it back (through its canonical JSON)."""
+    return codec.loads(codec.dumps(value))  # type: ignore[no-any-return]
 
 
 def _now() -> datetime:
@@ -73,9 +78,15 @@ class RequestRow:
     request_index: int
     admission_id: str
     attempt: int
-    forecast: bytes
-    observed: bytes | None = None
+    forecast: dict[str, Any]
+    observed: dict[str, Any] | None = None
     create_time: datetime = field(default_factory=_now)
+
+    def forecast_json(self) -> dict[str, Any]:
+        return dict(self.forecast)
+
+    def observed_json(self) -> dict[str, Any] | None:
+        return dict(self.observed) if self.observed is not None else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -460,16 +471,16 @@ class FakeSessionStore:
         self._deferred.append(write)
 
     async def add_request(
-        self, request_index: int, admission_id: str, attempt: int, forecast: bytes
+        self, request_index: int, admission_id: str, attempt: int, forecast: Mapping[str, Any]
     ) -> None:
-        row = RequestRow(request_index, admission_id, attempt, forecast)
+        row = RequestRow(request_index, admission_id, attempt, _as_stored(forecast))
         self._deferred.append(lambda: self._mine.requests.append(row))
 
-    async def observe_usage(self, admission_id: str, observed: bytes) -> None:
+    async def observe_usage(self, admission_id: str, observed: Mapping[str, Any]) -> None:
         def write() -> None:
             rows = [row for row in self._mine.requests if row.admission_id == admission_id]
             if rows:
-                max(rows, key=lambda row: row.request_index).observed = observed
+                max(rows, key=lambda row: row.request_index).observed = _as_stored(observed)
 
         self._deferred.append(write)
 

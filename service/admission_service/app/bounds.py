@@ -17,7 +17,7 @@ from admission_service.domain.errors import (
     SessionSurfaceNodesExceeded,
 )
 from admission_service.domain.session import Session
-from admission_service.storage.repository import Growth
+from admission_service.domain.stored import Growth
 
 _COMPACT = (
     "compact the session (PlanCompaction, Compact) to free room; a compaction is always allowed"

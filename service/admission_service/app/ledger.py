@@ -9,8 +9,8 @@ from dataclasses import fields
 from typing import Any
 
 from admission_service.app.commands import LedgerEntry, Usage
+from admission_service.app.ports import LedgerRow
 from admission_service.domain.accounting import CacheForecast, Calibration, DivergenceReason
-from admission_service.storage import codec
 
 _FORECAST_FIELDS = tuple(field.name for field in fields(CacheForecast))
 
@@ -38,15 +38,15 @@ def usage_json(usage: Usage) -> dict[str, int]:
     }
 
 
-def ledger_entry_of(row: Any) -> LedgerEntry:
+def ledger_entry_of(row: LedgerRow) -> LedgerEntry:
     """A ``requests`` row as a ledger entry."""
-    stored = codec.loads(row.forecast)
+    stored, observed = row.forecast_json(), row.observed_json()
     return LedgerEntry(
         row.request_index,
         row.admission_id,
         row.attempt,
         forecast_from_json(stored),
-        Usage(**codec.loads(row.observed)) if row.observed is not None else None,
+        Usage(**observed) if observed is not None else None,
         stored.get("provider", ""),
     )
 

@@ -27,10 +27,10 @@ from admission_service.app.commands import AttemptResult, EncodedMessages, Reque
 from admission_service.app.ports import SessionRepository
 from admission_service.domain.errors import DomainError, WireFormatError
 from admission_service.domain.messages import Message
+from admission_service.domain.stored import StoredResponse
 from admission_service.domain.surface import SessionLog
 from admission_service.domain.wire import MessagesEnd, WindowNeeded, WireFormat, render
 from admission_service.storage import codec
-from admission_service.storage.repository import StoredResponse
 
 
 @runtime_checkable

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from admission_service.app.commands import LedgerEntry, Page
 from admission_service.domain.events import Event
@@ -28,7 +28,6 @@ from admission_service.domain.trajectory import (
     tool_set_version,
     trajectory,
 )
-from admission_service.storage import codec
 
 _Content = TypeVar("_Content", str, tuple[Tool, ...])
 # Prompt texts and tool sets by version id.
@@ -56,9 +55,9 @@ class TrajectoryEntry:
         return self.ledger.request_index
 
 
-def request_log_seq(stored_forecast: bytes) -> int | None:
+def request_log_seq(stored_forecast: Mapping[str, Any]) -> int | None:
     """The log position stored with a ledger row; None for rows written before it was kept."""
-    value = codec.loads(stored_forecast).get("log_seq")
+    value = stored_forecast.get("log_seq")
     return int(value) if value is not None else None
 
 

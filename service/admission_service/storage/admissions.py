@@ -4,7 +4,7 @@ RPCs read it (Inspect, ListTrajectory), as typed rows (``rows``)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import select
@@ -81,7 +81,7 @@ class AdmissionsAndLedger(SessionScope):
         self.batch.defer(build)
 
     async def add_request(
-        self, request_index: int, admission_id: str, attempt: int, forecast: bytes
+        self, request_index: int, admission_id: str, attempt: int, forecast: Mapping[str, Any]
     ) -> None:
         self.batch.insert(
             "requests",
@@ -91,17 +91,18 @@ class AdmissionsAndLedger(SessionScope):
                     "request_index": request_index,
                     "admission_id": admission_id,
                     "attempt": attempt,
-                    "forecast": forecast,
+                    "forecast": codec.dumps(forecast),
                 }
             ],
         )
 
-    async def observe_usage(self, admission_id: str, observed: bytes) -> None:
+    async def observe_usage(self, admission_id: str, observed: Mapping[str, Any]) -> None:
         """Attach the provider's usage to the admission's latest request."""
+        stored = codec.dumps(observed)
 
         def build(params: list[Any]) -> str:
             return (
-                f"UPDATE requests SET observed = {param(params, observed)}"
+                f"UPDATE requests SET observed = {param(params, stored)}"
                 f" WHERE {self._where_mine(params)} AND request_index = ("
                 f"SELECT max(request_index) FROM requests WHERE {self._where_mine(params)}"
                 f" AND admission_id = {param(params, admission_id)})"

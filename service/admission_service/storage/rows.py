@@ -96,7 +96,8 @@ class StoredEvent:
 
 @dataclass(frozen=True, slots=True)
 class LedgerRow:
-    """A ``requests`` row: one derived request's forecast and the usage observed for it."""
+    """A ``requests`` row: one derived request's forecast and the usage observed for it, each
+    the app's JSON object (stored as canonical JSON: ``codec.dumps``)."""
 
     request_index: int
     admission_id: str
@@ -104,6 +105,12 @@ class LedgerRow:
     forecast: bytes
     observed: bytes | None
     create_time: datetime
+
+    def forecast_json(self) -> dict[str, Any]:
+        return codec.loads(self.forecast)  # type: ignore[no-any-return]
+
+    def observed_json(self) -> dict[str, Any] | None:
+        return codec.loads(self.observed) if self.observed is not None else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,7 +36,6 @@ from admission_service.domain.errors import fields_under
 from admission_service.domain.series import Route
 from admission_service.domain.stored import AdmissionRecord
 from admission_service.domain.surface import effective_prompt, fold_system_nodes
-from admission_service.storage import codec
 from admission_service.tokenizers import counter_for, counter_off_the_loop, load_off_the_loop
 
 
@@ -283,7 +282,7 @@ async def _add_request(
         "log_seq": result.log_seq,
         "provider": result.route.provider,
     }
-    await uow.sessions.add_request(index, admission_id, attempt, codec.dumps(stored))
+    await uow.sessions.add_request(index, admission_id, attempt, stored)
 
 
 def _admit_texts(command: AdmitCommand) -> Iterator[str]:

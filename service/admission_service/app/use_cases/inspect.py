@@ -153,11 +153,11 @@ async def list_trajectory(
         more, rows = len(rows) > limit, rows[:limit]
         if not rows:
             return TrajectoryPage.of(cursor.page(deps, (), None), versions)
-        requests = [(ledger_entry_of(row), request_log_seq(row.forecast)) for row in rows]
+        requests = [(ledger_entry_of(row), request_log_seq(row.forecast_json())) for row in rows]
         ends = [seq for _, seq in requests if seq is not None]
         complete = len(ends) == len(requests)
         events = await sessions.prompt_events(max(ends) if complete else session.next_seq)
-    since = request_log_seq(before.forecast) if before is not None else 0
+    since = request_log_seq(before.forecast_json()) if before is not None else 0
     folded = trajectory_entries(
         requests, [(row.event(), row.commit_time) for row in events], since=since or 0
     )

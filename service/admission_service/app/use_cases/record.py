@@ -15,7 +15,6 @@ from admission_service.domain.accounting import TokenCounter
 from admission_service.domain.aggregate import SessionAggregate
 from admission_service.domain.errors import AdmissionNotFound
 from admission_service.domain.stored import AdmissionRecord
-from admission_service.storage import codec
 
 
 @runs_again_if_moved
@@ -82,8 +81,7 @@ async def record_output(
     aggregate = await followed(uow.sessions, aggregate, outcome.events, written)
     aggregate = await _answer(uow, aggregate, command, outcome)
     if command.usage is not None:
-        usage = codec.dumps(usage_json(command.usage))
-        await uow.sessions.observe_usage(admitted.admission_id, usage)
+        await uow.sessions.observe_usage(admitted.admission_id, usage_json(command.usage))
     await uow.reached(Phase.DERIVE)
     after = session.recorded(outcome.next_seq, written)
     result = RecordResult(after.revision, outcome.assistant_seq, outcome.tool_result_seqs)
