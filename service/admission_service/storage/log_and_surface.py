@@ -98,9 +98,11 @@ _FRAMES_BEFORE = (
 )
 
 # The tool calls on the surface still unanswered, in call order (partial index on the open
-# calls; the tool-call ordering rule, domain/admission.py).
+# calls; the tool-call ordering rule, domain/admission.py). Ids of one message in code-point
+# order whatever the database's collation, as the aggregate orders the calls it follows
+# (``SessionAggregate.wrote``), so a cached aggregate and a fresh read agree.
 _OPEN_CALLS = (
-    "SELECT array_agg(c.call_id ORDER BY c.call_seq, c.call_id) FROM tool_calls AS c"
+    'SELECT array_agg(c.call_id ORDER BY c.call_seq, c.call_id COLLATE "C") FROM tool_calls AS c'
     " WHERE c.tenant_id = %(t)s AND c.session_id = %(s)s AND c.result_seq IS NULL"
     " AND EXISTS (SELECT 1 FROM surface_nodes AS n"
     " WHERE n.tenant_id = %(t)s AND n.session_id = %(s)s AND n.seq = c.call_seq)"
