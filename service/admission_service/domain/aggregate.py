@@ -121,8 +121,12 @@ class SessionAggregate:
         """With the row a transition left (what the step saves)."""
         return replace(self, session=session)
 
-    def holds_admission(self, admission_id: str) -> bool:
-        return self.admission is not None and self.admission.admission_id == admission_id
+    def admission_named(self, admission_id: str) -> AdmissionRecord | None:
+        """The last admission when it is ``admission_id``; None: not known here (read it)."""
+        admission = self.admission
+        return (
+            admission if admission is not None and admission.admission_id == admission_id else None
+        )
 
     def admitted(self, admission: AdmissionRecord) -> SessionAggregate:
         return replace(self, admission=admission)

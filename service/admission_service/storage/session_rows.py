@@ -171,7 +171,7 @@ class SessionRows(SessionScope):
         key = (self.tenant, self.session_id)
         entry = self.cache.take(key) if self.cache is not None and fresh else None
         if entry is not None and (
-            admission_id is None or entry.aggregate.holds_admission(admission_id)
+            admission_id is None or entry.aggregate.admission_named(admission_id) is not None
         ):
             self.entry, self.warm = entry, True
             self.read_version = entry.row_version

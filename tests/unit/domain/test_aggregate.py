@@ -112,7 +112,9 @@ def test_answers_close_open_calls_and_only_open_ones() -> None:
 def test_an_attempt_counts_on_the_admission_it_retries() -> None:
     assert aggregate().attempted("a1").admission == replace(ADMISSION, attempts=2)
     assert aggregate().attempted("other").admission == ADMISSION
-    assert aggregate().admitted(replace(ADMISSION, admission_id="a2")).holds_admission("a2")
+    second = replace(ADMISSION, admission_id="a2")
+    assert aggregate().admitted(second).admission_named("a2") == second
+    assert aggregate().admission_named("a2") is None
 
 
 def test_a_commit_moves_the_saved_row_by_the_growth() -> None:

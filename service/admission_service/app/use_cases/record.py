@@ -43,10 +43,7 @@ async def admission_of(
     uow: UnitOfWork, aggregate: SessionAggregate, admission_id: str
 ) -> AdmissionRecord:
     """The admission ``admission_id`` of the session: the aggregate's last, or read."""
-    if aggregate.holds_admission(admission_id):
-        assert aggregate.admission is not None
-        return aggregate.admission
-    admitted = await uow.sessions.admission(admission_id)
+    admitted = aggregate.admission_named(admission_id) or await uow.sessions.admission(admission_id)
     if admitted is None:
         raise AdmissionNotFound(admission_id)
     return admitted
