@@ -53,7 +53,7 @@ class SessionAggregate:
     ) -> SessionAggregate:
         """From the row and its indexed state as a fresh read found them. The frames since the
         previous request are known (none) only when nothing was appended since it."""
-        end = request_end(session)
+        end = _request_end(session)
         pending = NO_FRAMES if session.next_position == end else None
         return cls(session, system_nodes, tuple(open_calls), end, pending, admission)
 
@@ -149,7 +149,7 @@ class SessionAggregate:
                 surface_nodes=session.surface_nodes + growth.surface_nodes,
                 log_bytes=session.log_bytes + growth.log_bytes,
             )
-        end = request_end(session)
+        end = _request_end(session)
         pending: Frames | None = NO_FRAMES
         if session.next_position != end:
             # Appended since the previous request (a Record): still known if it was then.
@@ -157,7 +157,7 @@ class SessionAggregate:
         return replace(self, session=session, pending_from=end, pending=pending)
 
 
-def request_end(session: Session) -> int:
+def _request_end(session: Session) -> int:
     """Where the previous request ended (0 before the first): the frames appended since start
     there."""
     return session.prefix.end_position if session.prefix is not None else 0

@@ -27,7 +27,6 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from admission_service.domain.aggregate import SessionAggregate
-from admission_service.domain.session import Session
 
 SessionKey = tuple[str, str]  # (tenant, session_id)
 
@@ -42,10 +41,6 @@ class CachedSession:
 
     aggregate: SessionAggregate
     row_version: int
-
-    @property
-    def session(self) -> Session:
-        return self.aggregate.session
 
     def size(self) -> int:
         """Roughly the bytes the entry holds (its large values; the bound's unit)."""

@@ -35,7 +35,7 @@ from admission_service.domain.catalog import Catalog, resolve_route
 from admission_service.domain.errors import fields_under
 from admission_service.domain.series import Route
 from admission_service.domain.stored import AdmissionRecord
-from admission_service.domain.surface import effective_prompt, fold_system_nodes
+from admission_service.domain.surface import effective_prompt
 from admission_service.tokenizers import counter_for, counter_off_the_loop, load_off_the_loop
 
 
@@ -197,9 +197,8 @@ async def _attempt(
         early = await uow.sessions.frames(
             planned.from_position, planned.split_position, after_writes=True
         )
-    system_nodes = aggregate.system_nodes
     state = rules.AdmissionState(
-        session.next_seq, system_nodes, session.series, aggregate.open_calls
+        session.next_seq, aggregate.system_nodes, session.series, aggregate.open_calls
     )
     outcome = rules.admit(state, attempt) if first else rules.reconcile(state, attempt)
     await uow.reached(Phase.PROJECT)
@@ -230,8 +229,8 @@ async def _attempt(
         PreviousRequest(key, derived.totals.messages),
         derived.prefix,
     )
-    prompt = effective_prompt(fold_system_nodes(system_nodes, outcome.events))
     aggregate = await followed(uow.sessions, aggregate, outcome.events, written)
+    prompt = effective_prompt(aggregate.system_nodes)
     await uow.reached(Phase.DERIVE)
     return aggregate.saved(after), AttemptResult(
         admission_id=attempt.admission_id,
