@@ -16,9 +16,12 @@ import logging
 import os
 import secrets
 import shutil
+import signal
 import tempfile
+import traceback
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from types import FrameType
 
 import pytest
 import pytest_timeout  # type: ignore[import-untyped]
@@ -61,6 +64,43 @@ def pytest_exception_interact(node: pytest.Item | pytest.Collector) -> None:
     if isinstance(node, pytest.Item) and not node.config.getoption("usepdb"):
         settings = pytest_timeout.Settings(AFTER_FAILURE_SECONDS, "thread", False, False)
         node.config.hook.pytest_timeout_set_timer(item=node, settings=settings)
+
+
+# A test still running at this share of its timeout fails where it stands (below).
+HANG_REPORT_SHARE = 0.9
+
+
+class Hung(Exception):
+    """A test still running at ``HANG_REPORT_SHARE`` of its timeout, raised where it was."""
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """A hung test fails with where it hung. pytest-timeout's end (its thread method) takes an
+    xdist worker down, and the stacks it prints go to the worker's channel, lost with it; CI
+    then shows a crashed worker and no cause (stops 29 and 30). A SIGALRM at 90 % of the
+    timeout raises ``Hung`` in the main thread, where the test runs: a blocking call returns
+    EINTR, Python runs the handler, and the failure's traceback ends at the call that hung.
+    A thread stuck in C code that never returns to Python misses it, and pytest-timeout still
+    ends that one."""
+    # pytest-timeout's own resolution of the marker, --timeout and the ini value.
+    timeout = pytest_timeout._get_item_settings(item).timeout
+    if not timeout:
+        return (yield)
+    limit = timeout * HANG_REPORT_SHARE
+
+    def hung(signum: int, frame: FrameType | None) -> None:
+        innermost = traceback.extract_stack(frame)[-6:]
+        where = " <- ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in innermost[::-1])
+        raise Hung(f"still running after {limit:g}s, at {where}")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.setitimer(signal.ITIMER_REAL, limit)
+    try:
+        return (yield)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

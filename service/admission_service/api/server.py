@@ -5,7 +5,8 @@ catalog, use cases and the gRPC server together.
 port 0, optionally with their own phase hooks, engine or tracer provider); ``serve`` runs one
 until SIGTERM or SIGINT and then shuts down gracefully: health goes NOT_SERVING, new calls are
 refused, in-flight calls get ``PAS_SHUTDOWN_GRACE_SECONDS`` to finish, and the database pool is
-closed.
+closed; a stop stuck well past the grace ends the process with its stacks in the log
+(``shutdown_watchdog``).
 
 Interceptors, outermost first: telemetry (request id, call log, metrics, span), errors, then
 authentication, which refuses an unauthenticated ``AdmissionService`` call before its body is
@@ -35,6 +36,7 @@ from admission_service.api.authentication import AuthenticateFirst
 from admission_service.api.error_status import ErrorInterceptor
 from admission_service.api.health_probe import DatabaseProbe
 from admission_service.api.servicer import AdmissionServicer, add_to_server
+from admission_service.api.shutdown_watchdog import OVERRUN_SECONDS, ShutdownWatchdog
 from admission_service.api.telemetry import TelemetryInterceptor
 from admission_service.api.tenancy import BearerTokens, DefaultTenant, TenantResolver
 from admission_service.api.token_reload import TokenReloader, on_sighup
@@ -390,5 +392,7 @@ async def serve(settings: Settings) -> None:
                 settings.shutdown_grace_seconds,
             )
         finally:
-            await running.stop(settings.shutdown_grace_seconds)
+            grace = settings.shutdown_grace_seconds
+            with ShutdownWatchdog(grace + OVERRUN_SECONDS):
+                await running.stop(grace)
     _log.info("stopped")

@@ -267,6 +267,12 @@ class _Supervisor:
                     self._forward(signal.SIGTERM)
                 elif worker.exitcode not in (0, -signal.SIGTERM):
                     # -SIGTERM: stopped while still starting, before it served any call.
+                    _log.error(
+                        "%s (pid %s) exited with status %s while stopping",
+                        worker.name,
+                        worker.pid,
+                        worker.exitcode,
+                    )
                     status = 1
         _log.info("stopped")
         return status
