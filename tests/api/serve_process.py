@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+from admission_service.api.shutdown_watchdog import OVERRUN_SECONDS
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 
@@ -91,3 +93,15 @@ def serving(database_url: str, tmp_path: Path, **settings: str | None) -> Iterat
             if process.poll() is None:
                 process.kill()
                 process.wait()
+
+
+def stop_with_sigterm(process: subprocess.Popen[bytes], log: Path, grace_seconds: float) -> int:
+    """SIGTERM, then the exit status. Waits past the shutdown watchdog's limit, so a stop that
+    is stuck ends with its stacks in the log (shutdown_watchdog) and the test shows them."""
+    process.send_signal(signal.SIGTERM)
+    try:
+        return process.wait(timeout=grace_seconds + OVERRUN_SECONDS + 15)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(
+            f"still running after SIGTERM and the watchdog's limit:\n{log.read_text()}"
+        ) from None

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import signal
 import socket
 import subprocess
 import time
@@ -20,7 +19,7 @@ import pytest
 from promptadmission.v1 import admission_service_pb2 as api
 from promptadmission.v1 import admission_service_pb2_grpc as api_grpc
 
-from tests.api.serve_process import free_port, serving
+from tests.api.serve_process import free_port, serving, stop_with_sigterm
 
 GRACE_SECONDS = 5
 WORKER_LINE = re.compile(r"worker (\d) of 2 \(pid (\d+)\) starting on \S+ \((\w+)\)")
@@ -119,8 +118,7 @@ def test_two_workers_share_the_port_and_drain_on_sigterm(database_url: str, tmp_
                     )
             served = [calls_counted(server.metrics), calls_counted(server.metrics + 1)]
         assert min(served) > 0, f"calls per worker: {served}"
-        server.process.send_signal(signal.SIGTERM)
-        code = server.process.wait(timeout=GRACE_SECONDS + 15)
+        code = stop_with_sigterm(server.process, server.log, GRACE_SECONDS)
     text = server.log.read_text()
     assert code == 0, text
     assert text.count("shutting down") == 2, text  # each worker drained
