@@ -21,8 +21,7 @@ from admission_service.domain.accounting import (
     RequestKey,
     RequestTotals,
     TokenCounter,
-    message_digest,
-    tools_json,
+    tools_digest,
     tools_tokens,
 )
 from admission_service.domain.errors import WireFormatError
@@ -207,6 +206,6 @@ def request_key(route: Route, tools: tuple[Tool, ...], counter: TokenCounter) ->
     return RequestKey(
         route.provider,
         route.model,
-        message_digest(tools_json(tools).encode()),
+        tools_digest(tools),
         tools_tokens(tools, counter),
     )

@@ -171,6 +171,17 @@ def _tools_tokens(tools: tuple[msg.Tool, ...], counter: TokenCounter) -> int:
     return counter.count(tools_json(tools)) + BLOCK_OVERHEAD
 
 
+def tools_digest(tools: Sequence[msg.Tool]) -> str:
+    """The digest of a tool set's JSON (what a request key holds), remembered like its price:
+    writing the JSON of 40 tools' schemas (45 KB) takes ~0.2 ms, which every step paid."""
+    return _tools_digest(tuple(tools))
+
+
+@functools.lru_cache(maxsize=256)
+def _tools_digest(tools: tuple[msg.Tool, ...]) -> str:
+    return message_digest(tools_json(tools).encode())
+
+
 @dataclass(frozen=True, slots=True)
 class PricedNode:
     """A surface node as accounting sees it."""

@@ -10,9 +10,12 @@ from admission_service.domain.accounting import (
     RequestKey,
     breakdown,
     js_length,
+    message_digest,
     message_tokens,
     node_prices,
     observed_input_tokens,
+    tools_digest,
+    tools_json,
     tools_tokens,
 )
 from admission_service.domain.events import Append, Event, EventKind
@@ -98,6 +101,19 @@ def test_tools_price() -> None:
     tool = Tool("a", "b", '{"x":1}')
     text = '[{"name":"a","description":"b","parameters":{"x":1}}]'
     assert tools_tokens((tool,)) == -(-len(text) // 4) + 4
+
+
+def test_a_tool_sets_digest_is_its_jsons_and_equal_sets_share_it() -> None:
+    tools = (Tool("a", "b", '{"x":1}'), Tool("c", "d\u00e9", ""))
+    text = '[{"name":"a","description":"b","parameters":{"x":1}},'
+    text += '{"name":"c","description":"d\u00e9","parameters":{}}]'
+    assert tools_json(tools) == text
+    assert tools_digest(tools) == message_digest(text.encode())
+    # A later step's equal tool set (new objects) has the same digest; another set its own.
+    assert tools_digest([Tool("a", "b", '{"x":1}'), Tool("c", "d\u00e9", "")]) == tools_digest(
+        tools
+    )
+    assert tools_digest(tools[:1]) != tools_digest(tools)
 
 
 def test_breakdown_prices_the_last_non_empty_system_node_as_system() -> None:
