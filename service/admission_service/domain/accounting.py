@@ -17,7 +17,6 @@ texts are counted by the route's counter, as text.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 from collections.abc import Iterator, Sequence
@@ -27,6 +26,7 @@ from typing import Protocol
 
 from admission_service.domain import messages as msg
 from admission_service.domain.events import Event
+from admission_service.domain.memo import BoundedMemo
 
 CHARS_PER_TOKEN = 4
 BLOCK_OVERHEAD = 4
@@ -161,25 +161,40 @@ def tools_json(tools: Sequence[msg.Tool]) -> str:
 def tools_tokens(tools: Sequence[msg.Tool], counter: TokenCounter = HEURISTIC_COUNTER) -> int:
     """The price of a tool set, remembered: a harness sends the same tool set every step, and a
     real tokenizer over kilobytes of schemas would otherwise cost a millisecond a step."""
-    return _tools_tokens(tuple(tools), counter)
-
-
-@functools.lru_cache(maxsize=256)
-def _tools_tokens(tools: tuple[msg.Tool, ...], counter: TokenCounter) -> int:
     if not tools:
         return 0
-    return counter.count(tools_json(tools)) + BLOCK_OVERHEAD
+    key = _tool_set_key(tools)
+    return TOOL_PRICES.get(
+        (counter.name, key),
+        _size(key),
+        lambda: counter.count(tools_json(tools)) + BLOCK_OVERHEAD,
+    )
 
 
 def tools_digest(tools: Sequence[msg.Tool]) -> str:
     """The digest of a tool set's JSON (what a request key holds), remembered like its price:
     writing the JSON of 40 tools' schemas (45 KB) takes ~0.2 ms, which every step paid."""
-    return _tools_digest(tuple(tools))
+    key = _tool_set_key(tools)
+    return TOOL_DIGESTS.get(key, _size(key), lambda: message_digest(tools_json(tools).encode()))
 
 
-@functools.lru_cache(maxsize=256)
-def _tools_digest(tools: tuple[msg.Tool, ...]) -> str:
-    return message_digest(tools_json(tools).encode())
+def _tool_set_key(tools: Sequence[msg.Tool]) -> tuple[str, ...]:
+    """A tool set as a flat tuple of its strings: hashed and compared in C (a tuple of the
+    ``Tool`` dataclasses is hashed and compared field by field in Python, ~1 us a tool), and
+    a string's hash is kept with it, so the second lookup of a step hashes nothing again."""
+    return tuple(
+        part for tool in tools for part in (tool.name, tool.description, tool.parameters_json)
+    )
+
+
+def _size(key: tuple[str, ...]) -> int:
+    return sum(map(len, key))
+
+
+# The tool sets' prices (by tokenizer) and digests, each within 4 MiB of tool sets
+# (domain/memo.py).
+TOOL_PRICES: BoundedMemo[tuple[str, tuple[str, ...]], int] = BoundedMemo(4 * 1024 * 1024)
+TOOL_DIGESTS: BoundedMemo[tuple[str, ...], str] = BoundedMemo(4 * 1024 * 1024)
 
 
 @dataclass(frozen=True, slots=True)

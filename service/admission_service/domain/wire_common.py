@@ -9,6 +9,7 @@ from typing import Any, NoReturn
 
 from admission_service.domain import json_text
 from admission_service.domain.errors import WireFormatError
+from admission_service.domain.memo import BoundedMemo
 from admission_service.domain.messages import Image, Text, Tool, ToolResult
 
 Json = dict[str, Any]
@@ -101,12 +102,23 @@ def result_images(block: ToolResult) -> list[Image]:
 
 
 def tool_schema(tool: Tool) -> Json:
-    """The tool's parameter schema as an object; no parameters is the empty object schema."""
+    """The tool's parameter schema as an object; no parameters is the empty object schema.
+    Parsed once per schema text (``SCHEMAS``): the value is shared by every body that carries
+    it, so it is never changed, only written."""
     if not tool.parameters_json:
         return {"type": "object", "properties": {}}
+    return SCHEMAS.get(tool.parameters_json, len(tool.parameters_json), lambda: _parsed(tool))
+
+
+def _parsed(tool: Tool) -> Json:
     schema = json_text.loads(tool.parameters_json)
     assert isinstance(schema, dict)  # validated at Admit
     return schema
+
+
+# The tools' parsed schemas, within 4 MiB of schema text: parsing 40 tools' schemas (45 KB)
+# took ~0.36 ms of every step with a provider body (domain/memo.py).
+SCHEMAS: BoundedMemo[str, Json] = BoundedMemo(4 * 1024 * 1024)
 
 
 # Function names both OpenAI APIs and the Messages API accept (their documented pattern).

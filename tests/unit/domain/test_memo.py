@@ -1,0 +1,85 @@
+"""domain/memo.py: values derived from what callers send every step, remembered within a byte
+budget — and what uses it (tool sets' prices and digests, tools' parsed schemas)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import threading
+
+from admission_service.domain import accounting, json_text, wire_common
+from admission_service.domain.memo import BoundedMemo
+from admission_service.domain.messages import Tool
+
+
+def test_a_value_is_computed_once_per_input() -> None:
+    memo: BoundedMemo[str, int] = BoundedMemo(1024)
+    computed: list[str] = []
+
+    def length(key: str) -> int:
+        computed.append(key)
+        return len(key)
+
+    assert memo.get("abc", 3, lambda: length("abc")) == 3
+    assert memo.get("abc", 3, lambda: length("abc")) == 3
+    assert computed == ["abc"] and (memo.hits, memo.misses) == (1, 1)
+
+
+def test_the_least_recently_used_inputs_go_when_the_budget_is_full() -> None:
+    memo: BoundedMemo[str, str] = BoundedMemo(800)  # inputs of up to 100 bytes are kept
+    for key in "abcdefgh":
+        memo.get(key, 100, key.upper)
+    memo.get("a", 100, lambda: "recomputed")  # "a" now the most recent
+    memo.get("i", 100, lambda: "I")  # over the budget: "b", the least recently used, goes
+    assert memo.bytes == 800 and len(memo) == 8
+    assert memo.get("a", 100, lambda: "recomputed") == "A"
+    assert memo.get("b", 100, lambda: "recomputed") == "recomputed"
+
+
+def test_an_input_over_an_eighth_of_the_budget_is_never_kept() -> None:
+    memo: BoundedMemo[str, int] = BoundedMemo(800)
+    assert memo.get("huge", 101, lambda: 1) == 1
+    assert len(memo) == 0 and memo.bytes == 0
+    assert memo.get("huge", 101, lambda: 2) == 2  # computed again
+
+
+def test_callers_sending_new_large_tool_sets_every_call_cannot_grow_the_memory() -> None:
+    """A tenant sending a different 300 KB tool set with every call: the prices and digests
+    kept stay within their budget (an entry-counted cache would keep 256 of them: 77 MB)."""
+    schema = json.dumps({"type": "object", "description": "x" * 100_000})
+    for call in range(60):
+        tools = tuple(Tool(f"t{call}_{i}", "d", schema) for i in range(3))
+        accounting.tools_tokens(tools)
+        accounting.tools_digest(tools)
+    for memo in (accounting.TOOL_PRICES, accounting.TOOL_DIGESTS):
+        assert memo.bytes <= memo.max_bytes
+
+
+def test_a_tools_schema_is_parsed_once_and_equal_to_its_text() -> None:
+    text = '{"type": "object", "properties": {"path": {"type": "string"}}, "x": 1.50}'
+    first = wire_common.tool_schema(Tool("read", "", text))
+    again = wire_common.tool_schema(Tool("read_again", "", text))
+    assert first is again  # shared: never changed by a body that carries it
+    assert first == json_text.loads(text)
+    assert wire_common.tool_schema(Tool("none", "", "")) == {"type": "object", "properties": {}}
+
+
+def test_threads_share_a_memo_safely() -> None:
+    memo: BoundedMemo[int, int] = BoundedMemo(64 * 8)  # inputs of up to 64 bytes are kept
+    failures: list[BaseException] = []
+
+    def hammer(offset: int) -> None:
+        try:
+            for i in range(5_000):
+                key = (i * 7 + offset) % 40
+                assert memo.get(key, 64, functools.partial(int.__mul__, key, 2)) == key * 2
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=hammer, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not failures
+    assert memo.bytes <= memo.max_bytes and memo.bytes == 64 * len(memo)
