@@ -10,12 +10,12 @@ health servicer ignores updates once it is shutting down.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Sequence
 
 from grpc_health.v1 import health_pb2
 
+from admission_service.app.background import PeriodicTask
 from admission_service.storage.liveness import Liveness
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -31,16 +31,21 @@ class DatabaseProbe:
         self.services = tuple(services)
         self.interval = interval
         self.serving = True
+        self._rounds = PeriodicTask("database-probe", interval, self._probe)
 
-    async def run(self) -> None:
-        try:
-            while True:
-                await asyncio.sleep(self.interval)
-                answered = await self.check()
-                if answered != self.serving:
-                    await self._set(answered)
-        finally:
-            await self.liveness.close()
+    def start(self) -> None:
+        self._rounds.start()
+
+    async def stop(self) -> None:
+        """No probe after this (the one in flight cancelled, ``PeriodicTask.stop``), and its
+        connection closed."""
+        await self._rounds.stop()
+        await self.liveness.close()
+
+    async def _probe(self) -> None:
+        answered = await self.check()
+        if answered != self.serving:
+            await self._set(answered)
 
     async def check(self) -> bool:
         """True when the database answered (``Liveness.check``)."""

@@ -84,7 +84,7 @@ class RunningServer:
     token_reloader: TokenReloader | None = None
     token_watch: asyncio.Task[None] | None = None
     sweeper: IdempotencySweeper | None = None
-    health_probe: asyncio.Task[None] | None = None
+    health_probe: DatabaseProbe | None = None
     stopped: bool = False
 
     @property
@@ -101,10 +101,11 @@ class RunningServer:
         self.stopped = True
         if self.token_watch is not None:
             self.token_watch.cancel()
-        if self.health_probe is not None:
-            self.health_probe.cancel()
-            await asyncio.gather(self.health_probe, return_exceptions=True)
+        # NOT_SERVING first (balancers route elsewhere at once); a probe's answer after it is
+        # ignored, so the probe stops after.
         await self.health.enter_graceful_shutdown()
+        if self.health_probe is not None:
+            await self.health_probe.stop()
         await self.server.stop(grace)
         if self.sweeper is not None:
             await self.sweeper.stop()
@@ -329,10 +330,10 @@ async def start_server(
     token_watch = watch_tokens(settings, reloader)
     health_probe = None
     if settings.health_probe_seconds > 0:
-        probe = DatabaseProbe(
+        health_probe = DatabaseProbe(
             url, health, (OVERALL_HEALTH, SERVICE_NAME), settings.health_probe_seconds
         )
-        health_probe = asyncio.create_task(probe.run())
+        health_probe.start()
     host = settings.listen.rpartition(":")[0]
     _log.info(
         "serving %s on %s:%d (%s%s)",

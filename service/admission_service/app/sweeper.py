@@ -12,13 +12,13 @@ loop between batches, until a batch comes back short. It never blocks a call; a 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from dataclasses import KW_ONLY, dataclass, field
 
 from prometheus_client import Counter
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from admission_service.app.background import PeriodicTask
 from admission_service.app.limits import IDEMPOTENCY_RETENTION_SECONDS, IDEMPOTENCY_SWEEP_SECONDS
 from admission_service.storage.idempotency import sweep_expired_keys
 
@@ -35,7 +35,7 @@ class IdempotencySweeper:
     retention_seconds: float = IDEMPOTENCY_RETENTION_SECONDS
     interval_seconds: float = IDEMPOTENCY_SWEEP_SECONDS
     batch: int = SWEEP_BATCH
-    _task: asyncio.Task[None] | None = field(default=None, init=False, repr=False)
+    _rounds: PeriodicTask | None = field(default=None, init=False, repr=False)
 
     async def sweep(self) -> int:
         """Delete every key expired now, batch by batch; how many."""
@@ -48,22 +48,19 @@ class IdempotencySweeper:
                 return total
             await asyncio.sleep(0)  # let calls run between batches
 
-    async def _run(self) -> None:
-        while True:
-            # Sleep first: a starting replica (and its pool) serves calls before it sweeps.
-            await asyncio.sleep(self.interval_seconds)
-            try:
-                await self.sweep()
-            except Exception:  # the database away, a failover: try again next interval
-                _log.warning("idempotency key sweep failed; retrying later", exc_info=True)
+    async def _sweep_or_log(self) -> None:
+        try:
+            await self.sweep()
+        except Exception:  # the database away, a failover: try again next interval
+            _log.warning("idempotency key sweep failed; retrying later", exc_info=True)
 
     def start(self) -> None:
-        if self._task is None and self.interval_seconds > 0:
-            self._task = asyncio.create_task(self._run(), name="idempotency-sweeper")
+        if self._rounds is None:
+            self._rounds = PeriodicTask(
+                "idempotency-sweeper", self.interval_seconds, self._sweep_or_log
+            )
+            self._rounds.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        if self._rounds is not None:
+            await self._rounds.stop()
