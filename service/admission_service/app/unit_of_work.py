@@ -22,6 +22,7 @@ what a commit would and then leaves without committing, so nothing is written.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
@@ -217,7 +218,18 @@ class UnitOfWork:
             )
             sha256 = stored.sha256
         await self.reached(Phase.COMMIT)
+        _raise_if_cancelled()
         await self._unit.commit()  # the deferred writes and COMMIT: one round trip
         self._committed = True
         self._deps.quotas.stored(self._call.tenant, growth.log_bytes)
         return Reply(result, encoded, sha256)
+
+
+def _raise_if_cancelled() -> None:
+    """The commit point: a call whose cancellation was requested commits nothing (SPEC §4),
+    also when the ``CancelledError`` never reached it. Python 3.11's ``asyncio.wait_for``, in
+    the driver's waits, drops a cancellation that lands as its round trip completes (CPython
+    gh-86296, app/background.py); the request stays counted on the task (``cancelling``)."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError

@@ -6,6 +6,7 @@ left the session as it was (``App.refused``: its revision, its events, every sto
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
@@ -83,6 +84,24 @@ class Cancelling:
     async def reached(self, method: str, phase: Phase) -> None:
         if (method, phase) == self.target:
             raise asyncio.CancelledError
+
+
+class LosingTheCancellation:
+    """Cancels the first call of ``method`` reaching ``phase`` and swallows the
+    ``CancelledError`` at its next await, as Python 3.11's ``asyncio.wait_for`` (in psycopg's
+    waits) does when the cancellation lands as a round trip completes: the call goes on with
+    only its task's ``cancelling()`` count saying it was cancelled."""
+
+    def __init__(self, method: str, phase: Phase) -> None:
+        self.target = (method, phase)
+
+    async def reached(self, method: str, phase: Phase) -> None:
+        if (method, phase) == self.target:
+            task = asyncio.current_task()
+            assert task is not None
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(0)
 
 
 # Every phase a mutation passes before it commits (``app/hooks.py``).

@@ -51,6 +51,7 @@ from promptadmission.v1 import admission_service_pb2 as api
 
 from tests.app_support import CATALOG, ROUTE, user
 from tests.fakes.storage import FakeStorage
+from tests.unit.app.steps import BEFORE_COMMIT, LosingTheCancellation
 
 TOKENS = PageTokens([b"k" * 32])
 
@@ -193,6 +194,18 @@ async def test_a_cancelled_call_commits_nothing(storage: FakeStorage, phase: Pha
     assert storage.state == before
     # the session is free again: the next writer is not left waiting on the cancelled one
     assert (await admit(make_app(storage), sid, "A", users=(user("x"),))).revision == 1
+
+
+@pytest.mark.parametrize("phase", BEFORE_COMMIT)
+async def test_a_cancellation_lost_before_the_commit_still_commits_nothing(
+    storage: FakeStorage, phase: Phase
+) -> None:
+    sid = await create(make_app(storage))
+    before = copy.deepcopy(storage.state)
+    losing = make_app(storage, hooks=LosingTheCancellation("Admit", phase))
+    with pytest.raises(asyncio.CancelledError):
+        await admit(losing, sid, "A", users=(user("x"),))
+    assert storage.state == before
 
 
 async def test_a_repeated_request_id_replays_the_first_response(deps: Deps) -> None:
