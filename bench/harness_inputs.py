@@ -18,6 +18,8 @@ from collections.abc import Callable
 from typing import Any
 
 from admission_service.app.derivation import request_key
+from admission_service.app.limits import Limits
+from admission_service.app.validation import check_tools
 from admission_service.domain import messages as msg
 from admission_service.domain.series import Route
 from admission_service.domain.wire import WireFormat, render_body
@@ -67,6 +69,11 @@ def measure_tools(count: int, repeat: int) -> dict[str, float]:
     again = [tool_set(count) for _ in range(repeat)]  # equal to the one seen
     figures["request key, the same tool set again"] = per_call_us(
         [functools.partial(request_key, route, tools, counter) for tools in again]
+    )
+    check_tools(tool_set(count), Limits())
+    again = [tool_set(count) for _ in range(repeat)]
+    figures["the tool set's validation, again"] = per_call_us(
+        [functools.partial(check_tools, tools, Limits()) for tools in again]
     )
     for wire in (
         WireFormat.OPENAI_CHAT,
