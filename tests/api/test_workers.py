@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import signal
 import socket
 import subprocess
 import time
@@ -16,6 +17,8 @@ from pathlib import Path
 
 import grpc
 import pytest
+from admission_service.api.shutdown_watchdog import OVERRUN_SECONDS
+from admission_service.api.workers import STRAGGLER_SECONDS
 from promptadmission.v1 import admission_service_pb2 as api
 from promptadmission.v1 import admission_service_pb2_grpc as api_grpc
 
@@ -75,7 +78,9 @@ class TwoWorkers:
 
 
 @contextlib.contextmanager
-def two_workers(database_url: str, tmp_path: Path) -> Iterator[TwoWorkers]:
+def two_workers(
+    database_url: str, tmp_path: Path, grace_seconds: float = GRACE_SECONDS
+) -> Iterator[TwoWorkers]:
     """``serve`` with PAS_WORKERS=2 as a real process tree, serving; killed at the end if the
     test left it running."""
     metrics = free_port_pair()
@@ -84,7 +89,7 @@ def two_workers(database_url: str, tmp_path: Path) -> Iterator[TwoWorkers]:
         tmp_path,
         PAS_METRICS_LISTEN=f"127.0.0.1:{metrics}",
         PAS_WORKERS="2",
-        PAS_SHUTDOWN_GRACE_SECONDS=str(GRACE_SECONDS),
+        PAS_SHUTDOWN_GRACE_SECONDS=str(grace_seconds),
         PAS_LOG_FORMAT="text",
     ) as served:
         yield TwoWorkers(served.process, served.target, metrics, served.log)
@@ -135,3 +140,26 @@ def test_workers_do_not_outlive_a_killed_parent(database_url: str, tmp_path: Pat
         server.process.kill()
         server.process.wait()
         assert wait_gone(pids, 10), f"workers {pids} outlived their parent"
+
+
+@pytest.mark.slow
+def test_a_worker_that_cannot_stop_is_killed_past_the_bound(
+    database_url: str, tmp_path: Path
+) -> None:
+    """A worker whose own shutdown watchdog cannot run (here: stopped, SIGSTOP) must not keep
+    the server from exiting: past the grace + the watchdog's overrun + STRAGGLER_SECONDS the
+    parent kills it and exits 1, naming it."""
+    grace = 1.0
+    with two_workers(database_url, tmp_path, grace_seconds=grace) as server:
+        pids = server.worker_pids()
+        frozen = min(pids)
+        os.kill(frozen, signal.SIGSTOP)
+        started = time.monotonic()
+        code = stop_with_sigterm(server.process, server.log, grace + STRAGGLER_SECONDS)
+        took = time.monotonic() - started
+    text = server.log.read_text()
+    assert code == 1, text
+    bound = grace + OVERRUN_SECONDS + STRAGGLER_SECONDS
+    assert f"(pid {frozen}) did not stop within {bound:g}s of SIGTERM: killing it" in text
+    assert took >= bound - 1, took  # the other worker's quick stop did not end the wait
+    assert wait_gone(pids, 5)

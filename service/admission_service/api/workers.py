@@ -25,7 +25,9 @@ its port. The parent then exists even with one worker.
 
 SIGTERM or SIGINT (and SIGHUP, the token reload) are forwarded to every child; each drains as
 a single server does (refuses new calls, lets in-flight calls finish for
-``PAS_SHUTDOWN_GRACE_SECONDS``) and the parent exits when all have. A worker that exits on its
+``PAS_SHUTDOWN_GRACE_SECONDS``) and the parent exits when all have; one still running past the
+grace + its watchdog's overrun + ``STRAGGLER_SECONDS`` (its watchdog could not run) is killed,
+and the parent exits 1 naming it. A worker that exits on its
 own (or the inspector) is a failure: the parent stops the others and exits non-zero, for the
 supervisor above it (systemd, Kubernetes) to restart the whole server; a parent that dies
 (``kill -9``) takes its children with it. With one worker and no inspector there is no parent:
@@ -43,17 +45,22 @@ import os
 import signal
 import socket
 import sys
+import time
 from dataclasses import replace
 from multiprocessing.connection import wait
 from multiprocessing.process import BaseProcess
 from types import FrameType
 
 from admission_service.api import event_loop
+from admission_service.api.shutdown_watchdog import OVERRUN_SECONDS
 from admission_service.config import ConfigError, Settings, split_listen
 from admission_service.telemetry.logs import configure_logging
 
 _log = logging.getLogger(__name__)
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+POLL_SECONDS = 1.0
+# Past a worker's own watchdog (api/shutdown_watchdog.py), before the parent kills it.
+STRAGGLER_SECONDS = 10.0
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
@@ -222,11 +229,16 @@ class _Supervisor:
                 )
             )
         self.stopping = False
+        # When the children must have stopped by (set by the first stop): past it, the
+        # stragglers are killed.
+        self.stop_deadline: float | None = None
 
     def _forward(self, signum: int, frame: FrameType | None = None) -> None:
         if signum != signal.SIGHUP:
             self.stopping = True
             signum = signal.SIGTERM
+            if self.stop_deadline is None:
+                self.stop_deadline = time.monotonic() + self._stop_bound()
         for worker in self.children:
             if worker.pid is not None and worker.exitcode is None:
                 with contextlib.suppress(ProcessLookupError):  # exited meanwhile
@@ -248,11 +260,43 @@ class _Supervisor:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 
+    def _stop_bound(self) -> float:
+        """How long the children get to stop: a worker's own watchdog ends it at the grace +
+        ``OVERRUN_SECONDS``; this is for one whose watchdog cannot run (a process stopped,
+        a C call holding the GIL for ever)."""
+        return self.settings.shutdown_grace_seconds + OVERRUN_SECONDS + STRAGGLER_SECONDS
+
+    def _wait_seconds(self) -> float:
+        """How long to wait for a child to end before looking again: until the stop's
+        deadline, or a poll (a signal interrupting the wait restarts it with its old timeout,
+        so the deadline a signal sets is seen at the next poll)."""
+        if self.stop_deadline is None:
+            return POLL_SECONDS
+        return max(0.0, min(POLL_SECONDS, self.stop_deadline - time.monotonic()))
+
+    def _kill_stragglers(self, running: list[BaseProcess]) -> None:
+        for worker in running:
+            _log.error(
+                "%s (pid %s) did not stop within %gs of SIGTERM: killing it",
+                worker.name,
+                worker.pid,
+                self._stop_bound(),
+            )
+            worker.kill()
+            worker.join()
+
     def _supervise(self) -> int:
         status = 0
         running = list(self.children)
         while running:
-            for ended in wait([worker.sentinel for worker in running]):
+            ended_now = wait([worker.sentinel for worker in running], timeout=self._wait_seconds())
+            if self.stop_deadline is not None and time.monotonic() >= self.stop_deadline:
+                still = [worker for worker in running if worker.sentinel not in ended_now]
+                if still:
+                    self._kill_stragglers(still)
+                    status = 1
+                    running = [worker for worker in running if worker not in still]
+            for ended in ended_now:
                 worker = next(w for w in running if w.sentinel == ended)
                 worker.join()
                 running.remove(worker)
