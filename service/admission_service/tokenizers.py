@@ -31,11 +31,11 @@ import logging
 import threading
 import time
 import warnings
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from admission_service.domain.accounting import HEURISTIC_COUNTER, TokenCounter
+from admission_service.domain.memo import BoundedMemo
 
 log = logging.getLogger(__name__)
 
@@ -188,56 +188,30 @@ async def counter_off_the_loop(provider: str, texts: Iterable[str]) -> TokenCoun
     large = list(dict.fromkeys(text for text in texts if len(text) >= OFF_LOOP_CHARS))
     if not large or not isinstance(counter, LoadedCounter):
         return counter  # the heuristic is a length: nothing to take off the loop
-    counts, unknown = RECENT_LARGE_COUNTS.known(counter.name, large)
+    keys = {text: (counter.name, _digest(text)) for text in large}
+    counts = {
+        text: count for text in large if (count := LARGE_COUNTS.lookup(keys[text])) is not None
+    }
+    unknown = [text for text in large if text not in counts]
     if unknown:
         counted = await asyncio.to_thread(counter.count_many, unknown)
-        counts.update(RECENT_LARGE_COUNTS.remember(counter.name, unknown, counted))
+        for text, count in zip(unknown, counted, strict=True):
+            LARGE_COUNTS.remember(keys[text], _COUNT_ENTRY_BYTES, count)
+            counts[text] = count
     return Precounted(counter, counts)
-
-
-class RecentLargeCounts:
-    """The counts of the last large texts counted, by tokenizer and digest, least recently
-    used first out. A harness sends its whole system prompt with every Admit, and counting a
-    100 KB prompt takes 7 ms (o200k) to 80 ms (Claude's, holding the GIL) where its digest
-    takes 0.2 ms: an unchanged large prompt is counted once per worker, not once per step.
-    The key is a 128-bit BLAKE2b digest of the text, so the texts themselves are not kept.
-    Used on the event loop's thread only."""
-
-    def __init__(self, max_entries: int = 256) -> None:
-        self.max_entries = max_entries
-        self._counts: OrderedDict[tuple[str, bytes], int] = OrderedDict()
-        self.hits = self.misses = 0
-
-    def known(self, counter_name: str, texts: list[str]) -> tuple[dict[str, int], list[str]]:
-        """The counts remembered for ``texts``, and the texts without one."""
-        counts: dict[str, int] = {}
-        unknown = []
-        for text in texts:
-            key = (counter_name, _digest(text))
-            found = self._counts.get(key)
-            if found is None:
-                self.misses += 1
-                unknown.append(text)
-            else:
-                self.hits += 1
-                self._counts.move_to_end(key)
-                counts[text] = found
-        return counts, unknown
-
-    def remember(self, counter_name: str, texts: list[str], counts: list[int]) -> dict[str, int]:
-        """``texts``' ``counts`` kept; them, by text."""
-        for text, count in zip(texts, counts, strict=True):
-            self._counts[(counter_name, _digest(text))] = count
-        while len(self._counts) > self.max_entries:
-            self._counts.popitem(last=False)
-        return dict(zip(texts, counts, strict=True))
 
 
 def _digest(text: str) -> bytes:
     return hashlib.blake2b(text.encode(), digest_size=16).digest()
 
 
-RECENT_LARGE_COUNTS = RecentLargeCounts()
+# The counts of the last large texts counted, by tokenizer and digest (the texts themselves are
+# not kept), least recently used first out. A harness sends its whole system prompt with every
+# Admit, and counting a 100 KB prompt takes 7 ms (o200k) to 80 ms (Claude's, holding the GIL)
+# where its digest takes 0.2 ms: an unchanged large prompt is counted once per worker, not once
+# per step. 256 entries of what one holds (a digest, a name, an int).
+_COUNT_ENTRY_BYTES = 64
+LARGE_COUNTS: BoundedMemo[tuple[str, bytes], int] = BoundedMemo(256 * _COUNT_ENTRY_BYTES)
 
 
 def preload(providers: Iterable[str]) -> list[str]:

@@ -98,7 +98,7 @@ async def test_large_texts_are_counted_ahead_and_the_counter_stays_its_base() ->
 
 async def test_a_large_text_sent_again_is_not_counted_again() -> None:
     """A harness's large system prompt, sent with every Admit, is counted once per worker."""
-    recent = tokenizers.RECENT_LARGE_COUNTS
+    recent = tokenizers.LARGE_COUNTS
     prompt = "You are a careful agent. " * (tokenizers.OFF_LOOP_CHARS // 20)
     first = await tokenizers.counter_off_the_loop("deepseek", [prompt])
     hits = recent.hits
@@ -109,12 +109,3 @@ async def test_a_large_text_sent_again_is_not_counted_again() -> None:
     # Another tokenizer's count of the same text is its own.
     other = await tokenizers.counter_off_the_loop("openai", [prompt])
     assert other.count(prompt) == tokenizers.counter_for("openai").count(prompt)
-
-
-def test_recent_counts_keep_the_latest_within_their_bound() -> None:
-    recent = tokenizers.RecentLargeCounts(max_entries=2)
-    recent.remember("t", ["a", "b"], [1, 2])
-    assert recent.known("t", ["a"]) == ({"a": 1}, [])  # "a" now the most recent
-    recent.remember("t", ["c"], [3])  # "b" goes: the least recently used
-    assert recent.known("t", ["a", "b", "c"]) == ({"a": 1, "c": 3}, ["b"])
-    assert recent.known("u", ["a"]) == ({}, ["a"])  # per tokenizer

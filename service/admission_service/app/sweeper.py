@@ -35,7 +35,12 @@ class IdempotencySweeper:
     retention_seconds: float = IDEMPOTENCY_RETENTION_SECONDS
     interval_seconds: float = IDEMPOTENCY_SWEEP_SECONDS
     batch: int = SWEEP_BATCH
-    _rounds: PeriodicTask | None = field(default=None, init=False, repr=False)
+    _rounds: PeriodicTask = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._rounds = PeriodicTask(
+            "idempotency-sweeper", self.interval_seconds, self._sweep_or_log
+        )
 
     async def sweep(self) -> int:
         """Delete every key expired now, batch by batch; how many."""
@@ -55,12 +60,7 @@ class IdempotencySweeper:
             _log.warning("idempotency key sweep failed; retrying later", exc_info=True)
 
     def start(self) -> None:
-        if self._rounds is None:
-            self._rounds = PeriodicTask(
-                "idempotency-sweeper", self.interval_seconds, self._sweep_or_log
-            )
-            self._rounds.start()
+        self._rounds.start()
 
     async def stop(self) -> None:
-        if self._rounds is not None:
-            await self._rounds.stop()
+        await self._rounds.stop()

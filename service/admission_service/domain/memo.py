@@ -37,20 +37,32 @@ class BoundedMemo(Generic[K, V]):
         return len(self._entries)
 
     def get(self, key: K, size: int, compute: Callable[[], V]) -> V:
+        found = self.lookup(key)
+        if found is not None:
+            return found
+        value = compute()  # outside the lock: two threads may compute one value, both right
+        self.remember(key, size, value)
+        return value
+
+    def lookup(self, key: K) -> V | None:
+        """The value remembered for ``key``, or None (for values computed elsewhere, e.g. in a
+        thread, then ``remember``-ed)."""
         with self._lock:
             found = self._entries.get(key)
-            if found is not None:
-                self._entries.move_to_end(key)
-                self.hits += 1
-                return found[0]
-            self.misses += 1
-        value = compute()  # outside the lock: two threads may compute one value, both right
-        if size <= self.max_bytes // 8:
-            with self._lock:
-                if key not in self._entries:
-                    self._entries[key] = (value, size)
-                    self.bytes += size
-                while self.bytes > self.max_bytes:
-                    _, (_, evicted) = self._entries.popitem(last=False)
-                    self.bytes -= evicted
-        return value
+            if found is None:
+                self.misses += 1
+                return None
+            self._entries.move_to_end(key)
+            self.hits += 1
+            return found[0]
+
+    def remember(self, key: K, size: int, value: V) -> None:
+        if size > self.max_bytes // 8:
+            return
+        with self._lock:
+            if key not in self._entries:
+                self._entries[key] = (value, size)
+                self.bytes += size
+            while self.bytes > self.max_bytes:
+                _, (_, evicted) = self._entries.popitem(last=False)
+                self.bytes -= evicted
