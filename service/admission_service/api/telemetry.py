@@ -156,6 +156,9 @@ class TelemetryInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg
                     span,
                     context,
                 )
+                # Not kept by this frame past the call: an aborted call's traceback keeps it
+                # in a cycle gRPC makes (error_status.guarded).
+                del request
 
         return observed
 
