@@ -14,7 +14,7 @@ from admission_service.storage import codec
 from admission_service.storage.batch import param
 from admission_service.storage.raw import RawStatement
 from admission_service.storage.rows import LedgerRow, columns
-from admission_service.storage.scope import NOT_READ, SessionScope
+from admission_service.storage.scope import NOT_READ, SessionScope, where_session
 from admission_service.storage.tables import requests
 
 _ADMISSION = (
@@ -71,10 +71,12 @@ class AdmissionsAndLedger(SessionScope):
         return admission_record(row)
 
     async def count_attempt(self, admission_id: str) -> None:
+        key = self.key
+
         def build(params: list[Any]) -> str:
             return (
                 "UPDATE admissions SET attempts = attempts + 1"
-                f" WHERE {self._where_mine(params)}"
+                f" WHERE {where_session(params, key)}"
                 f" AND admission_id = {param(params, admission_id)}"
             )
 
@@ -99,12 +101,13 @@ class AdmissionsAndLedger(SessionScope):
     async def observe_usage(self, admission_id: str, observed: Mapping[str, Any]) -> None:
         """Attach the provider's usage to the admission's latest request."""
         stored = codec.dumps(observed)
+        key = self.key
 
         def build(params: list[Any]) -> str:
             return (
                 f"UPDATE requests SET observed = {param(params, stored)}"
-                f" WHERE {self._where_mine(params)} AND request_index = ("
-                f"SELECT max(request_index) FROM requests WHERE {self._where_mine(params)}"
+                f" WHERE {where_session(params, key)} AND request_index = ("
+                f"SELECT max(request_index) FROM requests WHERE {where_session(params, key)}"
                 f" AND admission_id = {param(params, admission_id)})"
             )
 

@@ -23,6 +23,7 @@ from typing import Any
 from admission_service.domain.session import NO_FRAMES, Frames
 from admission_service.storage.batch import Write, param
 from admission_service.storage.raw import RawStatement
+from admission_service.storage.scope import where_session
 
 FRAME_CHUNK = 256  # positions per chunk: ~400 chunks for S3's 100 000 nodes
 
@@ -107,8 +108,7 @@ def drop_chunks(tenant: str, session_id: str, from_position: int) -> Write:
 
     def build(params: list[Any]) -> str:
         return (
-            f"DELETE FROM frame_chunks WHERE tenant_id = {param(params, tenant)}"
-            f" AND session_id = {param(params, session_id)}"
+            f"DELETE FROM frame_chunks WHERE {where_session(params, (tenant, session_id))}"
             f" AND end_position > {param(params, from_position)}"
         )
 

@@ -38,7 +38,7 @@ from admission_service.storage.frame_chunks import (
 )
 from admission_service.storage.raw import RawStatement
 from admission_service.storage.rows import NodeRecord, StoredEvent, SystemNodeDetail, columns
-from admission_service.storage.scope import NOT_READ, SessionScope
+from admission_service.storage.scope import NOT_READ, SessionScope, where_session
 from admission_service.storage.tables import events
 from admission_service.storage.tables import surface_nodes as nodes
 
@@ -335,6 +335,7 @@ class SurfaceWrites(SessionScope):
                 pairs.append((call_id, seq))
         if not pairs:
             return
+        key = self.key
 
         def build(params: list[Any]) -> str:
             ids = param(params, [call_id for call_id, _ in pairs])
@@ -342,7 +343,7 @@ class SurfaceWrites(SessionScope):
             return (
                 "UPDATE tool_calls AS c SET result_seq = u.result_seq"
                 f" FROM unnest(CAST({ids} AS text[]), CAST({seqs} AS bigint[]))"
-                f" AS u(call_id, result_seq) WHERE {self._where_mine(params, 'c')}"
+                f" AS u(call_id, result_seq) WHERE {where_session(params, key, 'c')}"
                 " AND c.call_id = u.call_id"
             )
 

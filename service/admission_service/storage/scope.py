@@ -158,10 +158,26 @@ class SessionScope:
     def _keys(self) -> dict[str, str]:
         return {"tenant_id": self.tenant, "session_id": self.session_id}
 
+    @property
+    def key(self) -> tuple[str, str]:
+        """(tenant, session_id): what a deferred write's builder captures (``where_session``)."""
+        return self.tenant, self.session_id
+
     def _where_mine(self, params: list[Any], alias: str = "") -> str:
         """``_mine`` for a batched statement (on the table named ``alias``, if given)."""
-        prefix = f"{alias}." if alias else ""
-        return (
-            f"{prefix}tenant_id = {param(params, self.tenant)}"
-            f" AND {prefix}session_id = {param(params, self.session_id)}"
-        )
+        return where_session(params, self.key, alias)
+
+
+def where_session(params: list[Any], key: tuple[str, str], alias: str = "") -> str:
+    """The condition on one (tenant, session) of a batched statement (on the table named
+    ``alias``, if given). A deferred write's builder calls it with the ``key`` it captured,
+    never with its scope: a builder holding the scope is a cycle (scope, batch, builder,
+    scope) that keeps a call's state alive until a full collection when the batch is never
+    taken (a validate_only call, a refusal), and with it, in the state the call saved, the
+    frames of its new messages (15 MiB for a large step)."""
+    prefix = f"{alias}." if alias else ""
+    tenant, session_id = key
+    return (
+        f"{prefix}tenant_id = {param(params, tenant)}"
+        f" AND {prefix}session_id = {param(params, session_id)}"
+    )

@@ -29,7 +29,7 @@ from admission_service.storage.log_and_surface import (
     system_and_open_statement,
 )
 from admission_service.storage.raw import RawStatement, execute_raw
-from admission_service.storage.scope import SessionScope
+from admission_service.storage.scope import SessionScope, where_session
 from admission_service.storage.tables import sessions
 
 _RUNNING_SIZES = ("surface_bytes", "surface_nodes", "log_bytes")
@@ -243,7 +243,7 @@ class SessionRows(SessionScope):
             "request_count": session.request_count,
             "surface_tokens": session.surface_tokens,
         }
-        growth = self.growth
+        growth, key = self.growth, self.key
 
         def build(params: list[Any]) -> str:
             assignments = ", ".join(f"{name} = {param(params, v)}" for name, v in values.items())
@@ -257,7 +257,7 @@ class SessionRows(SessionScope):
             return (
                 f"UPDATE sessions SET {assignments},"
                 f" row_version = row_version + 1 + 0 / (row_version = {version})::int,"
-                f" update_time = now() WHERE {self._where_mine(params)}"
+                f" update_time = now() WHERE {where_session(params, key)}"
             )
 
         self._saved_row = build

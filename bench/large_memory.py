@@ -1,0 +1,88 @@
+"""``python -m bench.large_memory``: a worker's resident memory while one caller sends large
+Admits, and after it stops (issue 23: sessions of any size must not grow a worker for ever).
+
+The real service (``admission-service serve``, one worker, on a database of its own) gets
+``--calls`` Admits of 15 x 1 MiB user messages, one after the other (``validate_only``, so the
+session stays small; the ``openai`` route, whose tokenizer counts 15 MiB in about a second).
+Two cases, as in ``bench.large_content``:
+
+* *refused*: the default response bound (4 MiB): each Admit is refused with RESPONSE_TOO_LARGE;
+* *admitted*: the bound raised to 64 MiB, so each Admit is counted and its request returned.
+
+The worker's RSS is read four times during the calls and three seconds after the last. Prints
+JSON. A flat line is the target: what one large call needs is given back, or reused by the
+next.
+
+    python -m bench.large_memory --calls 60
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+from promptadmission.v1 import admission_service_pb2 as api
+from promptadmission.v1 import admission_service_pb2_grpc as api_grpc
+from promptadmission.v1 import session_pb2 as pb
+
+from bench.infra import bench_database, print_report, start_service
+from bench.large_content import MIB, UNLIMITED, admit, fresh_texts
+
+ROUTE = pb.Route(provider="openai", model="gpt-test", context_window=8_000_000)
+
+
+def measure_case(url: str, logs: Path, bound: int, calls: int) -> dict[str, Any]:
+    env = {"PAS_WORKERS": "1", "PAS_LIMIT_MAX_RESPONSE_BYTES": str(bound)}
+    server = start_service(url, logs, env=env)
+    try:
+
+        def rss() -> float:
+            return round(server.rss_mib(), 1)  # the one worker's
+
+        texts = fresh_texts(30, MIB, random.Random(7))
+        samples: dict[str, float] = {"start": rss()}
+        outcomes: dict[str, int] = {}
+        with grpc.insecure_channel(server.target, options=UNLIMITED) as channel:
+            stub = api_grpc.AdmissionServiceStub(channel)
+            session_id = f"bench-memory-{random.getrandbits(48):x}"
+            stub.CreateSession(api.CreateSessionRequest(session_id=session_id))
+            for call in range(calls):
+                users = [texts[(call * 7 + k) % len(texts)] for k in range(15)]
+                request = admit(session_id, 0, users, validate_only=True)
+                request.route.CopyFrom(ROUTE)
+                try:
+                    stub.Admit(request)
+                    code = "OK"
+                except grpc.RpcError as error:
+                    code = error.code().name
+                outcomes[code] = outcomes.get(code, 0) + 1
+                if (call + 1) % max(1, calls // 4) == 0:
+                    samples[f"after {call + 1}"] = rss()
+        time.sleep(3)
+        samples["3 s idle"] = rss()
+    finally:
+        server.stop()
+    return {"rss_mib": samples, "calls": outcomes}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.large_memory")
+    parser.add_argument("--calls", type=int, default=60)
+    parser.add_argument("--out", type=Path, help="also write the JSON here")
+    args = parser.parse_args(argv)
+    bounds = {"refused": 4 * MIB, "admitted": 64 * MIB}
+    with bench_database() as (url, where), tempfile.TemporaryDirectory() as logs:
+        cases = {
+            case: measure_case(url, Path(logs), bound, args.calls) for case, bound in bounds.items()
+        }
+    print_report({"server": where, **cases}, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
