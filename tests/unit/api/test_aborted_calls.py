@@ -12,9 +12,7 @@ collector off, and check that the request is freed by reference counting alone.
 from __future__ import annotations
 
 import asyncio
-import gc
 import weakref
-from collections.abc import Iterator
 from typing import Any
 
 import grpc
@@ -58,16 +56,6 @@ class KeepsItsAbort:
 async def refuse(request: Any, context: Any) -> None:
     command = [request]  # what the use case holds while it runs
     raise InvalidArgument("session_id", f"refused ({len(command)})")
-
-
-@pytest.fixture
-def collector_off() -> Iterator[None]:
-    gc.collect()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def _aborted(behavior: Any) -> tuple[weakref.ref[LargeRequest], KeepsItsAbort]:

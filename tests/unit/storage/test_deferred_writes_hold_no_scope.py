@@ -12,9 +12,7 @@ collector off, and check that the store is freed by reference counting alone.
 from __future__ import annotations
 
 import asyncio
-import gc
 import weakref
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -23,16 +21,6 @@ from admission_service.domain.projection import SystemNode
 from admission_service.storage.repository import SessionStore
 
 from tests.unit.domain.test_session import session
-
-
-@pytest.fixture
-def collector_off() -> Iterator[None]:
-    gc.collect()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 async def _save(store: SessionStore) -> None:
