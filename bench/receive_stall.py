@@ -47,7 +47,7 @@ with grpc.insecure_channel(target, options=options) as channel:
 """
 
 
-async def _take(request: bytes, context: aio.ServicerContext) -> bytes:
+async def _take(request: bytes, context: aio.ServicerContext[bytes, bytes]) -> bytes:
     return b"ok"
 
 
