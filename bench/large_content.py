@@ -12,8 +12,9 @@ session, one after the other. Two cases:
 * *admitted*: the bound raised to 64 MiB, so each large Admit is counted (off the event loop,
   in a thread) and its 15 MiB request derived and returned.
 
-``--workers`` sets PAS_WORKERS (default 1: both callers on the same worker, the stall's worst
-case; with more, the kernel may put the two connections on different workers). Prints JSON.
+``--mib`` sets the size of each large message (default 1). ``--workers`` sets PAS_WORKERS
+(default 1: both callers on the same worker, the stall's worst case; with more, the kernel may
+put the two connections on different workers). Prints JSON.
 Target: the loaded p99 <= 50 ms and <= 2x the unloaded p99.
 """
 
@@ -75,12 +76,15 @@ def small_latencies(stub: api_grpc.AdmissionServiceStub, calls: int) -> list[flo
     return times
 
 
-def large_load(target: str, seed: int, started: Any, stop: Any, outcomes: Any) -> None:
-    """Large Admits (15 x 1 MiB, validate_only) back to back on their own channel until
-    ``stop``; ``started`` is set as the first is sent; each call's status code name is put on
-    ``outcomes``. Run in a process of its own: building and sending 15 MiB requests holds a
-    GIL, which must not be the measured caller's (its latency is the service's)."""
-    texts = fresh_texts(45, MIB, random.Random(seed))
+def large_load(
+    target: str, seed: int, message_bytes: int, started: Any, stop: Any, outcomes: Any
+) -> None:
+    """Large Admits (15 messages of ``message_bytes``, validate_only) back to back on their own
+    channel until ``stop``; ``started`` is set as the first is sent; each call's status code
+    name is put on ``outcomes``. Run in a process of its own: building and sending 15 MiB
+    requests holds a GIL, which must not be the measured caller's (its latency is the
+    service's)."""
+    texts = fresh_texts(45, message_bytes, random.Random(seed))
     with grpc.insecure_channel(target, options=UNLIMITED) as channel:
         stub = api_grpc.AdmissionServiceStub(channel)
         session_id = f"bench-large-{random.getrandbits(48):x}"
@@ -110,7 +114,7 @@ def summary(values: list[float]) -> dict[str, float]:
 
 
 def measure_case(
-    url: str, logs: Path, env: dict[str, str], calls: int, seed: int
+    url: str, logs: Path, env: dict[str, str], calls: int, message_bytes: int, seed: int
 ) -> dict[str, Any]:
     server = start_service(url, logs, env=env)
     try:
@@ -121,7 +125,8 @@ def measure_case(
             processes = multiprocessing.get_context("spawn")
             started, stop, queue = processes.Event(), processes.Event(), processes.Queue()
             load = processes.Process(
-                target=large_load, args=(server.target, seed, started, stop, queue)
+                target=large_load,
+                args=(server.target, seed, message_bytes, started, stop, queue),
             )
             load.start()
             if not started.wait(120):
@@ -150,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.large_content")
     parser.add_argument("--calls", type=int, default=300, help="small Admits per measurement")
     parser.add_argument("--workers", type=int, default=1, help="PAS_WORKERS")
+    parser.add_argument(
+        "--mib", type=float, default=1.0, help="the size of each of a large Admit's 15 messages"
+    )
     parser.add_argument("--out", type=Path, help="also write the JSON here")
     args = parser.parse_args(argv)
     workers = {"PAS_WORKERS": str(args.workers)}
@@ -159,11 +167,14 @@ def main(argv: list[str] | None = None) -> int:
     with bench_database() as (url, where), tempfile.TemporaryDirectory() as logs:
         for case, bound in bounds.items():
             env = {**workers, "PAS_LIMIT_MAX_RESPONSE_BYTES": str(bound)}
-            cases[case] = measure_case(url, Path(logs), env, args.calls, seed=23)
+            cases[case] = measure_case(
+                url, Path(logs), env, args.calls, int(args.mib * MIB), seed=23
+            )
     report = {
         "server": where,
         "workers": args.workers,
         "calls": args.calls,
+        "large_admit_mib": round(15 * args.mib, 2),
         **cases,
     }
     print_report(report, args.out)

@@ -9,9 +9,10 @@ Two cases, as in ``bench.large_content``:
 * *refused*: the default response bound (4 MiB): each Admit is refused with RESPONSE_TOO_LARGE;
 * *admitted*: the bound raised to 64 MiB, so each Admit is counted and its request returned.
 
-The worker's RSS is read four times during the calls and three seconds after the last. Prints
-JSON. A flat line is the target: what one large call needs is given back, or reused by the
-next.
+The worker's RSS is read four times during the calls and ``--idle`` seconds (3) after the
+last. Prints JSON. A flat line is the target: what one large call needs is given back, or
+reused by the next. ``--mib`` sets each message's size (default 1; the smoke test sends
+15 x 0.3 MiB, still above the 4 MiB bound).
 
     python -m bench.large_memory --calls 60
 """
@@ -36,7 +37,9 @@ from bench.large_content import MIB, UNLIMITED, admit, fresh_texts
 ROUTE = pb.Route(provider="openai", model="gpt-test", context_window=8_000_000)
 
 
-def measure_case(url: str, logs: Path, bound: int, calls: int) -> dict[str, Any]:
+def measure_case(
+    url: str, logs: Path, bound: int, calls: int, message_bytes: int, idle: float
+) -> dict[str, Any]:
     env = {"PAS_WORKERS": "1", "PAS_LIMIT_MAX_RESPONSE_BYTES": str(bound)}
     server = start_service(url, logs, env=env)
     try:
@@ -44,7 +47,7 @@ def measure_case(url: str, logs: Path, bound: int, calls: int) -> dict[str, Any]
         def rss() -> float:
             return round(server.rss_mib(), 1)  # the one worker's
 
-        texts = fresh_texts(30, MIB, random.Random(7))
+        texts = fresh_texts(30, message_bytes, random.Random(7))
         samples: dict[str, float] = {"start": rss()}
         outcomes: dict[str, int] = {}
         with grpc.insecure_channel(server.target, options=UNLIMITED) as channel:
@@ -63,8 +66,8 @@ def measure_case(url: str, logs: Path, bound: int, calls: int) -> dict[str, Any]
                 outcomes[code] = outcomes.get(code, 0) + 1
                 if (call + 1) % max(1, calls // 4) == 0:
                     samples[f"after {call + 1}"] = rss()
-        time.sleep(3)
-        samples["3 s idle"] = rss()
+        time.sleep(idle)
+        samples[f"{idle:g} s idle"] = rss()
     finally:
         server.stop()
     return {"rss_mib": samples, "calls": outcomes}
@@ -73,14 +76,21 @@ def measure_case(url: str, logs: Path, bound: int, calls: int) -> dict[str, Any]
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.large_memory")
     parser.add_argument("--calls", type=int, default=60)
+    parser.add_argument(
+        "--mib", type=float, default=1.0, help="the size of each of an Admit's 15 messages"
+    )
+    parser.add_argument(
+        "--idle", type=float, default=3.0, help="seconds after the last call, before the last read"
+    )
     parser.add_argument("--out", type=Path, help="also write the JSON here")
     args = parser.parse_args(argv)
     bounds = {"refused": 4 * MIB, "admitted": 64 * MIB}
     with bench_database() as (url, where), tempfile.TemporaryDirectory() as logs:
         cases = {
-            case: measure_case(url, Path(logs), bound, args.calls) for case, bound in bounds.items()
+            case: measure_case(url, Path(logs), bound, args.calls, int(args.mib * MIB), args.idle)
+            for case, bound in bounds.items()
         }
-    print_report({"server": where, **cases}, args.out)
+    print_report({"server": where, "admit_mib": round(15 * args.mib, 2), **cases}, args.out)
     return 0
 
 

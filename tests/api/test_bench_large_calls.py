@@ -1,0 +1,40 @@
+"""bench/large_content.py and bench/large_memory.py run against the real service (their
+figures are not asserted: speed is measured, not timed). Small messages keep them short; 15 x
+0.3 MiB is still above the default 4 MiB response bound, so the *refused* case is refused."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench import large_content, large_memory
+
+SMALL = ["--mib", "0.3"]
+
+
+@pytest.fixture
+def bench_server(postgres_server_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The benches create their database on the run's server (bench/infra.bench_database)."""
+    monkeypatch.setenv("DATABASE_URL", postgres_server_url)
+
+
+def test_the_large_content_bench_runs(
+    bench_server: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    large_content.main(["--calls", "5", *SMALL])
+    report = json.loads(capsys.readouterr().out)
+    assert set(report["refused"]["large_calls"]) == {"RESOURCE_EXHAUSTED"}
+    assert set(report["admitted"]["large_calls"]) == {"OK"}
+    for case in ("refused", "admitted"):
+        assert set(report[case]["loaded"]) == {"p50_ms", "p99_ms", "max_ms"}
+
+
+def test_the_large_memory_bench_runs(
+    bench_server: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    large_memory.main(["--calls", "2", "--idle", "0", *SMALL])
+    report = json.loads(capsys.readouterr().out)
+    assert report["refused"]["calls"] == {"RESOURCE_EXHAUSTED": 2}
+    assert report["admitted"]["calls"] == {"OK": 2}
+    assert all(rss > 0 for rss in report["admitted"]["rss_mib"].values())
