@@ -179,8 +179,8 @@ async def _render(
 # Bodies of at least this many stored bytes are rendered in a thread: decoding the frames and
 # writing the JSON takes ~4 ms a MiB (a 15 MiB request: ~60 ms), which on the event loop would
 # hold every other call of the worker. The thread holds the GIL too, but gives it up every
-# switch interval (5 ms), so the loop's other calls go on meanwhile. Smaller bodies cost less
-# than the hop.
+# switch interval (0.5 ms while serving: api/event_loop.py), so the loop's other calls go on
+# meanwhile. Smaller bodies cost less than the hop.
 OFF_LOOP_RENDER_BYTES = 256 * 1024
 
 
