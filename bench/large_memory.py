@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
             case: measure_case(url, Path(logs), bound, args.calls, int(args.mib * MIB), args.idle)
             for case, bound in bounds.items()
         }
-    print_report({"server": where, "admit_mib": round(15 * args.mib, 2), **cases}, args.out)
+    print_report({"server": where, "large_admit_mib": round(15 * args.mib, 2), **cases}, args.out)
     return 0
 
 
