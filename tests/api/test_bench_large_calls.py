@@ -37,5 +37,6 @@ def test_the_large_memory_bench_runs(
     report = json.loads(capsys.readouterr().out)
     assert report["refused"]["calls"] == {"RESOURCE_EXHAUSTED": 2}
     assert report["admitted"]["calls"] == {"OK": 2}
+    assert report["cancelled"]["calls"] == {"CANCELLED_AFTER_FIRST_CHUNK": 2}
     assert report["large_admit_mib"] == 4.5
     assert all(rss > 0 for rss in report["admitted"]["rss_mib"].values())

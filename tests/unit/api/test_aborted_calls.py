@@ -91,3 +91,34 @@ def test_the_telemetry_around_a_refused_call_frees_it_too(collector_off: None) -
     asyncio.run(settle())
     assert context.kept
     assert freed() is None, "the aborted call's frames still hold the request"
+
+
+class WritesUntilCancelled(KeepsItsAbort):
+    """A streaming call's context whose ``write`` waits, as for a slow caller, until the call
+    is cancelled (gRPC cancels the handler's task when its caller cancels)."""
+
+    async def write(self, message: Any) -> None:
+        await asyncio.Event().wait()
+
+
+async def stream(request: Any, context: Any) -> None:
+    response = [request]  # the handler holds the request and its response while it streams
+    await context.write(response)
+
+
+def test_a_stream_its_caller_cancels_frees_its_request_at_once(collector_off: None) -> None:
+    telemetry = TelemetryInterceptor(Metrics(CollectorRegistry()))
+    observed = telemetry._wrap(error_status._wrap(stream, "StreamAdmit"), "/p.S/StreamAdmit")
+    held = [LargeRequest()]
+    freed = weakref.ref(held[0])
+
+    async def call() -> None:
+        task = asyncio.ensure_future(observed(held.pop(), WritesUntilCancelled()))
+        await asyncio.sleep(0)  # the handler is writing
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0)  # the telemetry's finish
+
+    asyncio.run(call())
+    assert freed() is None, "the cancelled stream's frames still hold the request"
