@@ -1,10 +1,12 @@
 """What a harness sends with every step, unchanged, and what the service pays for it each time:
 its tool set (the request key's digest and price, a provider body's tools) and a large system
-prompt (counted ahead, off the event loop). Each figure is a step's cost for that part, the
+prompt (counted ahead, off the event loop), and a tool set too large for the memo to keep (its
+price is kept by digest). Each figure is a step's cost for that part, the
 first time the worker sees the input and again on a later step (new objects, equal values, as
 a parsed request carries them), in the same run.
 
     python -m bench.harness_inputs [--tools 40] [--prompt-kib 100] [--repeat 300]
+        [--large-tools-mib 1]
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 
 from admission_service.app.derivation import request_key
 from admission_service.app.limits import Limits
+from admission_service.app.pricing import counted_ahead
 from admission_service.app.validation import check_tools
 from admission_service.domain import messages as msg
 from admission_service.domain.series import Route
@@ -116,13 +119,49 @@ def measure_prompt(kib: int) -> dict[str, float]:
     return asyncio.run(measure())
 
 
+def measure_large_tools(mib: float) -> dict[str, float]:
+    """A tool set of ``mib`` MiB (four tools) priced as an Admit prices it: counted ahead
+    (``counted_ahead``: in a thread, the first time), then its request key, per tokenizer."""
+    schema = json.dumps(
+        {"type": "object", "description": "a field of the schema " * int(mib * 13_000)}
+    )
+
+    def large_set() -> tuple[msg.Tool, ...]:  # new objects, equal values, as a request carries
+        return tuple(
+            msg.Tool(f"tool{i}", "large", "".join([schema[:1], schema[1:]])) for i in range(4)
+        )
+
+    route = Route("deepseek", "deepseek-flash", 1_000_000, in_history=True, tool_update=True)
+
+    async def measure() -> dict[str, float]:
+        figures = {}
+        for provider in PROVIDERS:
+            counter_for(provider)
+            for label in ("first", "again"):
+                tools = large_set()
+                started = time.perf_counter()
+                counter = await counted_ahead(provider, (), tools)
+                request_key(route, tools, counter)
+                figures[f"{provider}: a {mib:g} MiB tool set priced, {label}"] = (
+                    time.perf_counter() - started
+                ) * 1e6
+        return figures
+
+    return asyncio.run(measure())
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tools", type=int, default=40)
     parser.add_argument("--prompt-kib", type=int, default=100)
     parser.add_argument("--repeat", type=int, default=300)
+    parser.add_argument("--large-tools-mib", type=float, default=1.0)
     args = parser.parse_args(argv)
-    figures = measure_tools(args.tools, args.repeat) | measure_prompt(args.prompt_kib)
+    figures = (
+        measure_tools(args.tools, args.repeat)
+        | measure_prompt(args.prompt_kib)
+        | measure_large_tools(args.large_tools_mib)
+    )
     for name, micros in figures.items():
         print(f"{name:58} {micros / 1000:8.3f} ms")  # noqa: T201
 

@@ -160,15 +160,37 @@ def tools_json(tools: Sequence[msg.Tool]) -> str:
 
 def tools_tokens(tools: Sequence[msg.Tool], counter: TokenCounter = HEURISTIC_COUNTER) -> int:
     """The price of a tool set, remembered: a harness sends the same tool set every step, and a
-    real tokenizer over kilobytes of schemas would otherwise cost a millisecond a step."""
+    real tokenizer over kilobytes of schemas would otherwise cost a millisecond a step (over a
+    1 MiB set, half a second: ``tools_price_known``)."""
     if not tools:
         return 0
+    key, size = _price_key(tools, counter.name)
+    return TOOL_PRICES.get(key, size, lambda: counter.count(tools_json(tools)) + BLOCK_OVERHEAD)
+
+
+def tools_price_known(tools: Sequence[msg.Tool], counter_name: str) -> bool:
+    """Whether the price of ``tools`` with the tokenizer ``counter_name`` is remembered. A
+    caller counts an unknown large set ahead, where counting cannot hold the event loop
+    (``app/pricing.py``: ``counted_ahead``): DeepSeek's tokenizer takes half a second over a
+    1 MiB set."""
+    if not tools:
+        return True
+    key, _ = _price_key(tools, counter_name)
+    return TOOL_PRICES.lookup(key) is not None
+
+
+def _price_key(
+    tools: Sequence[msg.Tool], counter_name: str
+) -> tuple[tuple[str, tuple[str, ...] | str], int]:
+    """A tool set's key among the remembered prices, and the bytes its entry holds: the set's
+    own strings while the memo keeps a set that large (compared in C, nothing hashed again);
+    a larger set's digest (its JSON hashed each time, ~1 ms a MiB), so that its price, the
+    costliest to count, is remembered too."""
     key = _tool_set_key(tools)
-    return TOOL_PRICES.get(
-        (counter.name, key),
-        _size(key),
-        lambda: counter.count(tools_json(tools)) + BLOCK_OVERHEAD,
-    )
+    size = _size(key)
+    if TOOL_PRICES.keeps(size):
+        return (counter_name, key), size
+    return (counter_name, tools_digest(tools)), _DIGEST_ENTRY_BYTES
 
 
 def tools_digest(tools: Sequence[msg.Tool]) -> str:
@@ -192,8 +214,10 @@ def _size(key: tuple[str, ...]) -> int:
 
 
 # The tool sets' prices (by tokenizer) and digests, each within 4 MiB of tool sets
-# (domain/memo.py).
-TOOL_PRICES: BoundedMemo[tuple[str, tuple[str, ...]], int] = BoundedMemo(4 * 1024 * 1024)
+# (domain/memo.py); the price of a set too large to keep is kept by its digest.
+TOOL_PRICES: BoundedMemo[tuple[str, tuple[str, ...] | str], int] = BoundedMemo(4 * 1024 * 1024)
+# What a price kept by a tool set's digest holds (the digest, the tokenizer's name, the price).
+_DIGEST_ENTRY_BYTES = 128
 TOOL_DIGESTS: BoundedMemo[tuple[str, ...], str] = BoundedMemo(4 * 1024 * 1024)
 
 

@@ -56,8 +56,12 @@ class BoundedMemo(Generic[K, V]):
             self.hits += 1
             return found[0]
 
+    def keeps(self, size: int) -> bool:
+        """Whether an input of ``size`` bytes is remembered (not over an eighth of the budget)."""
+        return size <= self.max_bytes // 8
+
     def remember(self, key: K, size: int, value: V) -> None:
-        if size > self.max_bytes // 8:
+        if not self.keeps(size):
             return
         with self._lock:
             if key not in self._entries:

@@ -230,7 +230,7 @@ async def test_new_content_over_the_response_bound_is_refused_before_it_is_count
     limits = replace(Limits(), max_response_bytes=1000, max_streamed_response_bytes=2000)
     app = App.build(limits=limits)
     sid = await app.create()
-    monkeypatch.setattr(admit_module, "counter_off_the_loop", counted)
+    monkeypatch.setattr(admit_module, "counted_ahead", counted)
     command = app.admit_command(
         sid,
         "P",

@@ -83,3 +83,37 @@ def test_threads_share_a_memo_safely() -> None:
         thread.join()
     assert not failures
     assert memo.bytes <= memo.max_bytes and memo.bytes == 64 * len(memo)
+
+
+class CountingCounter:
+    """A tokenizer that counts how often it counts (a length, as the heuristic's)."""
+
+    name = "counting"
+
+    def __init__(self) -> None:
+        self.counted = 0
+
+    def count(self, text: str) -> int:
+        self.counted += 1
+        return len(text) // 4
+
+
+def test_a_tool_set_too_large_to_keep_has_its_price_kept_by_digest() -> None:
+    """A 1 MiB tool set sent every step: DeepSeek's tokenizer takes half a second over it, and
+    its price was counted again every step (the memo keeps no input over 512 KiB); now it is
+    kept by the set's digest, for a few bytes."""
+    schema = json.dumps({"type": "object", "description": "y" * (300 * 1024)})
+    tools = tuple(Tool(f"big{i}", "d", schema) for i in range(4))
+    counter = CountingCounter()
+    assert not accounting.tools_price_known(tools, counter.name)
+    before = accounting.TOOL_PRICES.bytes
+    price = accounting.tools_tokens(tools, counter)
+    assert accounting.TOOL_PRICES.bytes - before < 1024  # the digest's entry, not the set
+    again = tuple(Tool(t.name, t.description, "".join(t.parameters_json)) for t in tools)
+    assert accounting.tools_price_known(again, counter.name)
+    assert accounting.tools_tokens(again, counter) == price and counter.counted == 1
+    # Another tokenizer prices it itself; another set (one schema changed) is another price.
+    assert not accounting.tools_price_known(tools, "another")
+    changed = (*tools[:3], Tool("big3", "d", schema.replace("y", "z", 1)))
+    accounting.tools_tokens(changed, counter)
+    assert counter.counted == 2

@@ -19,7 +19,7 @@ from admission_service.app.deps import Deps
 from admission_service.app.derivation import derive_request, plan_frames, request_key
 from admission_service.app.hooks import Phase
 from admission_service.app.ledger import forecast_json
-from admission_service.app.pricing import followed, session_counter, write_priced
+from admission_service.app.pricing import counted_ahead, followed, session_counter, write_priced
 from admission_service.app.unit_of_work import Call, Reply, UnitOfWork, runs_again_if_moved
 from admission_service.app.use_cases.record import admission_of, record_output
 from admission_service.domain import admission as rules
@@ -36,7 +36,7 @@ from admission_service.domain.errors import fields_under
 from admission_service.domain.series import Route
 from admission_service.domain.stored import AdmissionRecord
 from admission_service.domain.surface import effective_prompt
-from admission_service.tokenizers import counter_for, counter_off_the_loop, load_off_the_loop
+from admission_service.tokenizers import load_off_the_loop
 
 
 @runs_again_if_moved
@@ -58,8 +58,9 @@ async def admit(
         streamed=command.delivery.streamed,
     )
     route = await _route(deps.catalog, command.route)
-    # Its large texts counted now, in a thread, so their pricing below is a lookup.
-    counter = await counter_off_the_loop(route.provider, _admit_texts(command))
+    # Its large texts (and a large tool set not yet priced) counted now, in a thread, so their
+    # pricing below is a lookup.
+    counter = await counted_ahead(route.provider, _admit_texts(command), command.tools)
     call = Call(
         "Admit",
         tenant,
@@ -143,7 +144,7 @@ async def reconcile(
         )
         await uow.reached(Phase.VALIDATE)
         number = admitted.attempts
-        counter = counter_for(route.provider)
+        counter = await counted_ahead(route.provider, (), admitted.tools)
         aggregate, result = await _attempt(
             deps, uow, aggregate, attempt, number, command, counter, first=False
         )

@@ -18,7 +18,7 @@ from admission_service.app.commands import (
 from admission_service.app.deps import Deps
 from admission_service.app.derivation import derive_request
 from admission_service.app.ledger import calibration_of, ledger_entry_of
-from admission_service.app.pricing import session_counter
+from admission_service.app.pricing import counted_ahead
 from admission_service.app.snapshot import PageCursor, snapshot
 from admission_service.app.trajectory_page import (
     TrajectoryPage,
@@ -101,6 +101,8 @@ async def inspect(
             delivery=delivery,
         )
         ledger = tuple(ledger_entry_of(row) for row in await sessions.ledger(LEDGER_ROWS))
+    # The session's tokenizer (``session_counter``), a large tool set counted off the loop.
+    counter = await counted_ahead(route.provider, (), tools)
     system_nodes = tuple(
         SystemNodeView(
             row.seq, row.commit_time, row.turn, row.step, row.system_text.decode(), row.update
@@ -115,7 +117,7 @@ async def inspect(
         breakdown=breakdown(
             [PricedNode(row.seq, row.tokens, True) for row in details],
             tools,
-            session_counter(session),
+            counter,
             total=session.surface_tokens,
             calibration=calibration_of(ledger, route.provider),
         ),
