@@ -12,8 +12,17 @@ dropped at the end.
 
 from __future__ import annotations
 
-import logging
 import os
+
+# Before gRPC is imported: grpcio 1.81+ restarts its poller thread in a forked child, which
+# crashes (SIGSEGV, "epoll_wait error: Bad file descriptor") once subprocess closes the child's
+# descriptors before exec (grpc/grpc#43055, open). A test process holds live grpc.aio channels
+# while it starts processes, and a fork that changes user (the embedded PostgreSQL, as root)
+# cannot use vfork, so 44 % of such children died (tests/integration/test_fork_under_grpc.py).
+# The service needs no fork support: its parent forks the workers before any gRPC exists.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
+import logging
 import secrets
 import shutil
 import signal
