@@ -177,6 +177,34 @@ async def test_a_session_deleted_by_another_worker_is_not_found(engine: AsyncEng
         await step(a, sid, "two", previous=first)
 
 
+async def test_a_session_deleted_and_created_again_elsewhere_is_not_taken_for_the_cached_one(
+    engine: AsyncEngine,
+) -> None:
+    """A new lifetime of a session id, created and stepped by another worker until its row is
+    at the version a cached copy of the old lifetime holds: the cached copy must not pass the
+    commit's check (its seqs, positions and open calls are another session's)."""
+    a, b = worker(engine), worker(engine)
+    sid = await new_session(a)
+    first = await admitted(a, sid, "one")  # a caches the first lifetime, one version on
+    await handlers.delete_session(b, TENANT, sid, None, None)
+    await handlers.create_session(b, TENANT, sid, None)
+    # The new lifetime, as many writes on, under another prompt (so more events).
+    again = await admitted(b, sid, "new one", prompt="be thorough")
+    hits = cache_of(a).hits
+    reply = await step(a, sid, "two")  # no previous output: nothing to look up but the row
+    assert cache_of(a).hits == hits + 1  # the stale copy was taken, and found stale
+    assert reply.result is not None
+    # The stored prompt ("be thorough", seq 0) replaced by a new node; the stale copy knew
+    # "be brief" at seq 0 and would have changed nothing.
+    assert reply.result.effective_prompt.text == "be brief"
+    assert reply.result.effective_prompt.seq > 0
+    assert reply.result.user_seqs[0] > again.user_seqs[-1]
+    assert await users_on_surface(b, sid) == ["new one", "two"]
+    fresh = await admitted(worker(engine), sid, "three")
+    assert fresh.revision == reply.result.revision + 1
+    assert first.admission_id != again.admission_id
+
+
 async def test_a_tool_call_id_reused_after_its_answer_is_refused_on_a_warm_cache(
     engine: AsyncEngine,
 ) -> None:

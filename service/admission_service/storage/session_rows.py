@@ -5,6 +5,7 @@ quotas (app/quotas.py: read only when a quota is configured). Its stored respons
 
 from __future__ import annotations
 
+import secrets
 from collections import namedtuple
 from collections.abc import Sequence
 from datetime import datetime
@@ -33,6 +34,10 @@ from admission_service.storage.scope import SessionScope, where_session
 from admission_service.storage.tables import sessions
 
 _RUNNING_SIZES = ("surface_bytes", "surface_nodes", "log_bytes")
+# Bits of a new lifetime's first ``row_version``: far below the column's 63, so a lifetime can
+# count up for ever, and random, so no two lifetimes of one session id share a version a
+# worker may hold cached (``first_row_version``).
+_ROW_VERSION_START_BITS = 62
 
 # The session row under its lock, as the first statement of a mutation's first round trip
 # (``lock``); the row comes back as a ``_SessionRow``.
@@ -124,6 +129,17 @@ def _record(row: Any) -> Session:
     )
 
 
+def first_row_version() -> int:
+    """Where a new lifetime of a session id starts counting its row's versions.
+
+    A worker may still cache a deleted session (another replica deleted it): the commit's
+    version check is all that stands between that copy and the new session under the same id.
+    Counting every lifetime from 0 would let the new one reach the cached version after as
+    many writes and pass the check with another session's seqs, positions and prompt. A random
+    start makes that a chance of writes / 2**62."""
+    return secrets.randbits(_ROW_VERSION_START_BITS)
+
+
 class SessionRows(SessionScope):
     """The session row."""
 
@@ -131,7 +147,7 @@ class SessionRows(SessionScope):
         """Insert the session; None when it already exists (the caller decides what that means)."""
         statement = (
             pg_insert(sessions)
-            .values(**self._keys())
+            .values(**self._keys(), row_version=first_row_version())
             .on_conflict_do_nothing()
             .returning(*sessions.c)
         )
