@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import uuid
 from typing import Any
 
@@ -42,6 +43,9 @@ from bench.physical_floor import libpq_url
 
 TENANT = "bench-lean"
 # The service's own lock (storage: SessionStore.read).
+PROMPT = b"You are a careful coding agent. Work in small, verified steps. " * 8
+PROMPT_HEX = PROMPT.hex()
+PROMPT_DIGEST = hashlib.sha256(PROMPT).digest()
 LOCK = (
     "SELECT revision, next_seq, next_position, replace_generation, last_request_generation,"
     " last_header, last_context, last_request, shadowed_position, shadowed_system,"
@@ -50,8 +54,12 @@ LOCK = (
 )
 # The service's admission lookup (the admission the output answers: the latest here).
 ADMISSION = (
-    "SELECT admission_id, turn, step, rendered_prompt, tools, users_seqs, attempts, create_time"
-    " FROM admissions WHERE tenant_id = %(t)s AND session_id = %(s)s AND admission_id ="
+    "SELECT a.admission_id, a.turn, a.step, p.body, t.body, a.attempts, a.prompt_digest,"
+    " a.tools_digest FROM admissions AS a JOIN admission_inputs AS p"
+    " ON p.tenant_id = a.tenant_id AND p.session_id = a.session_id AND p.digest = a.prompt_digest"
+    " JOIN admission_inputs AS t ON t.tenant_id = a.tenant_id AND t.session_id = a.session_id"
+    " AND t.digest = a.tools_digest"
+    " WHERE a.tenant_id = %(t)s AND a.session_id = %(s)s AND a.admission_id ="
     " (SELECT admission_id FROM requests WHERE tenant_id = %(t)s AND session_id = %(s)s"
     " ORDER BY request_index DESC LIMIT 1)"
 )
@@ -86,8 +94,8 @@ WRITES = (
     " AND session_id = %(s)s AND request_index = (SELECT max(request_index) FROM requests"
     " WHERE tenant_id = %(t)s AND session_id = %(s)s AND admission_id = %(prev)s)),"
     " admission AS (INSERT INTO admissions (tenant_id, session_id, admission_id, turn, step,"
-    " rendered_prompt, tools, users_seqs, attempts) VALUES (%(t)s, %(s)s, %(adm)s,"
-    " %(turn)s + 1, 0, %(prompt)s, ''::bytea, ARRAY[%(seq)s + 1]::bigint[], 1)),"
+    " prompt_digest, tools_digest, users_seqs, attempts) VALUES (%(t)s, %(s)s, %(adm)s,"
+    " %(turn)s + 1, 0, %(prompt)s, sha256('[]'::bytea), ARRAY[%(seq)s + 1]::bigint[], 1)),"
     " request AS (INSERT INTO requests (tenant_id, session_id, request_index, admission_id,"
     " attempt, forecast) VALUES (%(t)s, %(s)s, %(index)s, %(adm)s, 1, %(forecast)s))"
     " UPDATE sessions SET revision = revision + 1, next_seq = next_seq + 2,"
@@ -98,6 +106,13 @@ WRITES = (
     " WHERE tenant_id = %(t)s AND session_id = %(s)s RETURNING revision"
 )
 CREATE = "INSERT INTO sessions (tenant_id, session_id) VALUES (%(t)s, %(s)s) ON CONFLICT DO NOTHING"
+# The session's prompt and (empty) tool set, stored once as the service stores them; every
+# step's admission names them by digest (``%(prompt)s`` is the prompt's digest).
+INPUTS = (
+    "INSERT INTO admission_inputs (tenant_id, session_id, digest, body) VALUES"
+    f" (%(t)s, %(s)s, sha256('\\x{PROMPT_HEX}'::bytea), '\\x{PROMPT_HEX}'::bytea),"
+    " (%(t)s, %(s)s, sha256('[]'::bytea), '[]'::bytea) ON CONFLICT DO NOTHING"
+)
 # The one-round-trip variant: the same statements inside one PL/pgSQL function (its plans
 # cached by PL/pgSQL), called as one prepared statement in autocommit.
 _NAMES = {
@@ -107,9 +122,15 @@ _NAMES = {
 }  # fmt: skip
 
 
-def _plpgsql(statement: str, into: str) -> str:
+def _bound(statement: str) -> str:
+    """``statement`` with its parameters named as the function's arguments and variables."""
     for name, variable in _NAMES.items():
         statement = statement.replace(f"%({name})s", variable)
+    return statement
+
+
+def _plpgsql(statement: str, into: str) -> str:
+    statement = _bound(statement)
     if statement.startswith("SELECT "):
         return f"SELECT INTO {into} {statement.removeprefix('SELECT ')}"
     return f"{statement} INTO {into}"
@@ -126,6 +147,7 @@ BEGIN
     {_plpgsql(LOCK, "v_lock")};
     IF NOT FOUND THEN
         INSERT INTO sessions (tenant_id, session_id) VALUES (p_t, p_s) ON CONFLICT DO NOTHING;
+        {_bound(INPUTS)};
         RETURN QUERY SELECT 0::bigint, NULL::bytea;
         RETURN;
     END IF;
@@ -142,7 +164,6 @@ CALL = (
     "SELECT o_revision, o_frames FROM bench_lean_step(%(t)s, %(s)s, %(out)s, %(in)s, %(adm)s,"
     " %(usage)s, %(prompt)s, %(forecast)s, %(last)s, %(bytes)s)"
 )
-PROMPT = b"You are a careful coding agent. Work in small, verified steps. " * 8
 FORECAST = b"\x08\xe8\x07\x10\x84\x07" * 8  # a serialized forecast's size
 LAST_REQUEST = b"\x01" * 120  # the session row's running prefix (count, price, digest, end)
 
@@ -167,6 +188,7 @@ async def step(
                 row = await locked.fetchone()
                 if row is None:  # the session's first call: create it (warm-up only)
                     await connection.execute(CREATE, key)
+                    await connection.execute(INPUTS, key)
                     await connection.execute(b"COMMIT")
                     return 0, None
                 previous = await admitted.fetchone()
@@ -184,7 +206,7 @@ async def step(
                         "out": output,
                         "in": output,
                         "usage": FORECAST,
-                        "prompt": PROMPT,
+                        "prompt": PROMPT_DIGEST,
                         "forecast": FORECAST,
                         "index": request_count,
                         "last": LAST_REQUEST,
@@ -215,7 +237,7 @@ async def step_in_one_call(
                 "in": output,
                 "adm": uuid.uuid4().hex,
                 "usage": FORECAST,
-                "prompt": PROMPT,
+                "prompt": PROMPT_DIGEST,
                 "forecast": FORECAST,
                 "last": LAST_REQUEST,
                 "bytes": 2 * len(output),

@@ -4,6 +4,7 @@ the rules the scale-out story depends on (SPEC §10)."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import sys
 from collections.abc import Iterator
@@ -12,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from admission_service.domain.events import Event, Replace
-from admission_service.domain.messages import Message
+from admission_service.domain.messages import Message, Tool
+from admission_service.domain.stored import AdmissionRecord
 from admission_service.storage import codec
 from admission_service.storage.distribution import REFERENCE_TABLES
 from admission_service.storage.engine import (
@@ -48,6 +50,7 @@ SESSION_TABLES = {
     "requests",
     "idempotency_keys",
     "frame_chunks",
+    "admission_inputs",
 }
 TABLES = SESSION_TABLES | REFERENCE_TABLES
 GLOBAL_TABLES = ", ".join(f"'{name}'" for name in sorted(REFERENCE_TABLES))
@@ -565,3 +568,69 @@ def test_0010_compresses_frames_with_lz4_where_the_server_has_it_and_its_downgra
     )
     command.downgrade(config, "0009")
     assert compression_of_a_new_frame() == ([("frames", ""), ("message_pb", "")], "pglz")
+
+
+def test_0011_stores_each_admission_input_once_and_its_downgrade_puts_them_back(
+    empty_database_url: str,
+) -> None:
+    """Admissions written at 0010 with their prompt and tools in each row read back the same
+    after 0011, which keeps each distinct input once per session; the downgrade restores the
+    0010 rows byte for byte."""
+    url = empty_database_url
+    config = alembic_config(url)
+    command.upgrade(config, "0010")
+    tools = codec.encode_tools((Tool("grep", "search files", '{"type": "object"}'),))
+    prompt, other = "be brief\0 ü".encode(), b"be thorough"
+    admitted = [("s", "a1", prompt), ("s", "a2", prompt), ("s", "a3", other), ("u", "b1", prompt)]
+    with connect(url) as connection, connection.begin():
+        for session_id in ("s", "u"):
+            connection.execute(
+                text("INSERT INTO sessions (tenant_id, session_id) VALUES ('t', :s)"),
+                {"s": session_id},
+            )
+        for step, (session_id, admission_id, rendered) in enumerate(admitted):
+            connection.execute(
+                text(
+                    "INSERT INTO admissions (tenant_id, session_id, admission_id, turn, step,"
+                    " rendered_prompt, tools, users_seqs, attempts)"
+                    " VALUES ('t', :s, :a, 1, :step, :p, :tools, '{3}', 2)"
+                ),
+                {"s": session_id, "a": admission_id, "step": step, "p": rendered, "tools": tools},
+            )
+    # By name: the downgrade puts the columns back at the end of the row.
+    as_of_0010 = (
+        "SELECT tenant_id, session_id, admission_id, turn, step, rendered_prompt, tools,"
+        " users_seqs, attempts, create_time FROM admissions ORDER BY admission_id"
+    )
+    before = rows(url, as_of_0010)
+
+    command.upgrade(config, "0011")
+    stored = rows(url, "SELECT session_id, body FROM admission_inputs ORDER BY 1, 2")
+    assert stored == sorted(
+        [("s", prompt), ("s", other), ("s", tools), ("u", prompt), ("u", tools)]
+    )
+    digests = rows(
+        url, "SELECT admission_id, prompt_digest, tools_digest FROM admissions ORDER BY 1"
+    )
+    assert digests == [
+        (admission_id, hashlib.sha256(rendered).digest(), hashlib.sha256(tools).digest())
+        for _, admission_id, rendered in admitted
+    ]
+    assert asyncio.run(_admission(url, "s", "a3")) == AdmissionRecord(
+        "a3", 1, 2, "be thorough", codec.decode_tools(tools), 2
+    )
+    assert asyncio.run(_admission(url, "u", "b1")) == AdmissionRecord(
+        "b1", 1, 3, "be brief\0 ü", codec.decode_tools(tools), 2
+    )
+
+    command.downgrade(config, "0010")
+    assert rows(url, as_of_0010) == before
+
+
+async def _admission(url: str, session_id: str, admission_id: str) -> AdmissionRecord | None:
+    engine = create_engine(url, pool_size=1, max_overflow=0)
+    try:
+        async with engine.connect() as connection:
+            return await SessionStore(connection, "t", session_id).admission(admission_id)
+    finally:
+        await engine.dispose()

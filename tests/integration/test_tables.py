@@ -7,6 +7,7 @@ import secrets
 
 import pytest
 from admission_service.storage.tables import (
+    AdmissionInputRow,
     AdmissionRow,
     Base,
     EventRow,
@@ -34,7 +35,15 @@ def one_of_everything(session_id: str) -> list[Base]:
         SessionRow(**key),
         EventRow(**key, seq=0, kind="system/message", turn=0, step=0, payload=b"{}"),
         SurfaceNodeRow(**key, seq=0, position=0, is_system=True, turn=0, step=0),
-        AdmissionRow(**key, admission_id="a0", turn=0, step=0, rendered_prompt=b"", tools=b"[]"),
+        AdmissionInputRow(**key, digest=b"\1" * 32, body=b"[]"),
+        AdmissionRow(
+            **key,
+            admission_id="a0",
+            turn=0,
+            step=0,
+            prompt_digest=b"\1" * 32,
+            tools_digest=b"\1" * 32,
+        ),
         RequestRow(**key, request_index=0, admission_id="a0", attempt=1, forecast=b"{}"),
         IdempotencyKeyRow(
             **key, request_id="r0", method="Admit", request_digest=b"\0" * 32, response=b"\0"
@@ -122,7 +131,14 @@ async def test_deleting_a_session_deletes_its_rows_and_nothing_else(
     await db_session.delete(await db_session.get_one(SessionRow, (TENANT, doomed)))
     await db_session.flush()
 
-    for table in (SessionRow, EventRow, SurfaceNodeRow, AdmissionRow, RequestRow):
+    for table in (
+        SessionRow,
+        EventRow,
+        SurfaceNodeRow,
+        AdmissionInputRow,
+        AdmissionRow,
+        RequestRow,
+    ):
         assert await count(db_session, table, doomed) == 0, table.__tablename__
         assert await count(db_session, table, kept) == 1, table.__tablename__
     # Not cascaded (its DeleteSession response must survive): deleted explicitly, or expired.

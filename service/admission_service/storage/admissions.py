@@ -1,9 +1,11 @@
-"""The SQL of the ``admissions`` and ``requests`` tables: a step's admission (what Reconcile
-reuses) and the cache ledger's rows, written in the statement batch; the ledger as the read
-RPCs read it (Inspect, ListTrajectory), as typed rows (``rows``)."""
+"""The SQL of the ``admissions``, ``admission_inputs`` and ``requests`` tables: a step's
+admission (what Reconcile reuses), its prompt and tool set stored once per session by digest,
+and the cache ledger's rows, written in the statement batch; the ledger as the read RPCs read
+it (Inspect, ListTrajectory), as typed rows (``rows``)."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -13,26 +15,38 @@ from admission_service.domain.stored import AdmissionRecord
 from admission_service.storage import codec
 from admission_service.storage.batch import param
 from admission_service.storage.raw import RawStatement
-from admission_service.storage.rows import LedgerRow, columns
+from admission_service.storage.rows import LedgerRow, StoredInputs, columns
 from admission_service.storage.scope import NOT_READ, SessionScope, where_session
 from admission_service.storage.tables import requests
 
+# An admission with its prompt and tools, joined from their bodies by digest.
 _ADMISSION = (
-    "SELECT admission_id, turn, step, rendered_prompt, tools, attempts FROM admissions"
-    " WHERE tenant_id = %(t)s AND session_id = %(s)s AND admission_id = %(a)s"
+    "SELECT a.admission_id, a.turn, a.step, p.body, t.body, a.attempts,"
+    " a.prompt_digest, a.tools_digest FROM admissions AS a"
+    " JOIN admission_inputs AS p ON p.tenant_id = a.tenant_id"
+    " AND p.session_id = a.session_id AND p.digest = a.prompt_digest"
+    " JOIN admission_inputs AS t ON t.tenant_id = a.tenant_id"
+    " AND t.session_id = a.session_id AND t.digest = a.tools_digest"
+    " WHERE a.tenant_id = %(t)s AND a.session_id = %(s)s AND a.admission_id = %(a)s"
 )
 
 
+def input_digest(body: bytes) -> bytes:
+    """The key of an input's body in ``admission_inputs`` (what migration 0011's ``sha256``
+    computed for the inputs stored before it)."""
+    return hashlib.sha256(body).digest()
+
+
 def admission_statement(tenant: str, session_id: str, admission_id: str) -> RawStatement:
-    """The read of one admission (its row: ``admission_record``)."""
+    """The read of one admission (its row: ``stored_admission``)."""
     return RawStatement(_ADMISSION, {"t": tenant, "s": session_id, "a": admission_id}, binary=True)
 
 
-def admission_record(row: tuple[Any, ...] | None) -> AdmissionRecord | None:
+def stored_admission(row: tuple[Any, ...] | None) -> StoredInputs | None:
     if row is None:
         return None
-    admission_id, turn, step, rendered_prompt, tools, attempts = row
-    return AdmissionRecord(
+    admission_id, turn, step, rendered_prompt, tools, attempts, prompt_digest, tools_digest = row
+    admission = AdmissionRecord(
         admission_id,
         turn,
         step,
@@ -40,6 +54,7 @@ def admission_record(row: tuple[Any, ...] | None) -> AdmissionRecord | None:
         codec.decode_tools(bytes(tools)),
         attempts,
     )
+    return StoredInputs(admission, bytes(prompt_digest), bytes(tools_digest))
 
 
 class AdmissionsAndLedger(SessionScope):
@@ -47,6 +62,26 @@ class AdmissionsAndLedger(SessionScope):
     ledger by request index."""
 
     async def add_admission(self, admission: AdmissionRecord, user_seqs: Sequence[int]) -> None:
+        """The admission's row, naming its prompt and tools by digest; their bodies too, unless
+        the admission this transaction found (``known_inputs``) has the same ones, which are
+        then stored already (a harness's usual step: nothing but two digests is sent)."""
+        known = self.known_inputs
+        bodies: dict[bytes, bytes] = {}
+        if known is not None and known.admission.rendered_prompt == admission.rendered_prompt:
+            prompt_digest = known.prompt_digest
+        else:
+            prompt = admission.rendered_prompt.encode()
+            prompt_digest = input_digest(prompt)
+            bodies[prompt_digest] = prompt
+        if known is not None and known.admission.tools == admission.tools:
+            tools_digest = known.tools_digest
+        else:
+            tools = codec.encode_tools(admission.tools)
+            tools_digest = input_digest(tools)
+            bodies[tools_digest] = tools
+        if bodies:
+            rows = [{**self._keys(), "digest": key, "body": body} for key, body in bodies.items()]
+            self.batch.insert("admission_inputs", rows, skip_existing=True)
         self.batch.insert(
             "admissions",
             [
@@ -55,20 +90,22 @@ class AdmissionsAndLedger(SessionScope):
                     "admission_id": admission.admission_id,
                     "turn": admission.turn,
                     "step": admission.step,
-                    "rendered_prompt": admission.rendered_prompt.encode(),
-                    "tools": codec.encode_tools(admission.tools),
+                    "prompt_digest": prompt_digest,
+                    "tools_digest": tools_digest,
                     "users_seqs": list(user_seqs),
                     "attempts": admission.attempts,
                 }
             ],
         )
+        self.known_inputs = StoredInputs(admission, prompt_digest, tools_digest)
 
     async def admission(self, admission_id: str) -> AdmissionRecord | None:
         if (kept := self._kept("admission", admission_id)) is not NOT_READ:
             return kept  # type: ignore[no-any-return]
         statement = admission_statement(self.tenant, self.session_id, admission_id)
         *_, row = await self._flight(*self._deferred(), statement)
-        return admission_record(row)
+        stored = stored_admission(row)
+        return stored.admission if stored is not None else None
 
     async def count_attempt(self, admission_id: str) -> None:
         key = self.key

@@ -46,15 +46,19 @@ class StatementBatch:
     def defer(self, write: Write) -> None:
         self._writes.append(write)
 
-    def insert(self, table: str, rows: Sequence[Mapping[str, Any]]) -> None:
-        """Defer one ``INSERT`` of ``rows`` (which share the first row's columns)."""
+    def insert(
+        self, table: str, rows: Sequence[Mapping[str, Any]], *, skip_existing: bool = False
+    ) -> None:
+        """Defer one ``INSERT`` of ``rows`` (which share the first row's columns);
+        ``skip_existing``: a row whose key is stored already is left as it is."""
 
         def build(params: list[Any]) -> str:
             names = list(rows[0])
             values = ", ".join(
                 "(" + ", ".join(param(params, row[name]) for name in names) + ")" for row in rows
             )
-            return f"INSERT INTO {table} ({', '.join(names)}) VALUES {values}"
+            conflict = " ON CONFLICT DO NOTHING" if skip_existing else ""
+            return f"INSERT INTO {table} ({', '.join(names)}) VALUES {values}{conflict}"
 
         self.defer(build)
 

@@ -18,7 +18,18 @@ from sqlalchemy import Column, Table
 
 from admission_service.domain.events import Append, Event, EventKind, Replace, SurfaceOp
 from admission_service.domain.messages import Message
+from admission_service.domain.stored import AdmissionRecord
 from admission_service.storage import codec
+
+
+@dataclass(frozen=True, slots=True)
+class StoredInputs:
+    """An admission whose prompt and tool set are stored, with the digests that name them: a
+    later admission with the same prompt or tools names them without sending their bytes."""
+
+    admission: AdmissionRecord
+    prompt_digest: bytes
+    tools_digest: bytes
 
 
 @dataclass(frozen=True, slots=True)

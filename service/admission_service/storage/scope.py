@@ -13,10 +13,12 @@ from sqlalchemy.engine import CursorResult
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from admission_service.domain.aggregate import SessionAggregate
+from admission_service.domain.session import Session
 from admission_service.domain.stored import Growth
 from admission_service.storage.batch import StatementBatch, Write, param
 from admission_service.storage.failures import SessionMoved, moved
 from admission_service.storage.raw import RawStatement, execute_flight, execute_script
+from admission_service.storage.rows import StoredInputs
 from admission_service.storage.session_cache import CachedSession, SessionCache
 
 COMMIT = RawStatement("COMMIT")
@@ -71,6 +73,12 @@ class SessionScope:
         self._read_ahead: dict[tuple[str, object], Any] = {}
         # Everything this transaction's writes added to the running sizes.
         self.growth = Growth()
+        # An admission of this session whose prompt and tools are stored, with their digests:
+        # the one this transaction found (cached or read ahead), then the one it adds.
+        self.known_inputs: StoredInputs | None = None
+        # The session row as this transaction found it (cached, read or created): its save
+        # sends only the large values that changed (``SessionRows.save``).
+        self.found: Session | None = None
 
     def _keep(self, kind: str, key: object, value: Any) -> None:
         """Keep ``value``, read ahead, for the one ``_kept(kind, key)`` that will ask for it."""

@@ -27,6 +27,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from admission_service.domain.aggregate import SessionAggregate
+from admission_service.storage.rows import StoredInputs
 
 SessionKey = tuple[str, str]  # (tenant, session_id)
 
@@ -41,6 +42,9 @@ class CachedSession:
 
     aggregate: SessionAggregate
     row_version: int
+    # The aggregate's last admission with the digests naming its stored prompt and tools (so
+    # the next admission sends neither when both are unchanged); None: not known here.
+    inputs: StoredInputs | None = None
 
     def size(self) -> int:
         """Roughly the bytes the entry holds (its large values; the bound's unit)."""

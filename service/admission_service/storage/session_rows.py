@@ -21,7 +21,7 @@ from admission_service.domain.series import SeriesState
 from admission_service.domain.session import RequestPrefix, Session, Shadowed
 from admission_service.domain.stored import StoredResponse
 from admission_service.storage import codec
-from admission_service.storage.admissions import admission_record, admission_statement
+from admission_service.storage.admissions import admission_statement, stored_admission
 from admission_service.storage.batch import param
 from admission_service.storage.idempotency import forget_responses, stored_response_statement
 from admission_service.storage.log_and_surface import (
@@ -159,6 +159,7 @@ class SessionRows(SessionScope):
         await self._execute(forget_responses(self.tenant, self.session_id))
         self.read_version = row.row_version
         self.created = SessionAggregate.read(_record(row), (), (), None)
+        self.found = self.created.session
         return self.created
 
     async def read(self) -> Session | None:
@@ -191,6 +192,8 @@ class SessionRows(SessionScope):
         ):
             self.entry, self.warm = entry, True
             self.read_version = entry.row_version
+            self.known_inputs = entry.inputs
+            self.found = entry.aggregate.session
             return entry.aggregate
         params = {"t": self.tenant, "s": self.session_id}
         statements = [RawStatement(_LOCK, params, binary=True), system_and_open_statement(params)]
@@ -206,7 +209,8 @@ class SessionRows(SessionScope):
             self._keep("response", request_id, StoredResponse(*stored) if stored else None)
         admission = None
         if admission_id is not None:
-            admission = admission_record(prefetched.pop(0))
+            self.known_inputs = stored_admission(prefetched.pop(0))
+            admission = self.known_inputs.admission if self.known_inputs is not None else None
             self._keep("admission", admission_id, admission)
         if tool_call_ids:
             known = {call_id for (call_id,) in prefetched.pop(0)}
@@ -217,6 +221,7 @@ class SessionRows(SessionScope):
         session = _record(locked_row)
         system_nodes, open_calls = system_and_open(indexed)
         self.read_version = locked_row.row_version
+        self.found = session
         return SessionAggregate.read(session, system_nodes, open_calls, admission)
 
     async def row_version(self) -> int | None:
@@ -245,12 +250,6 @@ class SessionRows(SessionScope):
             "next_position": session.next_position,
             "replace_generation": series.replace_generation,
             "last_request_generation": series.last_request_generation,
-            "last_header": codec.dumps(codec.header_to_json(series.last_header))
-            if series.last_header
-            else None,
-            "last_context": codec.dumps(codec.context_to_json(series.last_context))
-            if series.last_context
-            else None,
             "last_request": codec.dumps(previous_request_to_json(*last_request))
             if last_request
             else None,
@@ -259,6 +258,21 @@ class SessionRows(SessionScope):
             "request_count": session.request_count,
             "surface_tokens": session.surface_tokens,
         }
+        # The last header carries the whole tool set (a harness's can be megabytes) and rarely
+        # changes: the row keeps it unless it did, as the last context.
+        found = self.found.series if self.found is not None else None
+        if found is None or series.last_header != found.last_header:
+            values["last_header"] = (
+                codec.dumps(codec.header_to_json(series.last_header))
+                if series.last_header
+                else None
+            )
+        if found is None or series.last_context != found.last_context:
+            values["last_context"] = (
+                codec.dumps(codec.context_to_json(series.last_context))
+                if series.last_context
+                else None
+            )
         growth, key = self.growth, self.key
 
         def build(params: list[Any]) -> str:

@@ -240,7 +240,8 @@ class ToolCallRow(SessionKeyed, Base):
 
 class AdmissionRow(SessionKeyed, Base):
     """A step's first attempt: what ``Reconcile`` reuses (prompt and tools are never
-    re-assembled) and which users it admitted."""
+    re-assembled, named here by their digest in ``admission_inputs``) and which users it
+    admitted."""
 
     __tablename__ = "admissions"
     __table_args__ = (_session_fk(),)
@@ -248,11 +249,25 @@ class AdmissionRow(SessionKeyed, Base):
     admission_id: Mapped[str] = mapped_column(primary_key=True)
     turn: Mapped[int]
     step: Mapped[int]
-    rendered_prompt: Mapped[bytes]
-    tools: Mapped[bytes]
     users_seqs: Mapped[list[int]] = mapped_column(server_default=_EMPTY_SEQS)
     attempts: Mapped[int] = mapped_column(server_default=text("1"))
     create_time: Mapped[datetime] = mapped_column(server_default=_NOW)
+    # SHA-256 of the rendered prompt's UTF-8 and of the tool set's stored encoding (migration
+    # 0011): the keys of their bodies in ``admission_inputs``.
+    prompt_digest: Mapped[bytes]
+    tools_digest: Mapped[bytes]
+
+
+class AdmissionInputRow(SessionKeyed, Base):
+    """An admission's input (a rendered prompt or a tool set), stored once per session however
+    many admissions name it (migration 0011): a harness sends both unchanged step after step.
+    Its bytes are never removed while the session lives."""
+
+    __tablename__ = "admission_inputs"
+    __table_args__ = (_session_fk(),)
+
+    digest: Mapped[bytes] = mapped_column(primary_key=True)  # SHA-256 of ``body``
+    body: Mapped[bytes]
 
 
 class RequestRow(SessionKeyed, Base):
@@ -307,6 +322,7 @@ surface_nodes = cast(Table, SurfaceNodeRow.__table__)
 tool_calls = cast(Table, ToolCallRow.__table__)
 frame_chunks = cast(Table, FrameChunkRow.__table__)
 admissions = cast(Table, AdmissionRow.__table__)
+admission_inputs = cast(Table, AdmissionInputRow.__table__)
 requests = cast(Table, RequestRow.__table__)
 idempotency_keys = cast(Table, IdempotencyKeyRow.__table__)
 page_token_keys = cast(Table, PageTokenKeyRow.__table__)
