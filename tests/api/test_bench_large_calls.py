@@ -1,6 +1,7 @@
-"""bench/large_content.py and bench/large_memory.py run against the real service (their
-figures are not asserted: speed is measured, not timed). Small messages keep them short; 15 x
-0.3 MiB is still above the default 4 MiB response bound, so the *refused* case is refused."""
+"""bench/large_content.py, bench/large_memory.py and bench/harness_writes.py run against the
+real service (their figures are not asserted: speed is measured, not timed). Small messages
+keep them short; 15 x 0.3 MiB is still above the default 4 MiB response bound, so the
+*refused* case is refused."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import json
 
 import pytest
 
-from bench import large_content, large_memory
+from bench import harness_writes, large_content, large_memory
 
 SMALL = ["--mib", "0.3"]
 
@@ -40,3 +41,13 @@ def test_the_large_memory_bench_runs(
     assert report["cancelled"]["calls"] == {"CANCELLED_AFTER_FIRST_CHUNK": 2}
     assert report["large_admit_mib"] == 4.5
     assert all(rss > 0 for rss in report["admitted"]["rss_mib"].values())
+
+
+def test_the_harness_writes_bench_runs(
+    bench_server: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    harness_writes.main(["--steps", "2"])
+    report = json.loads(capsys.readouterr().out)
+    for case in harness_writes.cases():
+        assert report[case]["steps"] == 2
+        assert set(report[case]) >= {"wal_bytes_per_step", "table_bytes_per_step", "step_p50_ms"}

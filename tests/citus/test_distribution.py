@@ -37,7 +37,7 @@ from tests.conftest import TestDatabases
 
 SESSION_SCOPED = {t.name for t in Base.metadata.sorted_tables if distribution.session_scoped(t)}
 # The session-scoped tables later revisions created (0009: the chunked frames).
-CREATED_AFTER_0001 = {"frame_chunks"}
+CREATED_AFTER_0001 = {"frame_chunks", "admission_inputs"}
 
 
 def citus_tables(url: str) -> dict[str, tuple[str, str, int]]:
@@ -98,7 +98,8 @@ def test_a_later_migration_runs_on_the_distributed_schema_with_data(
     empty_citus_database: str,
 ) -> None:
     """0001 distributes; rows go into the shards; 0002 then alters the distributed tables and
-    backfills them (a per-row UPDATE and a correlated UPDATE joining two co-located tables)."""
+    backfills them (a per-row UPDATE and a correlated UPDATE joining two co-located tables);
+    0011 copies the admissions' inputs into a new table, distributed with its rows."""
     run_migrations(empty_citus_database, "0001")
     assert set(citus_tables(empty_citus_database)) == SESSION_SCOPED - CREATED_AFTER_0001
     message = stored_0004.encode_message(
@@ -115,6 +116,12 @@ def test_a_later_migration_runs_on_the_distributed_schema_with_data(
             " tokens, turn, step) VALUES ('t', 's', 0, 0, false, %s, 7, 0, 0)",
             (message,),
         )
+        for admission_id in ("a1", "a2"):  # the same prompt and tools twice
+            connection.execute(
+                "INSERT INTO admissions (tenant_id, session_id, admission_id, turn, step,"
+                " rendered_prompt, tools) VALUES ('t', 's', %s, 0, 0, 'be brief', '[]')",
+                (admission_id,),
+            )
     run_migrations(empty_citus_database)
     with psycopg.connect(libpq_url(empty_citus_database)) as connection:
         row = connection.execute(
@@ -123,6 +130,18 @@ def test_a_later_migration_runs_on_the_distributed_schema_with_data(
             " WHERE s.tenant_id = 't' AND s.session_id = 's'"
         ).fetchone()
     assert row == (7, True)
+    with psycopg.connect(libpq_url(empty_citus_database)) as connection:
+        inputs = connection.execute(
+            "SELECT a.admission_id, p.body, t.body FROM admissions a"
+            " JOIN admission_inputs p ON p.tenant_id = a.tenant_id"
+            " AND p.session_id = a.session_id AND p.digest = a.prompt_digest"
+            " JOIN admission_inputs t ON t.tenant_id = a.tenant_id"
+            " AND t.session_id = a.session_id AND t.digest = a.tools_digest"
+            " WHERE a.tenant_id = 't' AND a.session_id = 's' ORDER BY 1"
+        ).fetchall()
+        (bodies,) = connection.execute("SELECT count(*) FROM admission_inputs").fetchone() or (0,)
+    assert inputs == [("a1", b"be brief", b"[]"), ("a2", b"be brief", b"[]")]
+    assert bodies == 2
     assert plain_tables(empty_citus_database) == {"alembic_version"}
     # A table a later revision created is distributed by the run that creates it.
     assert set(citus_tables(empty_citus_database)) >= SESSION_SCOPED
