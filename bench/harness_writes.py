@@ -17,7 +17,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import random
 import statistics
+import string
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -35,41 +37,47 @@ WARM_UP = 3
 TABLES = ("sessions", "admissions", "admission_inputs", "events", "surface_nodes")
 
 
-def coding_tools(count: int) -> list[pb.Tool]:
-    schema = json.dumps(
-        {
-            "type": "object",
-            "properties": {
-                f"p{j}": {"type": "string", "description": "a parameter of the tool " * 4}
-                for j in range(8)
-            },
-        }
-    )
-    description = ("Reads, edits or runs what the agent asks for. " * 5).strip()
+def prose(characters: int, seed: int) -> str:
+    """Text as a prompt or a tool's description is: words of a 2 000-word vocabulary in no
+    order (a repeated phrase would compress to nothing and hide what is written)."""
+    rng = random.Random(seed)
+    vocabulary = [
+        "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(2, 10)))
+        for _ in range(2_000)
+    ]
+    words: list[str] = []
+    length = 0
+    while length < characters:
+        words.append(rng.choice(vocabulary))
+        length += len(words[-1]) + 1
+    return " ".join(words)[:characters]
+
+
+def tools_of(count: int, schema_bytes: int) -> list[pb.Tool]:
+    """``count`` tools, each with a schema of about ``schema_bytes``."""
     return [
-        pb.Tool(name=f"tool_{i}", description=description, parameters_json=schema)
+        pb.Tool(
+            name=f"tool_{i}",
+            description=prose(200, seed=i),
+            parameters_json=json.dumps(
+                {"type": "object", "description": prose(schema_bytes, seed=1_000 + i)}
+            ),
+        )
         for i in range(count)
     ]
 
 
-def large_tools(mib: float) -> list[pb.Tool]:
-    """``mib`` MiB of tools, each under the default per-tool bound (256 KiB): ~200 KiB apiece."""
-    schema = json.dumps({"type": "object", "description": "a field of the schema " * 9_300})
-    count = max(1, round(mib * 1024 * 1024 / len(schema)))
-    return [
-        pb.Tool(name=f"tool{i}", description="large", parameters_json=schema) for i in range(count)
-    ]
-
-
-def prompt_of(kib: int) -> str:
-    words = ["the", "agent", "reads", "files", "runs", "tests", "and", "edits", "code", "for"]
-    return " ".join(words[i % len(words)] for i in range(kib * 1024 // 5))[: kib * 1024]
-
-
 def cases() -> dict[str, tuple[str, list[pb.Tool]]]:
     return {
-        "coding harness (100 KiB prompt, 40 tools)": (prompt_of(100), coding_tools(40)),
-        "large harness (512 KiB prompt, 1 MiB of tools)": (prompt_of(512), large_tools(1.0)),
+        "coding harness (100 KiB prompt, 40 tools of 1 KiB)": (
+            prose(100 * 1024, seed=0),
+            tools_of(40, 1024),
+        ),
+        # Each tool under the default per-tool bound (256 KiB).
+        "large harness (512 KiB prompt, 1 MiB of tools)": (
+            prose(512 * 1024, seed=0),
+            tools_of(5, 200 * 1024),
+        ),
     }
 
 
