@@ -11,9 +11,9 @@ and the step's ``UPDATE`` of the row fails unless the row is at that version, in
 statement as the step's other writes, so a step on a stale entry fails whole and runs again on
 a fresh read (``failures.SessionMoved``). Each lifetime of a session id starts its versions at
 random (``session_rows.first_row_version``), so an entry for a session another replica deleted
-never matches the session created under its id after. An entry is taken out for the step that uses it and
-put back only by a commit (what the commit left) or a rollback that checked it
-(``validate_only``): a failed or cancelled step leaves none, and the next one reads afresh.
+never matches the session created under its id after. An entry is taken out for the step
+that uses it and put back only by a commit (what the commit left) or a rollback that checked
+it (``validate_only``): a failed or cancelled step leaves none, and the next one reads afresh.
 
 The entry a commit leaves is the aggregate the step saved (``SessionRepository.save``): the
 use case moved it through the domain's transitions, so storage follows no rule of its own.
