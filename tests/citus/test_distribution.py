@@ -16,8 +16,9 @@ import psycopg
 import pytest
 from admission_service.domain import messages
 from admission_service.storage import distribution
-from admission_service.storage.engine import libpq_url, run_migrations
+from admission_service.storage.engine import alembic_config, libpq_url, run_migrations
 from admission_service.storage.tables import Base
+from alembic import command
 from sqlalchemy import (
     Column,
     ForeignKeyConstraint,
@@ -191,3 +192,36 @@ def test_a_new_session_scoped_table_is_distributed_from_the_metadata(
             " pg_relation_size('session_quotas')"  # the coordinator's own (shell) table
         ).fetchone()
     assert row == (1, 0)
+
+
+def test_0011_downgrades_on_the_distributed_schema_with_data(empty_citus_database: str) -> None:
+    """0011's downgrade on Citus: each admission's inputs back in its row (an UPDATE joining
+    two co-located distributed tables), ``admission_inputs`` dropped; upgrading again stores
+    them once more."""
+    url = empty_citus_database
+    run_migrations(url)
+    with psycopg.connect(libpq_url(url)) as connection:
+        connection.execute("INSERT INTO sessions (tenant_id, session_id) VALUES ('t', 's')")
+        connection.execute(
+            "INSERT INTO admission_inputs (tenant_id, session_id, digest, body) VALUES"
+            " ('t', 's', sha256('be brief'), 'be brief'), ('t', 's', sha256('[]'), '[]')"
+        )
+        for admission_id in ("a1", "a2"):
+            connection.execute(
+                "INSERT INTO admissions (tenant_id, session_id, admission_id, turn, step,"
+                " prompt_digest, tools_digest)"
+                " VALUES ('t', 's', %s, 0, 0, sha256('be brief'), sha256('[]'))",
+                (admission_id,),
+            )
+    command.downgrade(alembic_config(url), "0010")
+    with psycopg.connect(libpq_url(url)) as connection:
+        restored = connection.execute(
+            "SELECT admission_id, rendered_prompt, tools FROM admissions ORDER BY 1"
+        ).fetchall()
+    assert restored == [("a1", b"be brief", b"[]"), ("a2", b"be brief", b"[]")]
+    assert "admission_inputs" not in citus_tables(url)
+    run_migrations(url)
+    assert citus_tables(url)["admission_inputs"][0] == "distributed"
+    with psycopg.connect(libpq_url(url)) as connection:
+        (bodies,) = connection.execute("SELECT count(*) FROM admission_inputs").fetchone() or (0,)
+    assert bodies == 2
