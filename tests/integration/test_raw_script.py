@@ -9,7 +9,14 @@ from typing import Any
 
 import pytest
 import sqlalchemy.exc
-from admission_service.storage.raw import RawStatement, execute_flight, execute_script
+from admission_service.storage.raw import (
+    SCRIPT_MAX_PARAMETER_BYTES,
+    RawStatement,
+    execute_flight,
+    execute_script,
+    execute_unread,
+    fits_a_script,
+)
 from psycopg.types.json import Jsonb
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -101,6 +108,63 @@ async def test_a_failing_script_commits_nothing_and_names_no_value(engine: Async
             )
         assert secret not in str(raised.value.statement)
         assert "$3" in str(raised.value.statement)  # the statements as written, placeholders
+        driver = (await connection.get_raw_connection()).driver_connection
+        assert driver is not None
+        await driver.rollback()
+        assert await _rows(connection, range(8)) == []
+
+
+# A megabyte of tool output, with every byte value and a quote: over the script's bound.
+_LARGE = (bytes(range(256)) * 4096, "it's large " * 100_000)
+
+
+def test_a_large_end_is_sent_as_a_flight_and_a_small_one_as_a_script() -> None:
+    small = _insert(1, (b"x" * 1000, "y", *[None] * 7))
+    large = _insert(2, (*_LARGE, *[None] * 7))
+    assert fits_a_script([RawStatement("BEGIN"), small, RawStatement("COMMIT")])
+    assert not fits_a_script([RawStatement("BEGIN"), large, RawStatement("COMMIT")])
+    at_bound = _insert(3, (b"x" * SCRIPT_MAX_PARAMETER_BYTES, "", *[None] * 7))
+    assert fits_a_script([at_bound])
+    assert not fits_a_script([at_bound, small])
+
+
+async def test_a_large_end_stores_what_a_script_stores(engine: AsyncEngine) -> None:
+    async with engine.connect() as connection:
+        await connection.execution_options(isolation_level="AUTOCOMMIT")
+        await _fresh_table(connection)
+        row = (*_LARGE, *_VALUES[0][2:])
+        ends = {
+            "script": (execute_script, 10),
+            "unread": (execute_unread, 20),
+        }
+        for execute, row_id in ends.values():
+            status = await execute(
+                connection,
+                [
+                    RawStatement("BEGIN"),
+                    RawStatement("SELECT set_config('lock_timeout', %(ms)s, true)", {"ms": "5000"}),
+                    _insert(row_id, row),
+                    RawStatement("COMMIT"),
+                ],
+            )
+            assert status == "COMMIT"
+        assert await _rows(connection, range(20, 21)) == await _rows(connection, range(10, 11))
+
+
+async def test_a_failing_large_end_commits_nothing_and_names_no_value(
+    engine: AsyncEngine,
+) -> None:
+    secret = "the prompt nobody may read " * 20_000
+    async with engine.connect() as connection:
+        await connection.execution_options(isolation_level="AUTOCOMMIT")
+        await _fresh_table(connection)
+        row = (None, secret, 1, None, None, None, None, None, None)
+        with pytest.raises(sqlalchemy.exc.IntegrityError) as raised:
+            await execute_unread(
+                connection,
+                [RawStatement("BEGIN"), _insert(7, row), _insert(7, row), RawStatement("COMMIT")],
+            )
+        assert "nobody may read" not in str(raised.value.statement)
         driver = (await connection.get_raw_connection()).driver_connection
         assert driver is not None
         await driver.rollback()

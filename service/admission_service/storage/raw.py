@@ -12,7 +12,11 @@ the worker cached its ``BEGIN`` too) goes as a *script* instead: one simple-quer
 the parameters bound on the client as literals. Measured on this machine for BEGIN, the
 deadline's bounds, one write and COMMIT: a pipeline costs psycopg ~0.65 ms of CPU (~0.2 ms to
 open, ~0.1 ms a statement, a wait for each result) and ~1 ms of wall time; the script ~0.13 ms
-and ~0.35 ms, as one statement sent alone does."""
+and ~0.35 ms, as one statement sent alone does. Literals cost with their size, though: a
+``bytea`` literal is hex, written on the event loop, twice the value's bytes on the wire and
+decoded by the server; so an end whose parameters pass ``SCRIPT_MAX_PARAMETER_BYTES`` (a
+megabyte of tool output, say) goes as a flight instead, its parameters sent as they are
+(``execute_unread``)."""
 
 from __future__ import annotations
 
@@ -110,6 +114,34 @@ async def execute_flight(
     for statement, cursor, context in sent:
         dispatch.after(cursor, statement.sql, statement.params, context)
     return rows
+
+
+# Above this many bytes of parameters, a transaction's end goes as a flight, not a script.
+SCRIPT_MAX_PARAMETER_BYTES = 256 * 1024
+
+
+async def execute_unread(connection: AsyncConnection, statements: Sequence[RawStatement]) -> str:
+    """Run ``statements``, whose results nobody reads, in one round trip; the command status of
+    the last (``"COMMIT"``…): as a script (``execute_script``) while their parameters are small,
+    else as a flight (``execute_flight``), which sends them as they are."""
+    if fits_a_script(statements):
+        return await execute_script(connection, statements)
+    *_, status = await execute_flight(connection, statements)
+    return str(status)
+
+
+def fits_a_script(statements: Sequence[RawStatement]) -> bool:
+    """Whether ``statements``' parameters are small enough to be written as literals: their
+    bytes and characters, not over ``SCRIPT_MAX_PARAMETER_BYTES``."""
+    return sum(map(_parameter_bytes, statements)) <= SCRIPT_MAX_PARAMETER_BYTES
+
+
+def _parameter_bytes(statement: RawStatement) -> int:
+    params = statement.params
+    if not params:
+        return 0
+    values = params.values() if isinstance(params, dict) else params
+    return sum(len(value) for value in values if isinstance(value, bytes | str))
 
 
 async def execute_script(connection: AsyncConnection, statements: Sequence[RawStatement]) -> str:

@@ -17,7 +17,7 @@ from admission_service.domain.session import Session
 from admission_service.domain.stored import Growth
 from admission_service.storage.batch import StatementBatch, Write, param
 from admission_service.storage.failures import SessionMoved, moved
-from admission_service.storage.raw import RawStatement, execute_flight, execute_script
+from admission_service.storage.raw import RawStatement, execute_flight, execute_unread
 from admission_service.storage.rows import StoredInputs
 from admission_service.storage.session_cache import CachedSession, SessionCache
 
@@ -111,8 +111,9 @@ class SessionScope:
         prelude, self._prelude = self._prelude, []
         statements = (*prelude, *seal, *self._deferred(self._saved_row), COMMIT)
         try:
-            # Nothing is read back: one simple-query message (raw.execute_script).
-            return await execute_script(self.connection, statements)
+            # Nothing is read back: one simple-query message, or a flight when the writes are
+            # large (raw.execute_unread).
+            return await execute_unread(self.connection, statements)
         except Exception as error:
             self._raise_moved(error)
             raise
