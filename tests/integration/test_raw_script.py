@@ -95,19 +95,28 @@ async def test_a_script_stores_what_server_side_binding_stores(engine: AsyncEngi
         assert await _rows(connection, range(100, 103)) == await _rows(connection, range(3))
 
 
-async def test_a_failing_script_commits_nothing_and_names_no_value(engine: AsyncEngine) -> None:
-    secret = "the prompt nobody may read"
+# The secrets of the failing ends below: a script's, and one large enough that
+# ``execute_unread`` sends it as a flight.
+_SECRET = "the prompt nobody may read"
+_FAILING_ENDS = [(execute_script, _SECRET), (execute_unread, _SECRET * 20_000)]
+
+
+@pytest.mark.parametrize(("execute", "secret"), _FAILING_ENDS, ids=["script", "large-flight"])
+async def test_a_failing_end_commits_nothing_and_names_no_value(
+    engine: AsyncEngine, execute: Any, secret: str
+) -> None:
     async with engine.connect() as connection:
         await connection.execution_options(isolation_level="AUTOCOMMIT")
         await _fresh_table(connection)
         row = (None, secret, 1, None, None, None, None, None, None)
         with pytest.raises(sqlalchemy.exc.IntegrityError) as raised:
-            await execute_script(
+            await execute(
                 connection,
                 [RawStatement("BEGIN"), _insert(7, row), _insert(7, row), RawStatement("COMMIT")],
             )
-        assert secret not in str(raised.value.statement)
-        assert "$3" in str(raised.value.statement)  # the statements as written, placeholders
+        assert _SECRET not in str(raised.value.statement)
+        if execute is execute_script:  # a failing flight names its last statement, not its own
+            assert "$3" in str(raised.value.statement)  # as written, placeholders
         driver = (await connection.get_raw_connection()).driver_connection
         assert driver is not None
         await driver.rollback()
@@ -133,11 +142,7 @@ async def test_a_large_end_stores_what_a_script_stores(engine: AsyncEngine) -> N
         await connection.execution_options(isolation_level="AUTOCOMMIT")
         await _fresh_table(connection)
         row = (*_LARGE, *_VALUES[0][2:])
-        ends = {
-            "script": (execute_script, 10),
-            "unread": (execute_unread, 20),
-        }
-        for execute, row_id in ends.values():
+        for execute, row_id in ((execute_script, 10), (execute_unread, 20)):
             status = await execute(
                 connection,
                 [
@@ -149,23 +154,3 @@ async def test_a_large_end_stores_what_a_script_stores(engine: AsyncEngine) -> N
             )
             assert status == "COMMIT"
         assert await _rows(connection, range(20, 21)) == await _rows(connection, range(10, 11))
-
-
-async def test_a_failing_large_end_commits_nothing_and_names_no_value(
-    engine: AsyncEngine,
-) -> None:
-    secret = "the prompt nobody may read " * 20_000
-    async with engine.connect() as connection:
-        await connection.execution_options(isolation_level="AUTOCOMMIT")
-        await _fresh_table(connection)
-        row = (None, secret, 1, None, None, None, None, None, None)
-        with pytest.raises(sqlalchemy.exc.IntegrityError) as raised:
-            await execute_unread(
-                connection,
-                [RawStatement("BEGIN"), _insert(7, row), _insert(7, row), RawStatement("COMMIT")],
-            )
-        assert "nobody may read" not in str(raised.value.statement)
-        driver = (await connection.get_raw_connection()).driver_connection
-        assert driver is not None
-        await driver.rollback()
-        assert await _rows(connection, range(8)) == []

@@ -31,6 +31,13 @@ class StoredInputs:
     prompt_digest: bytes
     tools_digest: bytes
 
+    def kept_for(self, admission: AdmissionRecord | None) -> StoredInputs | None:
+        """These digests beside ``admission`` (a later value of the same admission, its
+        attempts counted); None when ``admission`` is another, or none."""
+        if admission is None or admission.admission_id != self.admission.admission_id:
+            return None
+        return StoredInputs(admission, self.prompt_digest, self.tools_digest)
+
 
 @dataclass(frozen=True, slots=True)
 class NodeRecord:

@@ -10,7 +10,6 @@ from typing import Any, Self
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from admission_service.domain.aggregate import SessionAggregate
 from admission_service.domain.session import Session
 from admission_service.domain.stored import Growth
 from admission_service.storage import session_rows
@@ -18,7 +17,6 @@ from admission_service.storage.deadline import deadline_bound
 from admission_service.storage.failures import SessionMoved, classify
 from admission_service.storage.raw import RawStatement
 from admission_service.storage.repository import SessionStore, list_sessions
-from admission_service.storage.rows import StoredInputs
 from admission_service.storage.session_cache import CachedSession, SessionCache
 
 _BEGIN = RawStatement("BEGIN")
@@ -40,17 +38,6 @@ class _Usage:
     async def stored_bytes(self) -> int:
         await self._store.begin()
         return await session_rows.stored_bytes(self._connection, self._store.tenant)
-
-
-def _inputs_of(saved: SessionAggregate, known: StoredInputs | None) -> StoredInputs | None:
-    """The digests of the saved aggregate's last admission's inputs, when the transaction knew
-    them (it read or added that admission), for the cache to keep beside it."""
-    admission = saved.admission
-    if known is None or admission is None:
-        return None
-    if known.admission.admission_id != admission.admission_id:
-        return None
-    return StoredInputs(admission, known.prompt_digest, known.tools_digest)
 
 
 class TransactionRolledBack(RuntimeError):
@@ -121,9 +108,9 @@ class PostgresUnit:
         # row's version would not tell a cached one from the stored session.
         if store.saved is not None:
             saved = store.saved.committed(store.growth)
-            self._cache.put(
-                self._key, CachedSession(saved, version + 1, _inputs_of(saved, store.known_inputs))
-            )
+            known = store.known_inputs
+            inputs = known.kept_for(saved.admission) if known is not None else None
+            self._cache.put(self._key, CachedSession(saved, version + 1, inputs))
         elif store.created is not None and store.growth == Growth():
             self._cache.put(self._key, CachedSession(store.created, version))
 
