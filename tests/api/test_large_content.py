@@ -12,14 +12,16 @@ from __future__ import annotations
 import asyncio
 import random
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import grpc
 import pytest
-from admission_service import tokenizers
+from admission_service import off_loop, tokenizers
 from admission_service.api import convert, malformed
-from admission_service.app import derivation
+from admission_service.app import derivation, replay
 from admission_service.domain import wire
+from admission_service.storage import codec
 from promptadmission.v1 import admission_service_pb2 as api
 from promptadmission.v1 import admission_service_pb2_grpc as api_grpc
 from promptadmission.v1 import session_pb2 as pb
@@ -112,7 +114,7 @@ async def test_a_step_too_large_to_return_is_refused_before_counting(
 async def test_another_session_is_served_while_a_large_body_is_rendered(
     stub: api_grpc.AdmissionServiceAsyncStub, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A large provider body is rendered in a thread (``derivation.OFF_LOOP_RENDER_BYTES``):
+    """A large provider body is rendered in a thread (``off_loop.LARGE_BYTES``):
     held there until the other session's whole call has completed, which it could not if the
     rendering held the event loop."""
     rendering, release = threading.Event(), threading.Event()
@@ -120,7 +122,7 @@ async def test_another_session_is_served_while_a_large_body_is_rendered(
     render_body = wire.render_body
 
     def held_render(*args: Any, **kwargs: Any) -> Any:
-        if args[0].size >= derivation.OFF_LOOP_RENDER_BYTES:
+        if args[0].size >= off_loop.LARGE_BYTES:
             rendering.set()
             released.append(release.wait(10))
         return render_body(*args, **kwargs)
@@ -179,3 +181,73 @@ async def test_another_session_is_served_while_a_large_request_is_converted(
     response = await large
     assert released == [True], "the conversion held the event loop"
     assert response.request.messages[-1].content[0].text.text == "x" * MIB
+
+
+# Each piece of a large step's work that runs in a thread (``off_loop``), the function doing it,
+# and how to tell its call on the large step from the other session's.
+LARGE = MIB // 2
+_LARGE_STEP_WORK: dict[str, tuple[object, str, Callable[..., bool]]] = {
+    "its texts hashed for their remembered counts": (
+        tokenizers,
+        "_digest",
+        lambda text: len(text) >= LARGE,
+    ),
+    "its messages encoded for the log and the surface": (
+        codec,
+        "encode_and_frame",
+        lambda message: message.chars() >= LARGE,
+    ),
+    "its derived request's digest": (
+        derivation,
+        "derive",
+        lambda prefix, query, shadowed, found, tail, end: len(tail.frames) >= LARGE,
+    ),
+    "its response encoded at the edge": (
+        convert,
+        "encoded_response",
+        lambda method, reply: replay.encoding_size(reply.result) >= LARGE,
+    ),
+    "its response encoded and hashed for its request_id": (
+        replay,
+        "stored_form",
+        lambda result, payload, encode, through_seq: len(payload) >= LARGE,
+    ),
+}
+
+
+@pytest.mark.parametrize("work", list(_LARGE_STEP_WORK))
+async def test_another_session_is_served_while_a_large_step_is_worked_on(
+    stub: api_grpc.AdmissionServiceAsyncStub, monkeypatch: pytest.MonkeyPatch, work: str
+) -> None:
+    """Each piece of a large step's CPU work (tens of milliseconds for 15 MiB) is done in a
+    thread: held there until the other session's whole call has completed, which it could not
+    if that work held the event loop."""
+    owner, name, on_the_large_step = _LARGE_STEP_WORK[work]
+    working, release = threading.Event(), threading.Event()
+    released: list[bool] = []
+    original = getattr(owner, name)
+
+    def held(*args: Any) -> Any:
+        if on_the_large_step(*args):
+            working.set()
+            released.append(release.wait(10))
+        return original(*args)
+
+    monkeypatch.setattr(owner, name, held)
+    large_session = await create_session(stub)
+    other_session = await create_session(stub)
+    text = fresh_text(MIB)
+    request = admit_request(large_session, "You are terse.", text, route=ROUTE)
+    if name == "stored_form":
+        request.request_id = "r-large"
+    large = asyncio.ensure_future(stub.Admit(request))
+    try:
+        assert await asyncio.to_thread(working.wait, 60), f"{name} was not called"
+        other = await stub.Admit(admit_request(other_session, "You are terse.", "hi", route=ROUTE))
+        assert not large.done()
+        assert other.revision > 0
+    finally:
+        release.set()
+    response = await large
+    assert released == [True], f"{work}: held the event loop"
+    assert response.request.messages[1].content[0].text.text == text

@@ -26,8 +26,10 @@ from admission_service.api.tenancy import TenantResolver
 from admission_service.app import handlers
 from admission_service.app.commands import Idempotency
 from admission_service.app.deps import Deps
+from admission_service.app.replay import encoding_size
 from admission_service.app.unit_of_work import Reply
 from admission_service.domain.errors import fields_under
+from admission_service.off_loop import off_the_loop_if_large
 
 Context = grpc.aio.ServicerContext[Any, Any]
 Command = TypeVar("Command")
@@ -196,7 +198,11 @@ class AdmissionServicer:
         else:
             command, key = _command_and_key(to_command, request)
         tenant = await self._tenants.tenant(context)
-        return convert.encoded_response(method, await use_case(self._deps, tenant, command, key))
+        reply = await use_case(self._deps, tenant, command, key)
+        unencoded = encoding_size(reply.result) if reply.encoded is None else 0
+        return await off_the_loop_if_large(
+            unencoded, lambda: convert.encoded_response(method, reply)
+        )
 
 
 def _command_and_key(
@@ -218,7 +224,11 @@ async def _stream(context: Context, response: convert.EncodedResponse) -> None:
     recipe's, when the response was stored with one: a 4.6 MB response is hashed once). The
     response is committed (and stored for its request_id) before the first chunk leaves. The
     chunks go to gRPC encoded (``encoded_chunks``, registered with a pass-through serializer)."""
-    for chunk in encoded_chunks(response.data, response.sha256):
+    data = response.data
+    sha256 = response.sha256
+    if sha256 is None:
+        sha256 = await off_the_loop_if_large(len(data), lambda: hashlib.sha256(data).digest())
+    for chunk in encoded_chunks(data, sha256):
         await context.write(chunk)
 
 

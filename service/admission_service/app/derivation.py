@@ -3,8 +3,6 @@ the totals its cache forecast needs and the prefix the next request extends."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from admission_service.app import bounds
@@ -45,6 +43,7 @@ from admission_service.domain.wire import (
     WireFormat,
     render_body,
 )
+from admission_service.off_loop import off_the_loop_if_large
 
 
 async def derive_request(
@@ -75,14 +74,21 @@ async def derive_request(
     rendered, and the size bound counts only what is sent.
     """
     query = plan_frames(session, shadowed, selection, wire, route, delivery)
-    if read is None:
-        read = await sessions.frames(query.from_position, query.split_position)
-    derived = derive(session.prefix, query, shadowed, read, tail, end_position)
+    found = (
+        read
+        if read is not None
+        else await sessions.frames(query.from_position, query.split_position)
+    )
+    # The digest hashes every frame: a long surface's, a large step's.
+    derived = await off_the_loop_if_large(
+        len(found.frames) + len(tail.frames),
+        lambda: derive(session.prefix, query, shadowed, found, tail, end_position),
+    )
     first_index = derived.first_index
     # The body stays in its two parts (what was read, this transaction's tail) until the
     # edge's one join; the digest hashed them where they lie. A long surface's frames are
     # never copied here.
-    body = EncodedMessages(read.frames, tail.frames)
+    body = EncodedMessages(found.frames, tail.frames)
     content = delivery.content_for(wire)
     rendered = NOTHING
     render_error = None
@@ -168,26 +174,12 @@ async def _render(
         )
 
     try:
-        return await _off_the_loop_if_large(body.size, rendered)
+        return await off_the_loop_if_large(body.size, rendered)
     except WindowNeeded as needed:
         assert previous is not None
         held = previous.messages - needed.first
         window = EncodedMessages(await sessions.frames_before(previous.end_position, held))
-        return await _off_the_loop_if_large(body.size, lambda: rendered(window))
-
-
-# Bodies of at least this many stored bytes are rendered in a thread: decoding the frames and
-# writing the JSON takes ~4 ms a MiB (a 15 MiB request: ~60 ms), which on the event loop would
-# hold every other call of the worker. The thread holds the GIL too, but gives it up every
-# switch interval (0.5 ms while serving: api/event_loop.py), so the loop's other calls go on
-# meanwhile. Smaller bodies cost less than the hop.
-OFF_LOOP_RENDER_BYTES = 256 * 1024
-
-
-async def _off_the_loop_if_large(size: int, render: Callable[[], Rendered]) -> Rendered:
-    if size < OFF_LOOP_RENDER_BYTES:
-        return render()
-    return await asyncio.to_thread(render)
+        return await off_the_loop_if_large(body.size, lambda: rendered(window))
 
 
 def _utf8_size(text: str) -> int:

@@ -126,6 +126,16 @@ class Replayed:
     sha256: bytes | None = None
 
 
+def encoding_size(result: object) -> int:
+    """The bytes encoding ``result`` copies and hashes: a derived request's stored frames and
+    rendered body (0 for a result that holds none)."""
+    if not isinstance(result, AttemptResult):
+        return 0
+    request = result.request
+    messages = request.messages
+    return len(request.body_json) + (messages.size if isinstance(messages, EncodedMessages) else 0)
+
+
 def stored_form(result: object, payload: bytes, encode: object, through_seq: int) -> StoredForm:
     """What to store for ``payload`` (the encoded ``result``): the head and its recipe when the
     response carries a derived request made of stored frames, else the payload itself."""

@@ -41,6 +41,7 @@ from admission_service.domain.errors import (
     SessionAlreadyExists,
     SessionNotFound,
 )
+from admission_service.off_loop import off_the_loop_if_large
 from admission_service.storage.failures import SessionMoved
 
 R = TypeVar("R")
@@ -206,9 +207,10 @@ class UnitOfWork:
         # otherwise the edge encodes it once the lock and the connection are free.
         encoded = sha256 = None
         if idempotency is not None:
-            encoded = self._encode(result)
             through_seq = loaded.next_seq + growth.events - 1
-            stored = replay.stored_form(result, encoded, self._encode, through_seq)
+            encoded, stored = await off_the_loop_if_large(
+                replay.encoding_size(result), lambda: self._stored_form(result, through_seq)
+            )
             await self.sessions.store_response(
                 idempotency.request_id,
                 self._call.method,
@@ -223,6 +225,11 @@ class UnitOfWork:
         self._committed = True
         self._deps.quotas.stored(self._call.tenant, growth.log_bytes)
         return Reply(result, encoded, sha256)
+
+    def _stored_form(self, result: R, through_seq: int) -> tuple[bytes, replay.StoredForm]:
+        """``result`` encoded, and what to store for it under the call's request_id."""
+        encoded = self._encode(result)
+        return encoded, replay.stored_form(result, encoded, self._encode, through_seq)
 
 
 def _raise_if_cancelled() -> None:

@@ -97,6 +97,20 @@ class Message:
     def tool_result_ids(self) -> tuple[str, ...]:
         return tuple(block.call_id for block in self.content if isinstance(block, ToolResult))
 
+    def chars(self) -> int:
+        """The characters of every string the message holds: how much encoding or hashing it
+        takes, known without reading them (a string knows its length)."""
+        return _chars(self.content)
+
+
+def _chars(value: object) -> int:
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, tuple):
+        return sum(map(_chars, value))
+    slots: tuple[str, ...] = getattr(value, "__slots__", ())  # a block; its flags hold none
+    return sum(_chars(getattr(value, name)) for name in slots)
+
 
 def system_message(text: str) -> Message:
     """A system message; the empty prompt has no content block, so it derives to nothing."""
