@@ -4,13 +4,16 @@ Admits of 15 x 1 MiB user messages (issue 23 item 5), beside the same latency wi
 The real service (``admission-service serve``, on a database of its own) on the in-history
 route ``deepseek/deepseek-flash`` (DeepSeek V4's tokenizer, ~0.5 s a MiB). A process of its own
 (its GIL is not the measured caller's) sends the large Admits back to back (``validate_only``,
-so the session stays small); the main process measures ``--calls`` small Admits on another
-session, one after the other. Two cases:
+so the session stays small; except in the *committed* case); the main process measures ``--calls``
+small Admits on another session, one after the other. Three cases:
 
 * *refused*: the default response bound (4 MiB): each large Admit is refused with
   RESPONSE_TOO_LARGE, which is checked before any counting;
 * *admitted*: the bound raised to 64 MiB, so each large Admit is counted (off the event loop,
-  in a thread) and its 15 MiB request derived and returned.
+  in a thread) and its 15 MiB request derived and returned;
+* *committed*: as *admitted*, but each large Admit is written (each on a session of its own, so
+  no session reaches its size bound): its events and surface nodes encoded, sent to PostgreSQL
+  and committed, the work a harness's large step really costs.
 
 ``--mib`` sets the size of each large message (default 1). ``--workers`` sets PAS_WORKERS
 (default 1: both callers on the same worker, the stall's worst case; with more, the kernel may
@@ -41,6 +44,9 @@ from bench.infra import bench_database, print_report, start_service
 
 MIB = 1 << 20
 ROUTE = pb.Route(provider="deepseek", model="deepseek-flash", context_window=1_000_000)
+# Each case's response bound: refused, the default 4 MiB; admitted and committed, raised above
+# the 15 MiB request.
+CASES = {"refused": 4 * MIB, "admitted": 64 * MIB, "committed": 64 * MIB}
 UNLIMITED = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
 
 
@@ -77,25 +83,33 @@ def small_latencies(stub: api_grpc.AdmissionServiceStub, calls: int) -> list[flo
 
 
 def large_load(
-    target: str, seed: int, message_bytes: int, started: Any, stop: Any, outcomes: Any
+    target: str,
+    seed: int,
+    message_bytes: int,
+    commit: bool,
+    started: Any,
+    stop: Any,
+    outcomes: Any,
 ) -> None:
-    """Large Admits (15 messages of ``message_bytes``, validate_only) back to back on their own
-    channel until ``stop``; ``started`` is set as the first is sent; each call's status code
-    name is put on ``outcomes``. Run in a process of its own: building and sending 15 MiB
-    requests holds a GIL, which must not be the measured caller's (its latency is the
-    service's)."""
+    """Large Admits (15 messages of ``message_bytes``; validate_only, or with ``commit`` each
+    written on a new session) back to back on their own channel until ``stop``; ``started`` is
+    set as the first is sent; each call's status code name is put on ``outcomes``. Run in a
+    process of its own: building and sending 15 MiB requests holds a GIL, which must not be the
+    measured caller's (its latency is the service's)."""
     texts = fresh_texts(45, message_bytes, random.Random(seed))
     with grpc.insecure_channel(target, options=UNLIMITED) as channel:
         stub = api_grpc.AdmissionServiceStub(channel)
-        session_id = f"bench-large-{random.getrandbits(48):x}"
-        stub.CreateSession(api.CreateSessionRequest(session_id=session_id))
+        session_id = ""
         sent = 0
         while not stop.is_set():
+            if commit or not session_id:
+                session_id = f"bench-large-{random.getrandbits(48):x}"
+                stub.CreateSession(api.CreateSessionRequest(session_id=session_id))
             users = [texts[(sent + i) % len(texts)] for i in range(15)]
             sent += 15
             started.set()
             try:
-                stub.Admit(admit(session_id, 0, users, validate_only=True))
+                stub.Admit(admit(session_id, 0, users, validate_only=not commit))
                 outcomes.put("OK")
             except grpc.RpcError as error:
                 outcomes.put(error.code().name)
@@ -114,7 +128,14 @@ def summary(values: list[float]) -> dict[str, float]:
 
 
 def measure_case(
-    url: str, logs: Path, env: dict[str, str], calls: int, message_bytes: int, seed: int
+    url: str,
+    logs: Path,
+    env: dict[str, str],
+    calls: int,
+    message_bytes: int,
+    seed: int,
+    *,
+    commit: bool = False,
 ) -> dict[str, Any]:
     server = start_service(url, logs, env=env)
     try:
@@ -126,7 +147,7 @@ def measure_case(
             started, stop, queue = processes.Event(), processes.Event(), processes.Queue()
             load = processes.Process(
                 target=large_load,
-                args=(server.target, seed, message_bytes, started, stop, queue),
+                args=(server.target, seed, message_bytes, commit, started, stop, queue),
             )
             load.start()
             if not started.wait(120):
@@ -158,17 +179,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--mib", type=float, default=1.0, help="the size of each of a large Admit's 15 messages"
     )
+    parser.add_argument(
+        "--cases",
+        default=",".join(CASES),
+        help=f"which cases to run, comma-separated (of {', '.join(CASES)})",
+    )
     parser.add_argument("--out", type=Path, help="also write the JSON here")
     args = parser.parse_args(argv)
+    chosen = [case.strip() for case in args.cases.split(",") if case.strip()]
+    if not chosen or not set(chosen) <= set(CASES):
+        parser.error(f"--cases: choose among {', '.join(CASES)}")
     workers = {"PAS_WORKERS": str(args.workers)}
-    # refused: the default 4 MiB response bound; admitted: raised above the 15 MiB request.
-    bounds = {"refused": 4 * MIB, "admitted": 64 * MIB}
     cases = {}
     with bench_database() as (url, where), tempfile.TemporaryDirectory() as logs:
-        for case, bound in bounds.items():
-            env = {**workers, "PAS_LIMIT_MAX_RESPONSE_BYTES": str(bound)}
+        for case in chosen:
+            env = {**workers, "PAS_LIMIT_MAX_RESPONSE_BYTES": str(CASES[case])}
             cases[case] = measure_case(
-                url, Path(logs), env, args.calls, int(args.mib * MIB), seed=23
+                url,
+                Path(logs),
+                env,
+                args.calls,
+                int(args.mib * MIB),
+                seed=23,
+                commit=case == "committed",
             )
     report = {
         "server": where,

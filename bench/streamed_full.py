@@ -155,6 +155,17 @@ async def s7_streamed_full(
     }
 
 
+def chosen_formats(names: str) -> tuple[str, ...]:
+    """The wire formats a comma-separated ``names`` lists, in any case; a ValueError naming
+    the valid ones when it lists none or an unknown one."""
+    known = tuple(WIRE_NAMES.values())
+    formats = tuple(name.strip().lower() for name in names.split(",") if name.strip())
+    unknown = [name for name in formats if name not in known]
+    if not formats or unknown:
+        raise ValueError(f"{', '.join(unknown) or 'none'}; choose among {', '.join(known)}")
+    return formats
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.streamed_full")
     parser.add_argument("--samples", type=int, default=30, help="Admits per wire format")
@@ -173,6 +184,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, help="also write the JSON here")
     args = parser.parse_args(argv)
+    try:
+        formats = chosen_formats(args.formats)
+    except ValueError as error:
+        parser.error(f"--formats: {error}")
     env = {} if args.workers is None else {"PAS_WORKERS": str(args.workers)}
     with bench_database() as (url, where), tempfile.TemporaryDirectory() as temporary:
         logs = args.logs or Path(temporary)
@@ -185,7 +200,6 @@ def main(argv: list[str] | None = None) -> int:
             profiler = start_profiler(service.pid, args.profile)
         try:
             workers = len(service.workers())
-            formats = tuple(name.strip() for name in args.formats.split(",") if name.strip())
             result = asyncio.run(
                 s7_streamed_full(service, args.samples, args.text_results, formats)
             )
