@@ -27,7 +27,8 @@ def test_the_large_content_bench_runs(
     report = json.loads(capsys.readouterr().out)
     assert set(report["refused"]["large_calls"]) == {"RESOURCE_EXHAUSTED"}
     assert set(report["admitted"]["large_calls"]) == {"OK"}
-    for case in ("refused", "admitted"):
+    assert set(report["committed"]["large_calls"]) == {"OK"}
+    for case in ("refused", "admitted", "committed"):
         assert set(report[case]["loaded"]) == {"p50_ms", "p99_ms", "max_ms"}
 
 
