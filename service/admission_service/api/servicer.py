@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import grpc
@@ -102,7 +103,12 @@ class AdmissionServicer:
         """Admit, its response sent in chunks (``_stream``)."""
         with fields_under("request"):
             response = await self._write(
-                context, request.request, "Admit", _streamed(convert.admit_command), handlers.admit
+                context,
+                request.request,
+                "Admit",
+                _streamed(convert.admit_command),
+                handlers.admit,
+                streamed=True,
             )
         await _stream(context, response)
         return response
@@ -118,6 +124,7 @@ class AdmissionServicer:
                 "Reconcile",
                 _streamed(convert.reconcile_command),
                 handlers.reconcile,
+                streamed=True,
             )
         await _stream(context, response)
         return response
@@ -186,10 +193,13 @@ class AdmissionServicer:
         method: str,
         to_command: Callable[[Any], Command],
         use_case: UseCase[Command],
+        *,
+        streamed: bool = False,
     ) -> convert.EncodedResponse:
         """A mutation: the request converted to its command and its request_id's digest (its
         shape checked before the tenant is resolved); the use case returns its result and the
-        response bytes it stored (or replayed), sent as they are."""
+        response bytes it stored (or replayed), sent as they are; ``streamed``: with their
+        SHA-256, which a stream's first chunk carries."""
         if parsed_large_request():
             # A request parsed on a worker thread for its size is converted there too: its
             # texts become str and its encoding is hashed for the request_id (15 MiB: ~5 ms of
@@ -199,16 +209,28 @@ class AdmissionServicer:
             command, key = _command_and_key(to_command, request)
         tenant = await self._tenants.tenant(context)
         reply = await use_case(self._deps, tenant, command, key)
-        unencoded = encoding_size(reply.result) if reply.encoded is None else 0
-        return await off_the_loop_if_large(
-            unencoded, lambda: convert.encoded_response(method, reply)
-        )
+        # A large response is encoded and hashed in one hop to a thread: each hop costs a large
+        # call the loop's wake-up for its result.
+        if reply.encoded is None:
+            work = encoding_size(reply.result)
+        else:
+            work = len(reply.encoded) if streamed and reply.sha256 is None else 0
+        return await off_the_loop_if_large(work, lambda: _response(method, reply, streamed))
 
 
 def _command_and_key(
     to_command: Callable[[Any], Command], request: Any
 ) -> tuple[Command, Idempotency | None]:
     return to_command(request), convert.idempotency_of(request.request_id, request)
+
+
+def _response(method: str, reply: Reply[Any], hashed: bool) -> convert.EncodedResponse:
+    """``reply``'s response bytes (``convert.encoded_response``); with ``hashed``, their SHA-256
+    too, when the use case did not hash them."""
+    response = convert.encoded_response(method, reply)
+    if hashed and response.sha256 is None:
+        response = replace(response, sha256=hashlib.sha256(response.data).digest())
+    return response
 
 
 def _streamed(to_command: Callable[..., Command]) -> Callable[[Any], Command]:
@@ -221,14 +243,11 @@ def _streamed(to_command: Callable[..., Command]) -> Callable[[Any], Command]:
 async def _stream(context: Context, response: convert.EncodedResponse) -> None:
     """Send an encoded response in chunks of at most ``CHUNK_BYTES``, the first carrying the
     whole size and SHA-256 the caller checks the reassembled bytes against (the replay
-    recipe's, when the response was stored with one: a 4.6 MB response is hashed once). The
+    recipe's, when the response was stored with one, else hashed with its encoding by
+    ``_write``: a 4.6 MB response is hashed once, off the loop). The
     response is committed (and stored for its request_id) before the first chunk leaves. The
     chunks go to gRPC encoded (``encoded_chunks``, registered with a pass-through serializer)."""
-    data = response.data
-    sha256 = response.sha256
-    if sha256 is None:
-        sha256 = await off_the_loop_if_large(len(data), lambda: hashlib.sha256(data).digest())
-    for chunk in encoded_chunks(data, sha256):
+    for chunk in encoded_chunks(response.data, response.sha256):
         await context.write(chunk)
 
 
