@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -301,6 +301,17 @@ def start_module(module: str, arguments: list[str], log_dir: Path) -> ServerProc
         server.stop()
         raise
     return server
+
+
+def chosen(names: str, known: Iterable[str]) -> tuple[str, ...]:
+    """The names a comma-separated option lists (in any case) among ``known``; a ValueError
+    naming the valid ones when it lists none or an unknown one."""
+    known = tuple(known)
+    picked = tuple(name.strip().lower() for name in names.split(",") if name.strip())
+    unknown = [name for name in picked if name not in known]
+    if not picked or unknown:
+        raise ValueError(f"{', '.join(unknown) or 'none'}; choose among {', '.join(known)}")
+    return picked
 
 
 def print_report(report: dict[str, object], out: Path | None) -> None:

@@ -40,7 +40,7 @@ from promptadmission.v1 import admission_service_pb2_grpc as api_grpc
 from promptadmission.v1 import session_pb2 as pb
 
 from bench.client import user
-from bench.infra import bench_database, print_report, start_service
+from bench.infra import bench_database, chosen, print_report, start_service
 
 MIB = 1 << 20
 ROUTE = pb.Route(provider="deepseek", model="deepseek-flash", context_window=1_000_000)
@@ -174,7 +174,13 @@ def measure_case(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.large_content")
-    parser.add_argument("--calls", type=int, default=300, help="small Admits per measurement")
+    parser.add_argument(
+        "--calls",
+        type=int,
+        default=2500,
+        help="small Admits per measurement (a window long enough to hold large calls whose "
+        "counts are remembered: shorter, it sees only the first call's counting)",
+    )
     parser.add_argument("--workers", type=int, default=1, help="PAS_WORKERS")
     parser.add_argument(
         "--mib", type=float, default=1.0, help="the size of each of a large Admit's 15 messages"
@@ -186,13 +192,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, help="also write the JSON here")
     args = parser.parse_args(argv)
-    chosen = [case.strip() for case in args.cases.split(",") if case.strip()]
-    if not chosen or not set(chosen) <= set(CASES):
-        parser.error(f"--cases: choose among {', '.join(CASES)}")
+    try:
+        cases_run = chosen(args.cases, CASES)
+    except ValueError as error:
+        parser.error(f"--cases: {error}")
     workers = {"PAS_WORKERS": str(args.workers)}
     cases = {}
     with bench_database() as (url, where), tempfile.TemporaryDirectory() as logs:
-        for case in chosen:
+        for case in cases_run:
             env = {**workers, "PAS_LIMIT_MAX_RESPONSE_BYTES": str(CASES[case])}
             cases[case] = measure_case(
                 url,

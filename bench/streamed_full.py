@@ -43,7 +43,7 @@ from promptadmission.v1 import session_pb2 as pb
 
 from bench import transport_floor
 from bench.client import CHANNEL_OPTIONS
-from bench.infra import ServerProcess, bench_database, print_report, start_service
+from bench.infra import ServerProcess, bench_database, chosen, print_report, start_service
 from tests.clients.large_sessions import (
     FAMILY,
     TEXT_RESULTS,
@@ -155,17 +155,6 @@ async def s7_streamed_full(
     }
 
 
-def chosen_formats(names: str) -> tuple[str, ...]:
-    """The wire formats a comma-separated ``names`` lists, in any case; a ValueError naming
-    the valid ones when it lists none or an unknown one."""
-    known = tuple(WIRE_NAMES.values())
-    formats = tuple(name.strip().lower() for name in names.split(",") if name.strip())
-    unknown = [name for name in formats if name not in known]
-    if not formats or unknown:
-        raise ValueError(f"{', '.join(unknown) or 'none'}; choose among {', '.join(known)}")
-    return formats
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.streamed_full")
     parser.add_argument("--samples", type=int, default=30, help="Admits per wire format")
@@ -185,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="also write the JSON here")
     args = parser.parse_args(argv)
     try:
-        formats = chosen_formats(args.formats)
+        formats = chosen(args.formats, WIRE_NAMES.values())
     except ValueError as error:
         parser.error(f"--formats: {error}")
     env = {} if args.workers is None else {"PAS_WORKERS": str(args.workers)}

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 from admission_service.domain.accounting import HEURISTIC_COUNTER, TokenCounter
 from admission_service.domain.memo import BoundedMemo
+from admission_service.off_loop import off_the_loop_if_large
 
 log = logging.getLogger(__name__)
 
@@ -191,12 +192,11 @@ async def counter_off_the_loop(provider: str, texts: Iterable[str]) -> TokenCoun
     large = [text for text in texts if len(text) >= OFF_LOOP_CHARS]
     if not large or not isinstance(counter, LoadedCounter):
         return counter  # the heuristic is a length: nothing to take off the loop
-    keys = await asyncio.to_thread(_keys, counter.name, large)
-    large = list(keys)
+    keys = await off_the_loop_if_large(sum(map(len, large)), lambda: _keys(counter.name, large))
     counts = {
-        text: count for text in large if (count := LARGE_COUNTS.lookup(keys[text])) is not None
+        text: count for text, key in keys.items() if (count := LARGE_COUNTS.lookup(key)) is not None
     }
-    unknown = [text for text in large if text not in counts]
+    unknown = [text for text in keys if text not in counts]
     if unknown:
         counted = await asyncio.to_thread(counter.count_many, unknown)
         for text, count in zip(unknown, counted, strict=True):
@@ -207,7 +207,7 @@ async def counter_off_the_loop(provider: str, texts: Iterable[str]) -> TokenCoun
 
 def _keys(name: str, texts: list[str]) -> dict[str, tuple[str, bytes]]:
     """Each distinct text of ``texts`` with its key in ``LARGE_COUNTS`` under the tokenizer
-    ``name``. Run in a thread: hashing a MiB takes ~2 ms (15 MiB of a large step's texts ~35
+    ``name``. A large step's run in a thread: hashing a MiB takes ~2 ms (15 MiB of texts ~35
     ms, which held the loop), and hashlib releases the GIL while it hashes."""
     return {text: (name, _digest(text)) for text in dict.fromkeys(texts)}
 
