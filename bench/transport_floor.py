@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 import grpc
-from admission_service.api.servicer import CHUNK_BYTES
+from admission_service.api.streaming import CHUNK_BYTES
 from promptadmission.v1 import admission_service_pb2 as api
 
 from bench.client import CHANNEL_OPTIONS

@@ -49,6 +49,10 @@
 | ``PAS_TLS_CERT_FILE``, ``PAS_TLS_KEY_FILE`` | unset | PEM certificate chain and key: serve TLS |
 | ``PAS_TLS_CLIENT_CA_FILE`` | unset | PEM CA bundle: require client certificates it signed (mTLS) |
 | ``PAS_MAX_RECEIVE_MESSAGE_BYTES`` | ``16777216`` (16 MiB) | largest request gRPC accepts |
+| ``PAS_STREAM_STALL_SECONDS`` | ``30`` | how long a StreamAdmit or StreamReconcile chunk may
+  wait for its caller to read before the stream is ended (UNAVAILABLE,
+  ``RESPONSE_STREAM_STALLED``: the call committed, a retry with its request_id replays it), so a
+  caller that stops reading cannot hold the response's memory |
 | ``PAS_METRICS_LISTEN`` | unset | ``host:port`` of Prometheus ``/metrics``; unset: no endpoint |
 | ``PAS_INSPECTOR_LISTEN`` | unset | ``host:port`` of the read-only operator inspector (web
   pages, the API's bearer tokens): a process of its own beside the workers; unset: none |
@@ -81,7 +85,10 @@
   session bound (``PAS_LIMIT_MAX_SESSION_SURFACE_BYTES``, …); the response bounds are
   ``PAS_LIMIT_MAX_RESPONSE_BYTES`` (a unary response's derived request, 4 MiB: what gRPC
   clients receive by default) and ``PAS_LIMIT_MAX_STREAMED_RESPONSE_BYTES`` (StreamAdmit's
-  and StreamReconcile's, sent in chunks of 1 MiB: 1 GiB) |
+  and StreamReconcile's, sent in chunks of 1 MiB: 1 GiB); ``PAS_LIMIT_MAX_STREAMING_BYTES``
+  (2 GiB, at least the former) bounds the streamed responses one worker holds while sending
+  them: one more is dropped before its first chunk (UNAVAILABLE, ``STREAMING_BYTES_EXHAUSTED``;
+  a retry with its request_id replays it) |
 | ``PAS_QUOTA_SESSIONS`` | ``0`` (off) | sessions per tenant (``app/quotas.py``) |
 | ``PAS_QUOTA_STORED_BYTES`` | ``0`` (off) | event-log bytes per tenant |
 | ``PAS_QUOTA_CONCURRENT_CALLS`` | ``0`` (off) | calls per tenant in progress on one replica |
@@ -115,6 +122,7 @@ from admission_service.app.limits import (
     IDEMPOTENCY_SWEEP_SECONDS,
     MIB,
     SESSION_CACHE_BYTES,
+    STREAM_STALL_SECONDS,
     Limits,
     Quotas,
 )
@@ -190,6 +198,7 @@ class Settings:
     tls_key_file: Path | None = None
     tls_client_ca_file: Path | None = None
     max_receive_message_bytes: int = DEFAULT_MAX_RECEIVE_MESSAGE_BYTES
+    stream_stall_seconds: float = STREAM_STALL_SECONDS
     metrics_listen: str | None = None
     inspector_listen: str | None = None
     inspector: InspectorSettings = field(default_factory=InspectorSettings)
@@ -247,6 +256,7 @@ class Settings:
             max_receive_message_bytes=reader.integer(
                 "PAS_MAX_RECEIVE_MESSAGE_BYTES", DEFAULT_MAX_RECEIVE_MESSAGE_BYTES, minimum=1024
             ),
+            stream_stall_seconds=reader.positive("PAS_STREAM_STALL_SECONDS", STREAM_STALL_SECONDS),
             metrics_listen=reader.optional_listen("PAS_METRICS_LISTEN"),
             inspector_listen=reader.optional_listen("PAS_INSPECTOR_LISTEN"),
             inspector=reader.inspector(),
@@ -526,6 +536,12 @@ class _Reader:
                 f"unknown limit {', '.join(unknown)}; known limits: {', '.join(sorted(known))}"
             )
         limits = Limits(**values)
+        if limits.max_streaming_bytes < limits.max_streamed_response_bytes:
+            raise ConfigError(
+                f"{LIMIT_PREFIX}MAX_STREAMING_BYTES ({limits.max_streaming_bytes}) must be at "
+                f"least {LIMIT_PREFIX}MAX_STREAMED_RESPONSE_BYTES "
+                f"({limits.max_streamed_response_bytes}): the largest response must fit"
+            )
         if limits.default_page_size > limits.max_page_size:
             raise ConfigError(
                 f"{LIMIT_PREFIX}DEFAULT_PAGE_SIZE ({limits.default_page_size}) must not exceed "

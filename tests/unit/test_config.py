@@ -36,6 +36,7 @@ def test_defaults() -> None:
     assert (settings.log_format, settings.log_payloads) == ("json", False)
     assert settings.tracing_exporter == "none"
     assert settings.event_loop == "uvloop"
+    assert settings.stream_stall_seconds == 30.0
 
 
 def test_every_setting_is_read(tmp_path: Path) -> None:
@@ -76,8 +77,10 @@ def test_every_setting_is_read(tmp_path: Path) -> None:
             "PAS_AUTH_TOKENS_WATCH_SECONDS": "0.5",
             "PAS_REFLECTION": "false",
             "PAS_EVENT_LOOP": "asyncio",
+            "PAS_STREAM_STALL_SECONDS": "2.5",
         }
     )
+    assert settings.stream_stall_seconds == 2.5
     assert settings.auth_tokens_file == tokens_file  # read again on SIGHUP or a change
     assert settings.auth_tokens_watch_seconds == 0.5
     assert not settings.reflection
@@ -158,6 +161,8 @@ def test_every_limit_has_a_variable() -> None:
         ("PAS_AUTH_TOKENS_FILE", "/nonexistent/tokens"),
         ("PAS_AUTH_TOKENS_WATCH_SECONDS", "-1"),
         ("PAS_REFLECTION", "maybe"),
+        ("PAS_STREAM_STALL_SECONDS", "0"),
+        ("PAS_STREAM_STALL_SECONDS", "-3"),
     ],
 )
 def test_invalid_values_are_refused_by_name(name: str, value: str) -> None:
@@ -169,6 +174,18 @@ def test_invalid_values_are_refused_by_name(name: str, value: str) -> None:
 def test_the_default_page_size_fits_the_maximum() -> None:
     with pytest.raises(ConfigError, match="DEFAULT_PAGE_SIZE"):
         Settings.from_env({"PAS_LIMIT_DEFAULT_PAGE_SIZE": "10", "PAS_LIMIT_MAX_PAGE_SIZE": "5"})
+
+
+def test_a_worker_can_hold_the_largest_streamed_response() -> None:
+    with pytest.raises(ConfigError, match=r"MAX_STREAMING_BYTES.*MAX_STREAMED_RESPONSE_BYTES"):
+        Settings.from_env({"PAS_LIMIT_MAX_STREAMING_BYTES": str(1 << 20)})
+    limits = Settings.from_env(
+        {
+            "PAS_LIMIT_MAX_STREAMING_BYTES": str(8 << 20),
+            "PAS_LIMIT_MAX_STREAMED_RESPONSE_BYTES": str(8 << 20),
+        }
+    ).limits
+    assert limits.max_streaming_bytes == limits.max_streamed_response_bytes == 8 << 20
 
 
 def test_a_bad_database_url_is_not_echoed() -> None:

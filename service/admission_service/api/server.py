@@ -37,6 +37,7 @@ from admission_service.api.error_status import ErrorInterceptor
 from admission_service.api.health_probe import DatabaseProbe
 from admission_service.api.servicer import AdmissionServicer, add_to_server
 from admission_service.api.shutdown_watchdog import OVERRUN_SECONDS, ShutdownWatchdog
+from admission_service.api.streaming import StreamingBudget, StreamSender
 from admission_service.api.telemetry import TelemetryInterceptor
 from admission_service.api.tenancy import BearerTokens, DefaultTenant, TenantResolver
 from admission_service.api.token_reload import TokenReloader, on_sighup
@@ -282,7 +283,11 @@ async def start_server(
             interceptors=[telemetry, ErrorInterceptor(), authenticate],
             options=server_options(settings),
         )
-        add_to_server(AdmissionServicer(deps, tenants), server)
+        # The streamed responses this worker holds while sending them, bounded.
+        streaming = StreamingBudget(settings.limits.max_streaming_bytes)
+        metrics.watch_streaming(streaming)
+        streams = StreamSender(streaming, settings.stream_stall_seconds)
+        add_to_server(AdmissionServicer(deps, tenants, streams), server)
         health = health_aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health, server)
         if settings.reflection:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -23,6 +23,7 @@ from promptadmission.v1 import admission_service_pb2 as api
 
 from admission_service.api import convert
 from admission_service.api.malformed import parsed_large_request
+from admission_service.api.streaming import StreamSender
 from admission_service.api.tenancy import TenantResolver
 from admission_service.app import handlers
 from admission_service.app.commands import Idempotency
@@ -40,17 +41,15 @@ SERVICE = api.DESCRIPTOR.services_by_name["AdmissionService"]
 # A mutating use case's handler: (deps, tenant, command, idempotency) -> its reply (result and
 # response bytes).
 UseCase = Callable[[Deps, str, Command, Idempotency | None], Awaitable[Reply[Any]]]
-# A streamed response's chunks carry at most this many bytes of the encoded response: far below
-# gRPC's default 4 MiB receive limit and the buffers of proxies on the way (deploy/nginx).
-CHUNK_BYTES = 1024 * 1024
 # A paged read of one session: (deps, tenant, session_id, page_size, page_token) -> the page.
 PageRead = Callable[[Deps, str, str, int, str], Awaitable[Paged]]
 
 
 class AdmissionServicer:
-    def __init__(self, deps: Deps, tenants: TenantResolver) -> None:
+    def __init__(self, deps: Deps, tenants: TenantResolver, streams: StreamSender) -> None:
         self._deps = deps
         self._tenants = tenants
+        self._streams = streams
 
     async def CreateSession(
         self, request: api.CreateSessionRequest, context: Context
@@ -110,7 +109,7 @@ class AdmissionServicer:
                 handlers.admit,
                 streamed=True,
             )
-        await _stream(context, response)
+        await self._stream(context, response)
         return response
 
     async def StreamReconcile(
@@ -126,7 +125,7 @@ class AdmissionServicer:
                 handlers.reconcile,
                 streamed=True,
             )
-        await _stream(context, response)
+        await self._stream(context, response)
         return response
 
     async def Record(self, request: api.RecordRequest, context: Context) -> convert.EncodedResponse:
@@ -186,6 +185,14 @@ class AdmissionServicer:
             self._deps, tenant, request.session_id, request.page_size, request.page_token
         )
 
+    async def _stream(self, context: Context, response: convert.EncodedResponse) -> None:
+        """Send a committed response in chunks (``streaming.send_chunks``), the first with the
+        SHA-256 of the whole: the replay recipe's when the response was stored with one, else
+        hashed with its encoding by ``_write`` (a 4.6 MB response is hashed once, off the loop).
+        A caller that stops reading, or a worker already sending its budget, ends the stream
+        with UNAVAILABLE; the call stays committed and a retry replays it."""
+        await self._streams.send(context, response.data, response.sha256)
+
     async def _write(
         self,
         context: Context,
@@ -238,43 +245,6 @@ def _streamed(to_command: Callable[..., Command]) -> Callable[[Any], Command]:
         return to_command(request, streamed=True)
 
     return streamed
-
-
-async def _stream(context: Context, response: convert.EncodedResponse) -> None:
-    """Send an encoded response in chunks of at most ``CHUNK_BYTES``, the first carrying the
-    whole size and SHA-256 the caller checks the reassembled bytes against (the replay
-    recipe's, when the response was stored with one, else hashed with its encoding by
-    ``_write``: a 4.6 MB response is hashed once, off the loop). The
-    response is committed (and stored for its request_id) before the first chunk leaves. The
-    chunks go to gRPC encoded (``encoded_chunks``, registered with a pass-through serializer)."""
-    for chunk in encoded_chunks(response.data, response.sha256):
-        await context.write(chunk)
-
-
-def encoded_chunks(data: bytes, sha256: bytes | None = None) -> Iterator[bytes]:
-    """``data`` as the encoded chunk messages of a streamed response (``StreamAdmitResponse``
-    and ``StreamReconcileResponse`` share their fields: 1 ``data``, 2 ``total_bytes``, 3
-    ``sha256``), byte for byte what protobuf's deterministic encoding of each would be. Each
-    chunk's data is copied once, into its message; building the messages and encoding them
-    copied it three times (a third of a 4.6 MB response's time in the service's streaming)."""
-    view = memoryview(data)
-    first = view[:CHUNK_BYTES]
-    digest = sha256 if sha256 is not None else hashlib.sha256(data).digest()
-    yield b"".join(
-        (b"\x0a", _varint(len(first)), first, b"\x10", _varint(len(data)), b"\x1a\x20", digest)
-    )
-    for offset in range(CHUNK_BYTES, len(data), CHUNK_BYTES):
-        part = view[offset : offset + CHUNK_BYTES]
-        yield b"".join((b"\x0a", _varint(len(part)), part))
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def _session_id(request: api.CreateSessionRequest | api.DeleteSessionRequest) -> str:

@@ -56,6 +56,11 @@ class Limits:
     # for a session at its surface bound returned in both forms, a body's JSON escaping
     # included.
     max_streamed_response_bytes: int = 1024 * MIB
+    # The streamed responses one worker holds while it sends them, in all (api/streaming.py): a
+    # caller reads a response only as fast as it likes, so its bytes stay in the worker until
+    # then. One more is dropped before its first chunk (UNAVAILABLE; a retry replays it). At
+    # least max_streamed_response_bytes.
+    max_streaming_bytes: int = 2048 * MIB
     # ListEvents pages stop at this many bytes of events (and at page_size events); an event
     # larger than the budget still comes out, alone on its page.
     max_events_page_bytes: int = MIB
@@ -86,3 +91,6 @@ IDEMPOTENCY_SWEEP_SECONDS = 60.0
 # frames since its last request), a few KiB for most; 16 MiB keeps thousands and holds a
 # worker's memory well under its budget (docs/BENCHMARKS.md, S6).
 SESSION_CACHE_BYTES = 16 * MIB
+
+# How long a streamed response's chunk may wait for its caller to read (api/streaming.py).
+STREAM_STALL_SECONDS = 30.0

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from promptadmission.v1 import admission_service_pb2 as api
 from promptadmission.v1 import session_pb2 as pb
@@ -88,6 +88,44 @@ class _PoolCollector(Collector):
         )
 
 
+class StreamingState(Protocol):
+    """What a worker's streaming budget reports (``api.streaming.StreamingBudget``)."""
+
+    limit: int
+    held: int
+    stalled: int
+    refused: int
+
+
+class _StreamingCollector(Collector):
+    """The streamed responses a worker holds while sending them, read at scrape time."""
+
+    def __init__(self, state: StreamingState) -> None:
+        self._state = state
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        state = self._state
+        yield GaugeMetricFamily(
+            "pas_streaming_bytes",
+            "Bytes of StreamAdmit and StreamReconcile responses the worker holds while sending.",
+            value=float(state.held),
+        )
+        yield GaugeMetricFamily(
+            "pas_streaming_max_bytes",
+            "The most such bytes the worker holds (PAS_LIMIT_MAX_STREAMING_BYTES).",
+            value=float(state.limit),
+        )
+        ended = CounterMetricFamily(
+            "pas_streams_ended",
+            "Streamed responses ended before their last chunk, by cause: the caller stopped "
+            "reading (stalled) or the worker's streaming bytes were exhausted (exhausted).",
+            labels=["cause"],
+        )
+        ended.add_metric(["stalled"], float(state.stalled))
+        ended.add_metric(["exhausted"], float(state.refused))
+        yield ended
+
+
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
@@ -141,6 +179,9 @@ class Metrics:
 
     def watch_pool(self, engine: AsyncEngine, max_connections: int) -> None:
         self.registry.register(_PoolCollector(engine, max_connections))
+
+    def watch_streaming(self, state: StreamingState) -> None:
+        self.registry.register(_StreamingCollector(state))
 
     def rpc_children(self, service: str, method: str) -> tuple[Any, Any, Any]:
         """One method's started counter and latency histogram, and a function of a status

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 from admission_service.api import convert
-from admission_service.api.servicer import (
+from admission_service.api.servicer import SERVICE, AdmissionServicer, add_to_server
+from admission_service.api.streaming import (
     CHUNK_BYTES,
-    SERVICE,
-    AdmissionServicer,
-    add_to_server,
+    StreamingBudget,
+    StreamSender,
     encoded_chunks,
 )
 from admission_service.app import commands as app
@@ -24,6 +24,8 @@ from admission_service.storage import codec
 from promptadmission.v1 import admission_service_pb2 as api
 
 from tests.unit.api.test_convert import _attempt_result
+
+STREAMS = StreamSender(StreamingBudget(1 << 30), 30.0)
 
 
 def _spliced() -> app.AttemptResult:
@@ -53,7 +55,7 @@ class _Server:
 
 def test_a_mutation_is_registered_to_send_its_bytes_unchanged() -> None:
     server = _Server()
-    add_to_server(AdmissionServicer(None, None), server)  # type: ignore[arg-type]
+    add_to_server(AdmissionServicer(None, None, STREAMS), server)  # type: ignore[arg-type]
     assert set(server.handlers) == {method.name for method in SERVICE.methods}
     data = convert.encode_admit(_spliced())
     sent = server.handlers["Admit"].response_serializer(convert.EncodedResponse("Admit", data))
@@ -102,7 +104,7 @@ def test_a_streamed_response_is_sent_as_the_chunk_messages_encoded(size: int) ->
     serializer: each is byte for byte what protobuf encodes for the chunk message, at most
     CHUNK_BYTES of data, the first with the size and SHA-256 of the whole."""
     server = _Server()
-    add_to_server(AdmissionServicer(None, None), server)  # type: ignore[arg-type]
+    add_to_server(AdmissionServicer(None, None, STREAMS), server)  # type: ignore[arg-type]
     data = random.Random(size).randbytes(size)
     chunks = list(encoded_chunks(data))
     assert len(chunks) == -(-size // CHUNK_BYTES)

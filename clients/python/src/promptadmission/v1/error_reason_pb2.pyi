@@ -124,6 +124,21 @@ class _ErrorReasonEnumTypeWrapper(google.protobuf.internal.enum_type_wrapper._En
     """CONCURRENT_CALLS_QUOTA_EXCEEDED (RESOURCE_EXHAUSTED): the tenant already has as many calls
     in progress on this replica as its quota allows (`PAS_QUOTA_CONCURRENT_CALLS`); retry.
     """
+    RESPONSE_STREAM_STALLED: _ErrorReason.ValueType  # 26
+    """RESPONSE_STREAM_STALLED (UNAVAILABLE): the caller read nothing of a StreamAdmit or
+    StreamReconcile response for `PAS_STREAM_STALL_SECONDS` (default 30), so the service ended
+    the stream and let go of the response's memory. The call itself committed: retry it with
+    the same `request_id` to receive the response (replayed byte for byte). The clients'
+    `admit_streamed` and `reconcile_streamed` do.
+    """
+    STREAMING_BYTES_EXHAUSTED: _ErrorReason.ValueType  # 27
+    """STREAMING_BYTES_EXHAUSTED (UNAVAILABLE): the replica's worker already holds
+    `PAS_LIMIT_MAX_STREAMING_BYTES` (default 2 GiB) of streamed responses being sent, and this
+    one would take it past; the service dropped it before its first chunk. The call itself
+    committed: retry it with the same `request_id`, with backoff, to receive the response
+    (replayed). `ErrorInfo.metadata` holds the `limit`, the bytes `held` and the response's
+    `value`.
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """ErrorReason is every value the service puts in `google.rpc.ErrorInfo.reason`.
@@ -245,5 +260,20 @@ event bytes past its quota (`PAS_QUOTA_STORED_BYTES`); nothing was written.
 CONCURRENT_CALLS_QUOTA_EXCEEDED: ErrorReason.ValueType  # 25
 """CONCURRENT_CALLS_QUOTA_EXCEEDED (RESOURCE_EXHAUSTED): the tenant already has as many calls
 in progress on this replica as its quota allows (`PAS_QUOTA_CONCURRENT_CALLS`); retry.
+"""
+RESPONSE_STREAM_STALLED: ErrorReason.ValueType  # 26
+"""RESPONSE_STREAM_STALLED (UNAVAILABLE): the caller read nothing of a StreamAdmit or
+StreamReconcile response for `PAS_STREAM_STALL_SECONDS` (default 30), so the service ended
+the stream and let go of the response's memory. The call itself committed: retry it with
+the same `request_id` to receive the response (replayed byte for byte). The clients'
+`admit_streamed` and `reconcile_streamed` do.
+"""
+STREAMING_BYTES_EXHAUSTED: ErrorReason.ValueType  # 27
+"""STREAMING_BYTES_EXHAUSTED (UNAVAILABLE): the replica's worker already holds
+`PAS_LIMIT_MAX_STREAMING_BYTES` (default 2 GiB) of streamed responses being sent, and this
+one would take it past; the service dropped it before its first chunk. The call itself
+committed: retry it with the same `request_id`, with backoff, to receive the response
+(replayed). `ErrorInfo.metadata` holds the `limit`, the bytes `held` and the response's
+`value`.
 """
 global___ErrorReason = ErrorReason
