@@ -173,11 +173,24 @@ def counter_for(provider: str) -> TokenCounter:
 
 
 async def load_off_the_loop(provider: str) -> None:
-    """Load ``provider``'s counter in a thread if it is not loaded yet, so the first request of
-    a family does not hold the worker's event loop for the load (a dict lookup otherwise)."""
+    """Load ``provider``'s counter in a thread if it is not loaded yet (a dict lookup
+    otherwise). The bindings' loads keep the GIL while they build the vocabulary
+    (``bench.tokenizer_load`` on 2 cores: DeepSeek's held the event loop 204-253 ms, Claude's
+    91-100 ms, o200k's 49-52 ms), so the
+    thread does not spare the worker's other calls: a family a worker needs should be
+    preloaded (``PAS_TOKENIZER_PRELOAD``), and a load here says so in a warning."""
     if provider in _loaded or provider not in _FAMILIES:
         return
-    await asyncio.to_thread(counter_for, provider)
+    started = time.perf_counter()
+    counter = await asyncio.to_thread(counter_for, provider)
+    log.warning(
+        "tokenizer %s for %s was not preloaded: its first request loaded it in %.2fs, holding "
+        "this worker's other calls for most of it; add %s to PAS_TOKENIZER_PRELOAD",
+        counter.name,
+        provider,
+        time.perf_counter() - started,
+        provider,
+    )
 
 
 async def counter_off_the_loop(provider: str, texts: Iterable[str]) -> TokenCounter:

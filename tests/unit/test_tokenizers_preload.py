@@ -65,3 +65,24 @@ def test_preload_loads_each_family_once_and_skips_the_heuristics(
     assert loads == ["fake"]
     assert tokenizers.counter_for("fake").count("four") == 4
     assert "tokenizer fake-bpe for fake loaded" in caplog.text
+
+
+async def test_a_family_loaded_on_its_first_request_asks_to_be_preloaded(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its load holds the GIL, so the worker's other calls wait whether or not it runs in a
+    thread: the operator is told which family to preload, once."""
+
+    def loader() -> tuple[Callable[[str], int], None]:
+        return len, None
+
+    monkeypatch.setattr(tokenizers, "_loaded", {})
+    monkeypatch.setitem(tokenizers._FAMILIES, "fake", ("fake-bpe", loader))
+    with caplog.at_level(logging.WARNING, logger=tokenizers.__name__):
+        await tokenizers.load_off_the_loop("fake")
+        await tokenizers.load_off_the_loop("fake")
+        await tokenizers.load_off_the_loop("mistral")  # the heuristic: nothing to load
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert "fake-bpe for fake was not preloaded" in warnings[0]
+    assert "add fake to PAS_TOKENIZER_PRELOAD" in warnings[0]
