@@ -13,7 +13,11 @@ small Admits on another session, one after the other. Three cases:
   in a thread) and its 15 MiB request derived and returned;
 * *committed*: as *admitted*, but each large Admit is written (each on a session of its own, so
   no session reaches its size bound): its events and surface nodes encoded, sent to PostgreSQL
-  and committed, the work a harness's large step really costs.
+  and committed, the work a harness's large step really costs;
+* *tools*: a harness's steps on one session, each written, each with one short user message
+  and the same tool set of 15 x ``--mib`` MiB of schemas in 64 tools (each under the 256 KiB
+  schema bound), as a harness sends its tools every step: what a large tool set costs the
+  worker each step once it is logged and priced.
 
 ``--mib`` sets the size of each large message (default 1). ``--workers`` sets PAS_WORKERS
 (default 1: both callers on the same worker, the stall's worst case; with more, the kernel may
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import multiprocessing
 import random
 import statistics
@@ -46,7 +51,9 @@ MIB = 1 << 20
 ROUTE = pb.Route(provider="deepseek", model="deepseek-flash", context_window=1_000_000)
 # Each case's response bound: refused, the default 4 MiB; admitted and committed, raised above
 # the 15 MiB request.
-CASES = {"refused": 4 * MIB, "admitted": 64 * MIB, "committed": 64 * MIB}
+CASES = {"refused": 4 * MIB, "admitted": 64 * MIB, "committed": 64 * MIB, "tools": 64 * MIB}
+# The tools case's tool set: its 15 x --mib MiB in this many tools (64 x 240 KiB for 1 MiB).
+TOOLS = 64
 UNLIMITED = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
 
 
@@ -56,6 +63,21 @@ def fresh_texts(count: int, chars: int, rng: random.Random) -> list[str]:
     letters = "etaoinshrdlucmfwypvbgkjqxz"
     vocabulary = ["".join(rng.choices(letters, k=rng.randint(1, 9))) for _ in range(200_000)]
     return [" ".join(rng.choices(vocabulary, k=chars // 5))[:chars] for _ in range(count)]
+
+
+def large_tools(count: int, chars: int, rng: random.Random) -> list[pb.Tool]:
+    """``count`` tools whose schemas hold ``chars`` characters of prose each (in a property's
+    description, as real schemas carry theirs)."""
+    return [
+        pb.Tool(
+            name=f"tool_{number}",
+            description=f"Tool {number}.",
+            parameters_json=json.dumps(
+                {"type": "object", "properties": {"path": {"type": "string", "description": text}}}
+            ),
+        )
+        for number, text in enumerate(fresh_texts(count, chars - 100, rng))
+    ]
 
 
 def admit(session_id: str, step: int, users: list[str], **fields: Any) -> api.AdmitRequest:
@@ -86,30 +108,35 @@ def large_load(
     target: str,
     seed: int,
     message_bytes: int,
-    commit: bool,
+    case: str,
     started: Any,
     stop: Any,
     outcomes: Any,
 ) -> None:
-    """Large Admits (15 messages of ``message_bytes``; validate_only, or with ``commit`` each
-    written on a new session) back to back on their own channel until ``stop``; ``started`` is
-    set as the first is sent; each call's status code name is put on ``outcomes``. Run in a
-    process of its own: building and sending 15 MiB requests holds a GIL, which must not be the
-    measured caller's (its latency is the service's)."""
-    texts = fresh_texts(45, message_bytes, random.Random(seed))
+    """Large Admits (15 messages of ``message_bytes``, or in the *tools* case as many bytes of
+    tool schemas; validate_only, or in the *committed* case each written on a new session, in
+    the *tools* case as the steps of one session) back to back on their own channel until
+    ``stop``; ``started`` is set as the first is sent; each call's status code name is put on
+    ``outcomes``. Run in a process of its own: building and sending 15 MiB requests holds a
+    GIL, which must not be the measured caller's (its latency is the service's)."""
+    commit = case in ("committed", "tools")
+    rng = random.Random(seed)
+    tools = large_tools(TOOLS, 15 * message_bytes // TOOLS, rng) if case == "tools" else []
+    texts = fresh_texts(3 if tools else 45, 100 if tools else message_bytes, rng)
     with grpc.insecure_channel(target, options=UNLIMITED) as channel:
         stub = api_grpc.AdmissionServiceStub(channel)
         session_id = ""
         sent = 0
         while not stop.is_set():
-            if commit or not session_id:
+            step = sent if tools else 0  # the tools case's steps go on one session
+            if not session_id or (commit and not tools):
                 session_id = f"bench-large-{random.getrandbits(48):x}"
                 stub.CreateSession(api.CreateSessionRequest(session_id=session_id))
-            users = [texts[(sent + i) % len(texts)] for i in range(15)]
-            sent += 15
+            users = [texts[(sent + i) % len(texts)] for i in range(1 if tools else 15)]
+            sent += len(users)
             started.set()
             try:
-                stub.Admit(admit(session_id, 0, users, validate_only=not commit))
+                stub.Admit(admit(session_id, step, users, tools=tools, validate_only=not commit))
                 outcomes.put("OK")
             except grpc.RpcError as error:
                 outcomes.put(error.code().name)
@@ -134,8 +161,7 @@ def measure_case(
     calls: int,
     message_bytes: int,
     seed: int,
-    *,
-    commit: bool = False,
+    case: str,
 ) -> dict[str, Any]:
     server = start_service(url, logs, env=env)
     try:
@@ -147,7 +173,7 @@ def measure_case(
             started, stop, queue = processes.Event(), processes.Event(), processes.Queue()
             load = processes.Process(
                 target=large_load,
-                args=(server.target, seed, message_bytes, commit, started, stop, queue),
+                args=(server.target, seed, message_bytes, case, started, stop, queue),
             )
             load.start()
             if not started.wait(120):
@@ -208,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.calls,
                 int(args.mib * MIB),
                 seed=23,
-                commit=case == "committed",
+                case=case,
             )
     report = {
         "server": where,

@@ -28,7 +28,8 @@ def test_the_large_content_bench_runs(
     assert set(report["refused"]["large_calls"]) == {"RESOURCE_EXHAUSTED"}
     assert set(report["admitted"]["large_calls"]) == {"OK"}
     assert set(report["committed"]["large_calls"]) == {"OK"}
-    for case in ("refused", "admitted", "committed"):
+    assert set(report["tools"]["large_calls"]) == {"OK"}
+    for case in ("refused", "admitted", "committed", "tools"):
         assert set(report[case]["loaded"]) == {"p50_ms", "p99_ms", "max_ms"}
 
 

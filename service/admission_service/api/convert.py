@@ -33,11 +33,17 @@ from promptadmission.v1 import trajectory_pb2 as tpb
 
 from admission_service.app import commands as app
 from admission_service.app.trajectory_page import TrajectoryEntry, TrajectoryPage
-from admission_service.domain.accounting import CacheForecast, DivergenceReason, TokenBreakdown
+from admission_service.domain.accounting import (
+    CacheForecast,
+    DivergenceReason,
+    TokenBreakdown,
+    tool_set_key,
+)
 from admission_service.domain.admission import AppliedCommit
 from admission_service.domain.catalog import Capability
 from admission_service.domain.errors import InvalidArgument, InvalidModelInfo, fields_under
 from admission_service.domain.events import Append, Event, EventKind, Replace
+from admission_service.domain.memo import BoundedMemo
 from admission_service.domain.messages import (
     Block,
     Image,
@@ -60,7 +66,6 @@ from admission_service.domain.series import (
     HeaderLog,
     HeaderReason,
     RequestContext,
-    RequestHeader,
     SeriesState,
     canonical_config,
 )
@@ -428,6 +433,16 @@ def _tools(tools: Iterable[Tool]) -> list[pb.Tool]:
     return [tool_to_proto(tool) for tool in tools]
 
 
+def _add_tools(field: Any, tools: Iterable[Tool]) -> None:
+    """``tools`` added to a message's repeated ``Tool`` field in place: each string is copied
+    into the message once (a built message added is copied again, and a tool set can be
+    megabytes)."""
+    for tool in tools:
+        field.add(
+            name=tool.name, description=tool.description, parameters_json=tool.parameters_json
+        )
+
+
 def session_to_proto(info: app.SessionInfo) -> pb.Session:
     return pb.Session(
         session_id=info.session_id,
@@ -449,22 +464,25 @@ def commit_to_proto(applied: AppliedCommit) -> pb.SystemCommit:
     )
 
 
-def _header_to_proto(header: RequestHeader) -> pb.RequestHeader:
-    return pb.RequestHeader(
-        provider=header.provider,
-        model=header.model,
-        tools=_tools(header.tools),
-        config=dict(header.config),
-    )
-
-
 def header_log_to_proto(log: HeaderLog) -> pb.HeaderLog:
-    return pb.HeaderLog(
-        seq=log.seq,
-        reason=_HEADER_REASONS[log.reason],
-        starts_series=log.starts_series,
-        header=_header_to_proto(log.header),
-    )
+    proto = pb.HeaderLog()
+    _fill_header_log(proto, log)
+    return proto
+
+
+def _fill_header_log(proto: pb.HeaderLog, log: HeaderLog, *, with_tools: bool = True) -> None:
+    """``log`` written into ``proto`` in place: a tool set is copied into the message once (a
+    message built and then copied in copies it twice, and a harness's tool set can be
+    megabytes); without ``with_tools``, the header without them."""
+    proto.seq = log.seq
+    proto.reason = _HEADER_REASONS[log.reason]
+    proto.starts_series = log.starts_series
+    header = log.header
+    proto.header.provider = header.provider
+    proto.header.model = header.model
+    if with_tools:
+        _add_tools(proto.header.tools, header.tools)
+    proto.header.config.update(header.config)
 
 
 def _system_prompt_update(in_history: bool) -> pb.SystemPromptUpdate.ValueType:
@@ -527,21 +545,34 @@ def series_to_proto(series: SeriesState) -> pb.SeriesState:
 def derived_request_to_proto(
     view: app.DerivedRequestView, *, with_messages: bool = True
 ) -> pb.DerivedRequest:
-    """The derived request; ``with_messages=False`` leaves out the stored frames and the
-    rendered body for ``SplitAttemptEncoder``, which splices both after the head (a body of
-    megabytes is then never copied into a message)."""
+    proto = pb.DerivedRequest()
+    _fill_derived_request(proto, view, with_messages=with_messages)
+    return proto
+
+
+def _fill_derived_request(
+    proto: pb.DerivedRequest,
+    view: app.DerivedRequestView,
+    *,
+    with_messages: bool = True,
+    with_tools: bool = True,
+) -> None:
+    """The derived request, written into ``proto`` in place (its tools copied in once);
+    ``with_messages=False`` leaves out the stored frames, the rendered body and the tools for
+    ``SplitAttemptEncoder``, which splices them after the head (a body or a tool set of
+    megabytes is then never copied into a message); ``with_tools=False`` leaves out the tools
+    too (what telemetry reads)."""
     spliced = not with_messages and isinstance(view.messages, app.EncodedMessages)
-    proto = pb.DerivedRequest(
-        wire_format=wire_format_to_proto(view.wire_format),
-        body_json="" if spliced else view.body_json,
-        tools=_tools(view.tools),
-        view=_REQUEST_VIEWS_OUT[view.view],
-        first_message_index=view.first_message_index,
-        total_messages=view.total_messages,
-        digest=view.digest,
-        content=_REQUEST_CONTENTS_OUT[view.content],
-        replaced_body_items=view.replaced_body_items,
-    )
+    proto.wire_format = wire_format_to_proto(view.wire_format)
+    proto.body_json = "" if spliced else view.body_json
+    if with_tools and with_messages:
+        _add_tools(proto.tools, view.tools)
+    proto.view = _REQUEST_VIEWS_OUT[view.view]
+    proto.first_message_index = view.first_message_index
+    proto.total_messages = view.total_messages
+    proto.digest = view.digest
+    proto.content = _REQUEST_CONTENTS_OUT[view.content]
+    proto.replaced_body_items = view.replaced_body_items
     if view.render_error is not None:
         error = view.render_error
         proto.render_error.CopyFrom(
@@ -555,7 +586,6 @@ def derived_request_to_proto(
             proto.MergeFromString(view.messages.frames)
     else:
         proto.messages.extend(codec.to_proto(message) for message in view.messages)
-    return proto
 
 
 def _varint(value: int) -> bytes:
@@ -581,7 +611,15 @@ class SplitAttemptEncoder:
     request_field: int
 
     def head(self, result: app.AttemptResult) -> bytes:
-        return _encode(self.build(result, with_messages=False))
+        """The response's fields but the derived request's messages and body; its tools follow
+        as the ``request`` field's own occurrence, encoded once per tool set
+        (``encoded_tools``): a harness sends the same set every step, and encoding a 12 MiB
+        set with the head held the worker's GIL ~20 ms a step."""
+        head = _encode(self.build(result, with_messages=False))
+        tools = encoded_tools(result.request.tools)
+        if not tools:
+            return head
+        return b"".join((head, _varint(self.request_field << 3 | 2), _varint(len(tools)), tools))
 
     def splice(self, head: bytes, body_json: str, frames: Sequence[bytes]) -> bytes:
         """``head`` followed by the derived request's rendered body and message frames (in
@@ -606,6 +644,22 @@ class SplitAttemptEncoder:
         if not size:
             return ()
         return (_varint(self.request_field << 3 | 2), _varint(size), *inner)
+
+
+def encoded_tools(tools: Sequence[Tool]) -> bytes:
+    """``tools`` as a ``DerivedRequest``'s ``tools`` field encodes them, remembered by the set
+    (``ENCODED_TOOLS``)."""
+    if not tools:
+        return b""
+    key = tool_set_key(tools)
+    return ENCODED_TOOLS.get(
+        key, sum(map(len, key)), lambda: _encode(pb.DerivedRequest(tools=_tools(tools)))
+    )
+
+
+# The encoded tool sets of the last responses, within 4 MiB of tools, and the last larger one
+# (domain/memo.py).
+ENCODED_TOOLS: BoundedMemo[tuple[str, ...], bytes] = BoundedMemo(4 * 1024 * 1024)
 
 
 def usage_to_proto(usage: app.Usage) -> pb.Usage:
@@ -674,17 +728,22 @@ def _attempt_fields(
     result: app.AttemptResult,
     *,
     with_messages: bool = True,
+    with_tools: bool = True,
 ) -> None:
-    """The fields Admit and Reconcile responses share."""
+    """The fields Admit and Reconcile responses share; without ``with_messages``, no derived
+    request's messages and body (the head), without ``with_tools``, no header's tools (what
+    telemetry reads: a tool set can be megabytes)."""
     response.admission_id = result.admission_id
     response.revision = result.revision
     response.commits.extend(commit_to_proto(commit) for commit in result.commits)
     if result.header is not None:
-        response.header.CopyFrom(header_log_to_proto(result.header))
+        _fill_header_log(response.header, result.header, with_tools=with_tools)
     if result.context is not None:
         response.context.CopyFrom(context_log_to_proto(result.context))
     response.starts_series = result.starts_series
-    response.request.CopyFrom(derived_request_to_proto(result.request, with_messages=with_messages))
+    _fill_derived_request(
+        response.request, result.request, with_messages=with_messages, with_tools=with_tools
+    )
     response.effective_prompt.CopyFrom(effective_prompt_to_proto(result.effective_prompt))
     response.forecast.CopyFrom(forecast_to_proto(result.forecast))
     route = result.route
@@ -728,9 +787,11 @@ def encode_delete_session(_: None) -> bytes:
     return _encode(api.DeleteSessionResponse())
 
 
-def admit_response(result: app.AttemptResult, *, with_messages: bool = True) -> api.AdmitResponse:
+def admit_response(
+    result: app.AttemptResult, *, with_messages: bool = True, with_tools: bool = True
+) -> api.AdmitResponse:
     response = api.AdmitResponse(user_seqs=result.user_seqs)
-    _attempt_fields(response, result, with_messages=with_messages)
+    _attempt_fields(response, result, with_messages=with_messages, with_tools=with_tools)
     if result.recorded is not None:
         response.recorded.CopyFrom(record_response(result.recorded))
     return response
@@ -740,10 +801,10 @@ encode_admit = SplitAttemptEncoder(admit_response, _REQUEST_FIELD_ADMIT)
 
 
 def reconcile_response(
-    result: app.AttemptResult, *, with_messages: bool = True
+    result: app.AttemptResult, *, with_messages: bool = True, with_tools: bool = True
 ) -> api.ReconcileResponse:
     response = api.ReconcileResponse(attempt=result.attempt)
-    _attempt_fields(response, result, with_messages=with_messages)
+    _attempt_fields(response, result, with_messages=with_messages, with_tools=with_tools)
     return response
 
 
@@ -792,14 +853,15 @@ def encode_compact(result: app.CompactResult) -> bytes:
 
 
 def _summary(build: Callable[..., ProtoMessage]) -> Callable[[Any], ProtoMessage]:
-    return functools.partial(build, with_messages=False)
+    return functools.partial(build, with_messages=False, with_tools=False)
 
 
 @dataclass(frozen=True, slots=True)
 class WriteResponse:
     """How a mutating RPC's response is made: its ``message`` type; ``encode``, the bytes the
     use case stores for request_id and the edge sends as they are; ``summary``, the response
-    built from the typed result without the derived request's messages (what telemetry reads)."""
+    built from the typed result without the derived request's messages and the header's tools
+    (what telemetry reads)."""
 
     message: type[ProtoMessage]
     encode: Callable[[Any], bytes]

@@ -186,7 +186,7 @@ def _price_key(
     own strings while the memo keeps a set that large (compared in C, nothing hashed again);
     a larger set's digest (its JSON hashed each time, ~1 ms a MiB), so that its price, the
     costliest to count, is remembered too."""
-    key = _tool_set_key(tools)
+    key = tool_set_key(tools)
     size = _size(key)
     if TOOL_PRICES.keeps(size):
         return (counter_name, key), size
@@ -196,11 +196,11 @@ def _price_key(
 def tools_digest(tools: Sequence[msg.Tool]) -> str:
     """The digest of a tool set's JSON (what a request key holds), remembered like its price:
     writing the JSON of 40 tools' schemas (45 KB) takes ~0.2 ms, which every step paid."""
-    key = _tool_set_key(tools)
+    key = tool_set_key(tools)
     return TOOL_DIGESTS.get(key, _size(key), lambda: message_digest(tools_json(tools).encode()))
 
 
-def _tool_set_key(tools: Sequence[msg.Tool]) -> tuple[str, ...]:
+def tool_set_key(tools: Sequence[msg.Tool]) -> tuple[str, ...]:
     """A tool set as a flat tuple of its strings: hashed and compared in C (a tuple of the
     ``Tool`` dataclasses is hashed and compared field by field in Python, ~1 us a tool), and
     a string's hash is kept with it, so the second lookup of a step hashes nothing again."""

@@ -22,6 +22,7 @@ from typing import Any
 
 from promptadmission.v1 import session_pb2 as pb
 
+from admission_service.domain import json_text
 from admission_service.domain import messages as msg
 from admission_service.domain.events import Event
 from admission_service.domain.messages import (
@@ -175,7 +176,7 @@ JsonObject = dict[str, Any]
 
 
 def dumps(value: object) -> bytes:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True).encode()
+    return json_text.canonical(value)
 
 
 def loads(data: bytes) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -301,11 +302,30 @@ def test_encoding_is_deterministic() -> None:
     replay's bytes are the same in every process: given out of order, a plain encoding would
     keep the map's insertion order."""
     config = (("top_p", "1"), ("temperature", "0"), ("max_tokens", "5"))
-    header = HeaderLog(9, HeaderReason.CHANGE, True, RequestHeader("p", "m", (), config))
-    result = _attempt_result(header=header)
-    parsed = api.AdmitResponse.FromString(convert.encode_admit(result))
+    encoded = set()
+    for order in (config, config[::-1]):
+        header = HeaderLog(9, HeaderReason.CHANGE, True, RequestHeader("p", "m", (), order))
+        encoded.add(convert.encode_admit(_attempt_result(header=header)))
+    assert len(encoded) == 1
+    parsed = api.AdmitResponse.FromString(encoded.pop())
     assert dict(parsed.header.header.config) == dict(config)
-    assert parsed.SerializeToString(deterministic=True) == convert.encode_admit(result)
+
+
+def test_the_tools_follow_the_head_encoded_once_per_tool_set() -> None:
+    """The derived request's tools are the ``request`` field's own occurrence after the head,
+    the same bytes each time: a parser merges it with the head's (the tools in order)."""
+    tools = (Tool("read", "Reads.", '{"type":"object"}'), Tool("list", "", ""))
+    result = _attempt_result()
+    result = replace(result, request=replace(result.request, tools=tools))
+    encoded = convert.encode_admit(result)
+    parsed = api.AdmitResponse.FromString(encoded)
+    assert [(t.name, t.description, t.parameters_json) for t in parsed.request.tools] == [
+        ("read", "Reads.", '{"type":"object"}'),
+        ("list", "", ""),
+    ]
+    assert parsed == convert.admit_response(result)
+    assert convert.encoded_tools(tools) is convert.encoded_tools(tuple(tools))
+    assert encoded.endswith(convert.encoded_tools(tools))
 
 
 def test_no_prompt_has_seq_zero() -> None:

@@ -85,6 +85,14 @@ def test_telemetry_reads_a_summary_built_from_the_result() -> None:
     assert whole.request.body_json  # the summary leaves out what the response splices in
     whole.request.ClearField("messages")
     whole.request.ClearField("body_json")
+    # and the tools, the header's and the request's (a tool set can be megabytes; telemetry
+    # reads neither)
+    assert [tool.name for tool in whole.header.header.tools] == ["t"]
+    assert [tool.name for tool in whole.request.tools] == ["t"]
+    assert not summary.header.header.tools and summary.header.reason == whole.header.reason
+    assert not summary.request.tools
+    whole.header.header.ClearField("tools")
+    whole.request.ClearField("tools")
     assert summary == whole
     replayed = convert.encoded_response("Admit", Reply(None, response.data))
     assert replayed.summary() == response.message()  # no result: parsed from the bytes

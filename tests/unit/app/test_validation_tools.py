@@ -4,6 +4,8 @@ again every step, and a refusal is never remembered."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from admission_service.app import validation
 from admission_service.app.limits import Limits
@@ -14,12 +16,18 @@ LIMITS = Limits()
 NESTED = '{"a": {"b": {"c": {}}}}'  # depth 4
 
 
-def test_a_valid_schema_is_parsed_once() -> None:
-    schema = '{"type": "object", "properties": {"path": {"type": "string"}}, "n": 17}'
-    validation.check_tools((Tool("read", "", schema),), LIMITS)
-    hits = validation.VALID_SCHEMAS.hits
-    validation.check_tools((Tool("read", "", "".join([schema[:1], schema[1:]])),), LIMITS)
-    assert validation.VALID_SCHEMAS.hits == hits + 1
+@pytest.mark.parametrize("size", [100, 200_000], ids=["small", "over an eighth of the memo"])
+def test_a_valid_tool_set_is_parsed_once(size: int) -> None:
+    """The same schemas again (equal strings, as the next step's request brings them) are not
+    parsed again, whether the set is kept among others or, three of 200 KB, as the last large
+    one."""
+    schemas = [json.dumps({"type": "object", "description": f"{n}" * size}) for n in range(3)]
+    memo = validation.VALID_SCHEMAS
+    validation.check_tools([Tool(f"t{n}", "", text) for n, text in enumerate(schemas)], LIMITS)
+    misses, hits = memo.misses, memo.hits
+    again = ["".join([text[:1], text[1:]]) for text in schemas]  # equal, other strings
+    validation.check_tools([Tool(f"t{n}", "", text) for n, text in enumerate(again)], LIMITS)
+    assert (memo.misses, memo.hits) == (misses, hits + 1)
 
 
 @pytest.mark.parametrize(

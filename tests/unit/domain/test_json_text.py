@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import enum
 import json
 import math
 
@@ -61,3 +62,43 @@ def test_a_large_text_of_every_kind() -> None:
 def test_what_is_not_json_is_refused_as_json_refuses_it() -> None:
     with pytest.raises(TypeError):
         json_text.dumps({"x": object()})
+
+
+def canonical_reference(value: object) -> bytes:
+    """What the service stored as canonical JSON before orjson wrote it."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True).encode()
+
+
+stored_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()  # json writes those: orjson spells some differently
+    | st.text(),
+    lambda children: st.lists(children, max_size=4)
+    | st.tuples(children, children)
+    | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    | st.dictionaries(st.integers(), children, max_size=2),  # json's keys as strings
+    max_leaves=20,
+)
+
+
+@given(stored_values)
+def test_stored_json_is_what_json_wrote_with_sorted_keys(value: object) -> None:
+    assert json_text.canonical(value) == canonical_reference(value)
+
+
+def test_a_large_tool_set_is_written_by_orjson_and_reads_the_same() -> None:
+    text = 'schema "quoted" \\ ü € 😀 \x00\x1f\x7f \u2028' * 20_000
+    tools = [{"name": f"t{n}", "parameters_json": text, "description": ""} for n in range(8)]
+    header = {"tools": tools, "seq": 3, "starts_series": True, "config": {"b": "1", "a": "2"}}
+    assert json_text.canonical(header) == canonical_reference(header)
+
+
+def test_what_stored_json_refuses_json_refuses() -> None:
+    class Kind(enum.Enum):
+        A = "a"
+
+    for value in ({"x": object()}, {"k": Kind.A}, {(1, 2): "tuple key"}):
+        with pytest.raises(TypeError):
+            json_text.canonical(value)

@@ -36,11 +36,35 @@ def test_the_least_recently_used_inputs_go_when_the_budget_is_full() -> None:
     assert memo.get("b", 100, lambda: "recomputed") == "recomputed"
 
 
-def test_an_input_over_an_eighth_of_the_budget_is_never_kept() -> None:
-    memo: BoundedMemo[str, int] = BoundedMemo(800)
-    assert memo.get("huge", 101, lambda: 1) == 1
+def test_a_value_of_none_is_remembered_too() -> None:
+    """A check that passed (its value None) is not made again: the memo once took None for
+    "not found", so a harness's schemas were parsed again every step while it counted hits."""
+    memo: BoundedMemo[str, None] = BoundedMemo(1024)
+    checks: list[str] = []
+    for _ in range(3):
+        memo.get("schema", 6, lambda: checks.append("schema"))
+    assert checks == ["schema"] and (memo.hits, memo.misses) == (2, 1)
+
+
+def test_only_the_last_input_over_an_eighth_of_the_budget_is_kept_and_found_by_equality() -> None:
+    """A harness's large tool set comes back every step as new strings equal to the last: it
+    is found without hashing them, and it holds no place among the others."""
+    memo: BoundedMemo[tuple[str, ...], int] = BoundedMemo(800)
+    computed: list[int] = []
+
+    def compute(value: int) -> int:
+        computed.append(value)
+        return value
+
+    huge = ("x" * 101,)
+    assert memo.get(huge, 101, lambda: compute(1)) == 1
+    again = ("".join(["x" * 50, "x" * 51]),)  # equal, another string
+    assert again[0] is not huge[0]
+    assert memo.get(again, 101, lambda: compute(2)) == 1
     assert len(memo) == 0 and memo.bytes == 0
-    assert memo.get("huge", 101, lambda: 2) == 2  # computed again
+    assert memo.get(("y" * 101,), 101, lambda: compute(3)) == 3  # the next one replaces it
+    assert memo.get(huge, 101, lambda: compute(4)) == 4
+    assert computed == [1, 3, 4]
 
 
 def test_callers_sending_new_large_tool_sets_every_call_cannot_grow_the_memory() -> None:
