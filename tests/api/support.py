@@ -266,3 +266,37 @@ def tool_step(
             tool_results=[pb.ToolResult(call_id=call_id, content=[pb.ContentBlock(text=result)])],
         ),
     )
+
+
+async def grown_by_tool_outputs(
+    client: Any, route: pb.Route, outputs: int, size: int
+) -> tuple[str, api.AdmitResponse]:
+    """A new session on ``route``: a first step asking to read files, then ``outputs - 1``
+    steps each answering the previous one's tool call with a result of ``size`` characters,
+    each a DELTA (only its new output comes back). Its id and the last response: the next
+    ``tool_step`` (the ``outputs``-th result) makes its FULL request ``outputs * size``
+    characters of results. ``client``: a ``promptadmission.AdmissionClient``."""
+    session_id = (await client.create_session()).session.session_id
+    step = await client.admit(
+        api.AdmitRequest(
+            session_id=session_id,
+            turn=1,
+            step=0,
+            rendered_prompt="You read files.",
+            route=route,
+            users=[
+                pb.Message(
+                    role=pb.MESSAGE_ROLE_USER,
+                    content=[pb.ContentBlock(text=pb.TextBlock(text="Read the files."))],
+                )
+            ],
+        )
+    )
+    for number in range(1, outputs):
+        request = tool_step(session_id, number, step.admission_id, size, route)
+        request.view = pb.REQUEST_VIEW_DELTA
+        request.held_prefix.CopyFrom(
+            pb.HeldPrefix(message_count=step.request.total_messages, digest=step.request.digest)
+        )
+        step = await client.admit(request)
+    return session_id, step

@@ -30,6 +30,7 @@ from tests.api.support import (
     StartApi,
     admit_request,
     create_session,
+    grown_by_tool_outputs,
     new_session_id,
     rich_error,
     tool_step,
@@ -173,29 +174,7 @@ async def test_a_full_request_over_4_mib_arrives_streamed(
     retry under the same request_id replays the same bytes, by either RPC."""
     server = await start_api(limits=replace(Limits(), max_message_bytes=3 * MIB))
     async with AdmissionClient(server.server.target, timeout=120) as client:
-        session_id = (await client.create_session()).session.session_id
-        step = await client.admit(
-            api.AdmitRequest(
-                session_id=session_id,
-                turn=1,
-                step=0,
-                rendered_prompt="You read files.",
-                route=OTHER_ROUTE,
-                users=[
-                    pb.Message(
-                        role=pb.MESSAGE_ROLE_USER,
-                        content=[pb.ContentBlock(text=pb.TextBlock(text="Read the three files."))],
-                    )
-                ],
-            )
-        )
-        for number in (1, 2):  # each a DELTA: only its new 2 MiB
-            request = tool_step(session_id, number, step.admission_id, 2 * MIB, OTHER_ROUTE)
-            request.view = pb.REQUEST_VIEW_DELTA
-            request.held_prefix.CopyFrom(
-                pb.HeldPrefix(message_count=step.request.total_messages, digest=step.request.digest)
-            )
-            step = await client.admit(request)
+        session_id, step = await grown_by_tool_outputs(client, OTHER_ROUTE, 3, 2 * MIB)
         last = tool_step(session_id, 3, step.admission_id, 2 * MIB, OTHER_ROUTE)
         last.wire_format = wire_format
         last.request_id = new_session_id()

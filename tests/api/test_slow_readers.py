@@ -26,7 +26,7 @@ from promptadmission import AdmissionClient, RetryPolicy
 from promptadmission.v1 import admission_service_pb2 as api
 from promptadmission.v1 import session_pb2 as pb
 
-from tests.api.support import ApiClient, StartApi, rich_error, tool_step
+from tests.api.support import ApiClient, StartApi, grown_by_tool_outputs, rich_error, tool_step
 
 MIB = 1 << 20
 ROUTE = pb.Route(provider="other", model="big", context_window=10_000_000)
@@ -38,29 +38,7 @@ OUTPUTS, OUTPUT_BYTES = 3, 3 * MIB
 async def _grown(client: AdmissionClient) -> tuple[str, api.AdmitRequest]:
     """A session whose next step's FULL request is ~9 MiB, and that step's Admit (with a
     request_id, not yet sent)."""
-    session_id = (await client.create_session()).session.session_id
-    step = await client.admit(
-        api.AdmitRequest(
-            session_id=session_id,
-            turn=1,
-            step=0,
-            rendered_prompt="You read files.",
-            route=ROUTE,
-            users=[
-                pb.Message(
-                    role=pb.MESSAGE_ROLE_USER,
-                    content=[pb.ContentBlock(text=pb.TextBlock(text="Read the files."))],
-                )
-            ],
-        )
-    )
-    for number in range(1, OUTPUTS):
-        request = tool_step(session_id, number, step.admission_id, OUTPUT_BYTES, ROUTE)
-        request.view = pb.REQUEST_VIEW_DELTA
-        request.held_prefix.CopyFrom(
-            pb.HeldPrefix(message_count=step.request.total_messages, digest=step.request.digest)
-        )
-        step = await client.admit(request)
+    session_id, step = await grown_by_tool_outputs(client, ROUTE, OUTPUTS, OUTPUT_BYTES)
     last = tool_step(session_id, OUTPUTS, step.admission_id, OUTPUT_BYTES, ROUTE)
     last.request_id = uuid.uuid4().hex
     return session_id, last
