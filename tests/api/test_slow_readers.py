@@ -12,6 +12,7 @@ a retry under its request_id receives the response: the client's own retry, for 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
@@ -24,6 +25,7 @@ import pytest
 from admission_service.app.limits import Limits
 from promptadmission import AdmissionClient, RetryPolicy
 from promptadmission.v1 import admission_service_pb2 as api
+from promptadmission.v1 import admission_service_pb2_grpc as api_grpc
 from promptadmission.v1 import session_pb2 as pb
 
 from tests.api.support import ApiClient, StartApi, grown_by_tool_outputs, rich_error, tool_step
@@ -42,6 +44,17 @@ async def _grown(client: AdmissionClient) -> tuple[str, api.AdmitRequest]:
     last = tool_step(session_id, OUTPUTS, step.admission_id, OUTPUT_BYTES, ROUTE)
     last.request_id = uuid.uuid4().hex
     return session_id, last
+
+
+@contextlib.asynccontextmanager
+async def non_reader(server: ApiClient) -> AsyncIterator[api_grpc.AdmissionServiceAsyncStub]:
+    """A caller that reads nothing it is not asked to: a channel of its own whose receive window
+    never grows (no BDP probing), so gRPC stops taking a large response's chunks at once. With
+    probing, a channel that had received megabytes could take a whole ~9 MiB response into its
+    buffers (seen under load: the worker never waited)."""
+    options = [("grpc.http2.bdp_probe", 0)]
+    async with grpc.aio.insecure_channel(server.server.target, options=options) as channel:
+        yield cast("api_grpc.AdmissionServiceAsyncStub", api_grpc.AdmissionServiceStub(channel))
 
 
 def _gauge(server: ApiClient, name: str, **labels: str) -> float:
@@ -79,9 +92,12 @@ async def test_a_caller_that_stops_reading_is_let_go_and_its_retry_replays(
     server = await start_api(
         stream_stall_seconds=1.0, limits=replace(Limits(), max_message_bytes=4 * MIB)
     )
-    async with AdmissionClient(server.server.target, timeout=120) as client:
+    async with (
+        AdmissionClient(server.server.target, timeout=120) as client,
+        non_reader(server) as slow,
+    ):
         session_id, last = await _grown(client)
-        stalled = server.stub.StreamAdmit(api.StreamAdmitRequest(request=last))
+        stalled = slow.StreamAdmit(api.StreamAdmitRequest(request=last))
         # The worker holds the response while gRPC waits for the caller, then lets it go.
         await _until(lambda: _gauge(server, "pas_streaming_bytes") > 9 * MIB, 30)
         await _until(lambda: _gauge(server, "pas_streams_ended_total", cause="stalled") == 1, 30)
@@ -123,10 +139,13 @@ async def test_a_response_over_the_workers_streaming_bytes_waits_for_the_clients
     )
     server = await start_api(stream_stall_seconds=60.0, limits=limits)
     patient = RetryPolicy(max_attempts=40, initial_backoff=0.05, max_backoff=0.2)
-    async with AdmissionClient(server.server.target, timeout=120, retry=patient) as client:
+    async with (
+        AdmissionClient(server.server.target, timeout=120, retry=patient) as client,
+        non_reader(server) as slow,
+    ):
         session_id, last = await _grown(client)
         first = await client.admit_streamed(last)
-        holder = server.stub.StreamAdmit(api.StreamAdmitRequest(request=last))  # a replay
+        holder = slow.StreamAdmit(api.StreamAdmitRequest(request=last))  # a replay
         await _until(lambda: _gauge(server, "pas_streaming_bytes") > 9 * MIB, 30)
 
         reconcile = api.ReconcileRequest(
@@ -149,7 +168,7 @@ async def test_a_response_over_the_workers_streaming_bytes_waits_for_the_clients
         assert (await client.reconcile_streamed(reconcile)).attempt == 2
 
         # A raw caller sees the refusal itself, with the numbers in its metadata.
-        holder = server.stub.StreamAdmit(api.StreamAdmitRequest(request=last))
+        holder = slow.StreamAdmit(api.StreamAdmitRequest(request=last))
         await _until(lambda: _gauge(server, "pas_streaming_bytes") > 9 * MIB, 30)
         refused = server.stub.StreamReconcile(api.StreamReconcileRequest(request=reconcile))
         chunks, ended = await _read_until_it_fails(refused)
@@ -170,10 +189,13 @@ async def test_a_caller_that_goes_away_while_the_worker_waits_is_a_cancellation(
     """gRPC fails the write a caller's cancel leaves pending; that is the call's cancellation,
     not an unexpected failure logged with a traceback (INTERNAL) for nobody."""
     server = await start_api(limits=replace(Limits(), max_message_bytes=4 * MIB))
-    async with AdmissionClient(server.server.target, timeout=120) as client:
+    async with (
+        AdmissionClient(server.server.target, timeout=120) as client,
+        non_reader(server) as slow,
+    ):
         _, last = await _grown(client)
         for _ in range(3):
-            call = server.stub.StreamAdmit(api.StreamAdmitRequest(request=last))
+            call = slow.StreamAdmit(api.StreamAdmitRequest(request=last))
             await _until(lambda: _gauge(server, "pas_streaming_bytes") > 9 * MIB, 30)
             call.cancel()
             await _until(lambda: _gauge(server, "pas_streaming_bytes") == 0, 5)

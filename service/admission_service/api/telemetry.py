@@ -124,6 +124,10 @@ class TelemetryInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg
             call_context.tenant.set(None)
             this.started.inc()
             span = self._start_span(this.service, this.name, metadata, request_id)
+            # Read while the call is alive: after a cancelled stream ends, gRPC may have freed
+            # the call before ``_finish`` runs, and reading its peer then crashed the process
+            # (a segmentation fault in CI, a caller cancelling mid-write).
+            peer = context.peer() if _log.isEnabledFor(this.level) else ""
             started = time.perf_counter()
             code = grpc.StatusCode.OK
             response = None
@@ -154,7 +158,7 @@ class TelemetryInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg
                     code,
                     time.perf_counter() - started,
                     span,
-                    context,
+                    peer,
                 )
                 # Not kept by this frame past the call: an aborted call's traceback keeps it
                 # in a cycle gRPC makes (error_status.guarded).
@@ -170,9 +174,10 @@ class TelemetryInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg
         code: grpc.StatusCode,
         seconds: float,
         span: trace.Span | None,
-        context: grpc.aio.ServicerContext[Any, Any],
+        peer: str,
     ) -> None:
-        """The call's metrics, span end and log line, once its response is on its way."""
+        """The call's metrics, span end and log line, once its response is on its way (the call
+        itself may be gone: nothing here reads its context)."""
         method.handled(code).inc()
         method.latency.observe(seconds)
         if code is grpc.StatusCode.OK:
@@ -191,7 +196,7 @@ class TelemetryInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg
                 span.set_status(Status(StatusCode.ERROR, code.name))
             span.end()
         if _log.isEnabledFor(method.level):
-            _log_call(method.level, method.service, method.name, code, seconds, context)
+            _log_call(method.level, method.service, method.name, code, seconds, peer)
 
     def _start_span(
         self, service: str, name: str, metadata: Any, request_id: str
@@ -228,7 +233,7 @@ def _log_call(
     name: str,
     code: grpc.StatusCode,
     seconds: float,
-    context: grpc.aio.ServicerContext[Any, Any],
+    peer: str,
 ) -> None:
     _log.log(
         level,
@@ -242,7 +247,7 @@ def _log_call(
                 "grpc_method": name,
                 "grpc_code": code.name,
                 "duration_ms": round(seconds * 1000, 3),
-                "peer": context.peer(),
+                "peer": peer,
             }
         },
     )
