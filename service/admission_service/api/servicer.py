@@ -186,9 +186,10 @@ class AdmissionServicer:
         )
 
     async def _stream(self, context: Context, response: convert.EncodedResponse) -> None:
-        """Send a committed response in chunks (``streaming.send_chunks``), the first with the
-        SHA-256 of the whole: the replay recipe's when the response was stored with one, else
-        hashed with its encoding by ``_write`` (a 4.6 MB response is hashed once, off the loop).
+        """Send a committed response in chunks (``StreamSender.send``, api/streaming.py), the
+        first with the SHA-256 of the whole: the replay recipe's when the response was stored
+        with one, else hashed with its encoding by ``_write`` (a 4.6 MB response is hashed
+        once, off the loop).
         A caller that stops reading, or a worker already sending its budget, ends the stream
         with UNAVAILABLE; the call stays committed and a retry replays it."""
         await self._streams.send(context, response.data, response.sha256)

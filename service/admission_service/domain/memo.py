@@ -7,7 +7,7 @@ caller, so the memory is bounded by the bytes of the inputs kept, not by their c
 caller sending a new 30 MB tool set every call must not pin gigabytes (an entry-counted
 ``functools.lru_cache`` would). Least recently used first out. An input larger than an eighth
 of the budget is not kept among them: only the last such input is, aside, and found by
-equality (two memory compares of the strings it holds), not by hashing megabytes. A harness
+equality (a memory compare of the strings it holds), not by hashing megabytes. A harness
 sends the same large tool set every step, and computing what is derived from a 12 MiB set
 (its JSON and digest, its schemas parsed) held the event loop ~100 ms a step; a caller
 sending a new one every call pins one input.
