@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -29,6 +28,7 @@ from promptadmission.v1 import admission_service_pb2_grpc as api_grpc
 from promptadmission.v1 import session_pb2 as pb
 
 from tests.api.support import ApiClient, StartApi, grown_by_tool_outputs, rich_error, tool_step
+from tests.reliability.checks import eventually
 
 MIB = 1 << 20
 ROUTE = pb.Route(provider="other", model="big", context_window=10_000_000)
@@ -63,11 +63,23 @@ def _gauge(server: ApiClient, name: str, **labels: str) -> float:
     return value
 
 
-async def _until(predicate: object, seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while not predicate():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "the condition did not come true in time"
-        await asyncio.sleep(0.05)
+async def _held(server: ApiClient) -> None:
+    await eventually(
+        lambda: _gauge(server, "pas_streaming_bytes") > 9 * MIB, "the worker holds the response"
+    )
+
+
+async def _released(server: ApiClient) -> None:
+    await eventually(
+        lambda: _gauge(server, "pas_streaming_bytes") == 0, "the worker let go of every response"
+    )
+
+
+async def _ended(server: ApiClient, cause: str, at_least: int) -> None:
+    await eventually(
+        lambda: _gauge(server, "pas_streams_ended_total", cause=cause) >= at_least,
+        f"{at_least} stream(s) ended, {cause}",
+    )
 
 
 async def _read_until_it_fails(call: object) -> tuple[int, grpc.aio.AioRpcError]:
@@ -99,9 +111,10 @@ async def test_a_caller_that_stops_reading_is_let_go_and_its_retry_replays(
         session_id, last = await _grown(client)
         stalled = slow.StreamAdmit(api.StreamAdmitRequest(request=last))
         # The worker holds the response while gRPC waits for the caller, then lets it go.
-        await _until(lambda: _gauge(server, "pas_streaming_bytes") > 9 * MIB, 30)
-        await _until(lambda: _gauge(server, "pas_streams_ended_total", cause="stalled") == 1, 30)
-        await _until(lambda: _gauge(server, "pas_streaming_bytes") == 0, 5)
+        await _held(server)
+        await _ended(server, "stalled", 1)
+        assert _gauge(server, "pas_streams_ended_total", cause="stalled") == 1
+        await _released(server)
         # Meanwhile, and after, the worker serves other calls.
         other = await client.create_session()
         assert other.session.session_id
@@ -146,7 +159,7 @@ async def test_a_response_over_the_workers_streaming_bytes_waits_for_the_clients
         session_id, last = await _grown(client)
         first = await client.admit_streamed(last)
         holder = slow.StreamAdmit(api.StreamAdmitRequest(request=last))  # a replay
-        await _until(lambda: _gauge(server, "pas_streaming_bytes") > 9 * MIB, 30)
+        await _held(server)
 
         reconcile = api.ReconcileRequest(
             session_id=session_id,
@@ -155,13 +168,13 @@ async def test_a_response_over_the_workers_streaming_bytes_waits_for_the_clients
             request_id=uuid.uuid4().hex,
         )
         retried = asyncio.ensure_future(client.reconcile_streamed(reconcile))
-        await _until(lambda: _gauge(server, "pas_streams_ended_total", cause="exhausted") >= 2, 30)
+        await _ended(server, "exhausted", 2)
         assert not retried.done()
         holder.cancel()  # the first caller goes away: its bytes are given back
         reconciled = await retried
         assert reconciled.attempt == 1
         assert reconciled.request.total_messages == first.request.total_messages
-        await _until(lambda: _gauge(server, "pas_streaming_bytes") == 0, 5)
+        await _released(server)
         # The Reconcile committed once, however many times it was dropped and retried: the
         # next one is the second attempt.
         reconcile.request_id = uuid.uuid4().hex
@@ -169,7 +182,7 @@ async def test_a_response_over_the_workers_streaming_bytes_waits_for_the_clients
 
         # A raw caller sees the refusal itself, with the numbers in its metadata.
         holder = slow.StreamAdmit(api.StreamAdmitRequest(request=last))
-        await _until(lambda: _gauge(server, "pas_streaming_bytes") > 9 * MIB, 30)
+        await _held(server)
         refused = server.stub.StreamReconcile(api.StreamReconcileRequest(request=reconcile))
         chunks, ended = await _read_until_it_fails(refused)
         assert chunks == 0
@@ -180,7 +193,7 @@ async def test_a_response_over_the_workers_streaming_bytes_waits_for_the_clients
         assert metadata["limit"] == str(16 * MIB)
         assert int(metadata["held"]) > 9 * MIB and int(metadata["value"]) > 9 * MIB
         holder.cancel()
-        await _until(lambda: _gauge(server, "pas_streaming_bytes") == 0, 5)
+        await _released(server)
 
 
 async def test_a_caller_that_goes_away_while_the_worker_waits_is_a_cancellation(
@@ -196,8 +209,8 @@ async def test_a_caller_that_goes_away_while_the_worker_waits_is_a_cancellation(
         _, last = await _grown(client)
         for _ in range(3):
             call = slow.StreamAdmit(api.StreamAdmitRequest(request=last))
-            await _until(lambda: _gauge(server, "pas_streaming_bytes") > 9 * MIB, 30)
+            await _held(server)
             call.cancel()
-            await _until(lambda: _gauge(server, "pas_streaming_bytes") == 0, 5)
+            await _released(server)
     unexpected = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert unexpected == []

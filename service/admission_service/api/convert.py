@@ -555,17 +555,15 @@ def _fill_derived_request(
     view: app.DerivedRequestView,
     *,
     with_messages: bool = True,
-    with_tools: bool = True,
 ) -> None:
     """The derived request, written into ``proto`` in place (its tools copied in once);
     ``with_messages=False`` leaves out the stored frames, the rendered body and the tools for
     ``SplitAttemptEncoder``, which splices them after the head (a body or a tool set of
-    megabytes is then never copied into a message); ``with_tools=False`` leaves out the tools
-    too (what telemetry reads)."""
+    megabytes is then never copied into a message; telemetry's summary reads none of them)."""
     spliced = not with_messages and isinstance(view.messages, app.EncodedMessages)
     proto.wire_format = wire_format_to_proto(view.wire_format)
     proto.body_json = "" if spliced else view.body_json
-    if with_tools and with_messages:
+    if with_messages:
         _add_tools(proto.tools, view.tools)
     proto.view = _REQUEST_VIEWS_OUT[view.view]
     proto.first_message_index = view.first_message_index
@@ -588,7 +586,9 @@ def _fill_derived_request(
         proto.messages.extend(codec.to_proto(message) for message in view.messages)
 
 
-def _varint(value: int) -> bytes:
+def varint(value: int) -> bytes:
+    """``value`` as a protobuf base-128 varint (a tag or a length of the bytes spliced here
+    and in a streamed response's chunks)."""
     out = bytearray()
     while value >= 0x80:
         out.append(value & 0x7F | 0x80)
@@ -619,7 +619,7 @@ class SplitAttemptEncoder:
         tools = encoded_tools(result.request.tools)
         if not tools:
             return head
-        return b"".join((head, _varint(self.request_field << 3 | 2), _varint(len(tools)), tools))
+        return b"".join((head, varint(self.request_field << 3 | 2), varint(len(tools)), tools))
 
     def splice(self, head: bytes, body_json: str, frames: Sequence[bytes]) -> bytes:
         """``head`` followed by the derived request's rendered body and message frames (in
@@ -639,11 +639,11 @@ class SplitAttemptEncoder:
         inner: tuple[bytes, ...] = tuple(frames)
         if body_json:
             encoded = body_json.encode()
-            inner = (_varint(_BODY_JSON_FIELD << 3 | 2), _varint(len(encoded)), encoded, *frames)
+            inner = (varint(_BODY_JSON_FIELD << 3 | 2), varint(len(encoded)), encoded, *frames)
         size = sum(map(len, inner))
         if not size:
             return ()
-        return (_varint(self.request_field << 3 | 2), _varint(size), *inner)
+        return (varint(self.request_field << 3 | 2), varint(size), *inner)
 
 
 def encoded_tools(tools: Sequence[Tool]) -> bytes:
@@ -731,8 +731,8 @@ def _attempt_fields(
     with_tools: bool = True,
 ) -> None:
     """The fields Admit and Reconcile responses share; without ``with_messages``, no derived
-    request's messages and body (the head), without ``with_tools``, no header's tools (what
-    telemetry reads: a tool set can be megabytes)."""
+    request's messages, body and tools (the head); without ``with_tools``, no header's tools
+    either (what telemetry reads: a tool set can be megabytes)."""
     response.admission_id = result.admission_id
     response.revision = result.revision
     response.commits.extend(commit_to_proto(commit) for commit in result.commits)
@@ -741,9 +741,7 @@ def _attempt_fields(
     if result.context is not None:
         response.context.CopyFrom(context_log_to_proto(result.context))
     response.starts_series = result.starts_series
-    _fill_derived_request(
-        response.request, result.request, with_messages=with_messages, with_tools=with_tools
-    )
+    _fill_derived_request(response.request, result.request, with_messages=with_messages)
     response.effective_prompt.CopyFrom(effective_prompt_to_proto(result.effective_prompt))
     response.forecast.CopyFrom(forecast_to_proto(result.forecast))
     route = result.route

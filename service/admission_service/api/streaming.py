@@ -26,6 +26,7 @@ from typing import Any
 
 import grpc
 
+from admission_service.api.convert import varint
 from admission_service.domain.errors import Unavailable
 
 # A streamed response's chunks carry at most this many bytes of the encoded response: far below
@@ -61,19 +62,19 @@ class StreamingBytesExhausted(Unavailable):
 class StreamingBudget:
     """The bytes of streamed responses one worker holds while sending them (one event loop:
     no lock), with what operators watch (``telemetry.metrics``): the bytes held, the streams
-    ended because their caller stalled and the responses dropped over the budget."""
+    ended because their caller stalled and the responses dropped over the budget (exhausted)."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.held = 0
         self.stalled = 0
-        self.refused = 0
+        self.exhausted = 0
 
     @contextmanager
     def holding(self, size: int) -> Iterator[None]:
         """``size`` bytes held for the block; ``StreamingBytesExhausted`` when they do not fit."""
         if self.held + size > self.limit:
-            self.refused += 1
+            self.exhausted += 1
             raise StreamingBytesExhausted(self.limit, self.held, size)
         self.held += size
         try:
@@ -122,17 +123,8 @@ def encoded_chunks(data: bytes, sha256: bytes | None = None) -> Iterator[bytes]:
     first = view[:CHUNK_BYTES]
     digest = sha256 if sha256 is not None else hashlib.sha256(data).digest()
     yield b"".join(
-        (b"\x0a", _varint(len(first)), first, b"\x10", _varint(len(data)), b"\x1a\x20", digest)
+        (b"\x0a", varint(len(first)), first, b"\x10", varint(len(data)), b"\x1a\x20", digest)
     )
     for offset in range(CHUNK_BYTES, len(data), CHUNK_BYTES):
         part = view[offset : offset + CHUNK_BYTES]
-        yield b"".join((b"\x0a", _varint(len(part)), part))
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+        yield b"".join((b"\x0a", varint(len(part)), part))

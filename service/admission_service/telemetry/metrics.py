@@ -94,7 +94,7 @@ class StreamingState(Protocol):
     limit: int
     held: int
     stalled: int
-    refused: int
+    exhausted: int
 
 
 class _StreamingCollector(Collector):
@@ -122,7 +122,7 @@ class _StreamingCollector(Collector):
             labels=["cause"],
         )
         ended.add_metric(["stalled"], float(state.stalled))
-        ended.add_metric(["exhausted"], float(state.refused))
+        ended.add_metric(["exhausted"], float(state.exhausted))
         yield ended
 
 

@@ -309,6 +309,12 @@ def test_encoding_is_deterministic() -> None:
     assert len(encoded) == 1
     parsed = api.AdmitResponse.FromString(encoded.pop())
     assert dict(parsed.header.header.config) == dict(config)
+    # Without tools (which follow the head as their own occurrence), the bytes are protobuf's
+    # deterministic encoding itself.
+    result = _attempt_result(header=header)
+    result = replace(result, request=replace(result.request, tools=()))
+    alone = convert.encode_admit(result)
+    assert api.AdmitResponse.FromString(alone).SerializeToString(deterministic=True) == alone
 
 
 def test_the_tools_follow_the_head_encoded_once_per_tool_set() -> None:

@@ -39,7 +39,7 @@ def test_the_budget_holds_what_fits_and_gives_it_back() -> None:
             assert budget.held == 10
         with pytest.raises(RuntimeError), budget.holding(3):
             raise RuntimeError  # a stream that fails gives its bytes back too
-    assert (budget.held, budget.refused) == (0, 0)
+    assert (budget.held, budget.exhausted) == (0, 0)
 
 
 def test_a_response_over_what_is_left_is_refused_with_the_numbers() -> None:
@@ -50,7 +50,7 @@ def test_a_response_over_what_is_left_is_refused_with_the_numbers() -> None:
         assert budget.held == 7
     assert refused.value.metadata == {"limit": "10", "held": "7", "value": "4"}
     assert refused.value.reason == "STREAMING_BYTES_EXHAUSTED"
-    assert (budget.held, budget.refused) == (0, 1)
+    assert (budget.held, budget.exhausted) == (0, 1)
 
 
 async def test_a_caller_that_reads_gets_every_chunk() -> None:
