@@ -19,7 +19,9 @@ small Admits on another session, one after the other. Three cases:
   schema bound), as a harness sends its tools every step: what a large tool set costs the
   worker each step once it is logged and priced.
 
-``--mib`` sets the size of each large message (default 1). ``--workers`` sets PAS_WORKERS
+``--mib`` sets the size of each large message (default 1). ``--wire-format`` the large Admits'
+format (default neutral; a provider format also renders the body, in the *tools* case with the
+tool set in it every step). ``--workers`` sets PAS_WORKERS
 (default 1: both callers on the same worker, the stall's worst case; with more, the kernel may
 put the two connections on different workers). Prints JSON.
 Target: the loaded p99 <= 50 ms and <= 2x the unloaded p99.
@@ -54,6 +56,11 @@ ROUTE = pb.Route(provider="deepseek", model="deepseek-flash", context_window=1_0
 CASES = {"refused": 4 * MIB, "admitted": 64 * MIB, "committed": 64 * MIB, "tools": 64 * MIB}
 # The tools case's tool set: its 15 x --mib MiB in this many tools (64 x 240 KiB for 1 MiB).
 TOOLS = 64
+WIRE_FORMATS = {
+    name.removeprefix("WIRE_FORMAT_"): number
+    for name, number in pb.WireFormat.items()
+    if name != "WIRE_FORMAT_UNSPECIFIED"
+}
 UNLIMITED = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
 
 
@@ -109,6 +116,7 @@ def large_load(
     seed: int,
     message_bytes: int,
     case: str,
+    wire_format: int,
     started: Any,
     stop: Any,
     outcomes: Any,
@@ -136,7 +144,15 @@ def large_load(
             sent += len(users)
             started.set()
             try:
-                stub.Admit(admit(session_id, step, users, tools=tools, validate_only=not commit))
+                request = admit(
+                    session_id,
+                    step,
+                    users,
+                    tools=tools,
+                    validate_only=not commit,
+                    wire_format=wire_format,
+                )
+                stub.Admit(request)
                 outcomes.put("OK")
             except grpc.RpcError as error:
                 outcomes.put(error.code().name)
@@ -162,6 +178,7 @@ def measure_case(
     message_bytes: int,
     seed: int,
     case: str,
+    wire_format: int,
 ) -> dict[str, Any]:
     server = start_service(url, logs, env=env)
     try:
@@ -173,7 +190,7 @@ def measure_case(
             started, stop, queue = processes.Event(), processes.Event(), processes.Queue()
             load = processes.Process(
                 target=large_load,
-                args=(server.target, seed, message_bytes, case, started, stop, queue),
+                args=(server.target, seed, message_bytes, case, wire_format, started, stop, queue),
             )
             load.start()
             if not started.wait(120):
@@ -216,6 +233,12 @@ def main(argv: list[str] | None = None) -> int:
         default=",".join(CASES),
         help=f"which cases to run, comma-separated (of {', '.join(CASES)})",
     )
+    parser.add_argument(
+        "--wire-format",
+        choices=[name.lower() for name in WIRE_FORMATS],
+        default="neutral",
+        help="the large Admits' wire format",
+    )
     parser.add_argument("--out", type=Path, help="also write the JSON here")
     args = parser.parse_args(argv)
     try:
@@ -235,12 +258,14 @@ def main(argv: list[str] | None = None) -> int:
                 int(args.mib * MIB),
                 seed=23,
                 case=case,
+                wire_format=WIRE_FORMATS[args.wire_format.upper()],
             )
     report = {
         "server": where,
         "workers": args.workers,
         "calls": args.calls,
         "large_admit_mib": round(15 * args.mib, 2),
+        "wire_format": args.wire_format,
         **cases,
     }
     print_report(report, args.out)

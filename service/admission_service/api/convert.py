@@ -37,6 +37,7 @@ from admission_service.domain.accounting import (
     CacheForecast,
     DivergenceReason,
     TokenBreakdown,
+    seen_tool_set,
     tool_set_key,
 )
 from admission_service.domain.admission import AppliedCommit
@@ -316,7 +317,7 @@ def admit_command(request: api.AdmitRequest, *, streamed: bool = False) -> app.A
         turn=request.turn,
         step=request.step,
         rendered_prompt=request.rendered_prompt,
-        tools=tuple(tool_from_proto(tool) for tool in request.tools),
+        tools=seen_tool_set(tuple(tool_from_proto(tool) for tool in request.tools)),
         route=route_from_proto(request),
         users=tuple(
             user_from_proto(user, f"users[{index}]") for index, user in enumerate(request.users)

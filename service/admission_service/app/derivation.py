@@ -3,6 +3,7 @@ the totals its cache forecast needs and the prefix the next request extends."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from admission_service.app import bounds
@@ -19,6 +20,7 @@ from admission_service.domain.accounting import (
     RequestKey,
     RequestTotals,
     TokenCounter,
+    tool_set_key,
     tools_digest,
     tools_tokens,
 )
@@ -42,6 +44,7 @@ from admission_service.domain.wire import (
     WindowNeeded,
     WireFormat,
     render_body,
+    unrendered_tools_bytes,
 )
 from admission_service.off_loop import off_the_loop_if_large
 
@@ -103,14 +106,19 @@ async def derive_request(
             render_error = error
             content = RequestContent.MESSAGES  # the request is still shown, as its messages
     messages = body if content.messages else EncodedMessages()
+    # The typed tools go with the typed messages: a body carries its own, and a response
+    # carries one form of the request unless both are asked for.
+    sent_tools = tools if content.messages else ()
     bounds.check_derived_request_size(
-        messages.size + _utf8_size(rendered.body_json), limits, streamed=delivery.streamed
+        messages.size + _utf8_size(rendered.body_json) + _tools_size(sent_tools),
+        limits,
+        streamed=delivery.streamed,
     )
     view = DerivedRequestView(
         wire,
         messages,
         rendered.body_json,
-        tools,
+        sent_tools,
         view=RequestView.DELTA if first_index else RequestView.FULL,
         first_message_index=first_index,
         total_messages=derived.totals.messages,
@@ -173,18 +181,25 @@ async def _render(
             window=window,
         )
 
+    # A tool set is written once (``wire.rendered_tools``): its first body weighs its bytes.
+    size = body.size + unrendered_tools_bytes(wire, tools)
     try:
-        return await off_the_loop_if_large(body.size, rendered)
+        return await off_the_loop_if_large(size, rendered)
     except WindowNeeded as needed:
         assert previous is not None
         held = previous.messages - needed.first
         window = EncodedMessages(await sessions.frames_before(previous.end_position, held))
-        return await off_the_loop_if_large(body.size, lambda: rendered(window))
+        return await off_the_loop_if_large(size, lambda: rendered(window))
 
 
 def _utf8_size(text: str) -> int:
     """The bytes ``text`` is sent as (a body holds unescaped non-ASCII text)."""
     return len(text) if text.isascii() else len(text.encode())
+
+
+def _tools_size(tools: Sequence[Tool]) -> int:
+    """The bytes of the tools' texts as the typed tools send them."""
+    return sum(map(_utf8_size, tool_set_key(tools)))
 
 
 @dataclass(frozen=True, slots=True)

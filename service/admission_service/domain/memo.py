@@ -57,6 +57,14 @@ class BoundedMemo(Generic[K, V]):
         found = self._find(key)
         return None if found is None else found[0]
 
+    def holds(self, key: K, size: int) -> bool:
+        """Whether ``get(key, size, ...)`` would find a value (hits and misses uncounted)."""
+        if not self.keeps(size):
+            last = self._oversized
+            return last is not None and last[0] == key
+        with self._lock:
+            return key in self._entries
+
     def _find(self, key: K) -> tuple[V, int] | None:
         with self._lock:
             found = self._entries.get(key)

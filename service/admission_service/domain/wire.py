@@ -16,18 +16,26 @@ The formats live beside this module: ``wire_openai`` (Chat Completions and Respo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from admission_service.domain import json_text
+from admission_service.domain.accounting import tool_set_key
+from admission_service.domain.memo import BoundedMemo
 from admission_service.domain.messages import Message, Role, Tool
 from admission_service.domain.wire_anthropic import (
     MessagesEnd,
     WindowNeeded,
     anthropic_messages,
+    messages_tools,
 )
 from admission_service.domain.wire_common import Json, Omission, Omissions, WireFormat, refuse
-from admission_service.domain.wire_openai import openai_chat, openai_responses
+from admission_service.domain.wire_openai import (
+    chat_tools,
+    openai_chat,
+    openai_responses,
+    responses_tools,
+)
 
 __all__ = [
     "MessagesEnd",
@@ -121,14 +129,13 @@ def render_body(
     omitted = Omissions()
     replaced, end = 0, None
     if wire is WireFormat.OPENAI_CHAT:
-        body = openai_chat(messages, provider=provider, tools=tools, offset=offset, omitted=omitted)
+        body = openai_chat(messages, provider=provider, offset=offset, omitted=omitted)
     elif wire is WireFormat.OPENAI_RESPONSES:
-        body = openai_responses(messages, tools=tools, offset=offset, omitted=omitted)
+        body = openai_responses(messages, offset=offset, omitted=omitted)
     else:
         rendered = anthropic_messages(
             messages,
             provider=provider,
-            tools=tools,
             omitted=omitted,
             offset=offset,
             continues=continues,
@@ -136,8 +143,52 @@ def render_body(
         )
         body, replaced, end = rendered.body, rendered.replaced, rendered.end
     return Rendered(
-        json_text.dumps(body),
+        _with_tools(json_text.dumps(body), rendered_tools(wire, tools)),
         tuple(omitted),
         replaced,
         end,
     )
+
+
+def _with_tools(body_json: str, tools_json: str) -> str:
+    """The body's JSON with ``"tools"`` as its last member. Every body is an object that
+    already has a member (its messages or input), and JSON without whitespace is written member
+    by member, so this is the text ``json_text.dumps`` writes for the body with its tools
+    (``tests/unit/domain/test_rendered_tools.py``)."""
+    if not tools_json:
+        return body_json
+    return "".join((body_json[:-1], ',"tools":', tools_json, "}"))
+
+
+def rendered_tools(wire: WireFormat, tools: Sequence[Tool]) -> str:
+    """The JSON of a ``wire`` body's ``tools`` ('' for none), remembered by the set and format
+    (``RENDERED_TOOLS``): a harness sends the same tools every step, and writing a 12 MiB tool
+    set into each step's body was a fifth of a provider-format step's time (BENCHMARKS,
+    fifteenth round). A set the format refuses raises every time."""
+    if not tools:
+        return ""
+    key = tool_set_key(tools)
+    return RENDERED_TOOLS.get(
+        (wire, key), sum(map(len, key)), lambda: json_text.dumps(_TOOLS[wire](tools))
+    )
+
+
+def unrendered_tools_bytes(wire: WireFormat, tools: Sequence[Tool]) -> int:
+    """The bytes of the tools' texts ``render_body`` would write for ``tools`` in ``wire``:
+    0 once their JSON is remembered (or for NEUTRAL, which renders nothing)."""
+    if wire is WireFormat.NEUTRAL or not tools:
+        return 0
+    key = tool_set_key(tools)
+    size = sum(map(len, key))
+    return 0 if RENDERED_TOOLS.holds((wire, key), size) else size
+
+
+_TOOLS: dict[WireFormat, Callable[[Sequence[Tool]], list[Json]]] = {
+    WireFormat.OPENAI_CHAT: chat_tools,
+    WireFormat.OPENAI_RESPONSES: responses_tools,
+    WireFormat.ANTHROPIC_MESSAGES: messages_tools,
+}
+
+# The rendered tool sets of the last bodies, within 4 MiB of tools, and the last larger one
+# (domain/memo.py).
+RENDERED_TOOLS: BoundedMemo[tuple[WireFormat, tuple[str, ...]], str] = BoundedMemo(4 * 1024 * 1024)

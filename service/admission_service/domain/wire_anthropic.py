@@ -97,7 +97,6 @@ def anthropic_messages(
     messages: Sequence[msg.Message],
     *,
     provider: str,
-    tools: Sequence[msg.Tool],
     omitted: Omissions,
     offset: int = 0,
     continues: MessagesEnd | None = None,
@@ -122,7 +121,7 @@ def anthropic_messages(
         for index, message in enumerate(messages):
             fold.message(index, message)
         end = fold.finish()
-        return MessagesBody(_body(fold.out, fold.system, tools), end)
+        return MessagesBody(_body(fold.out, fold.system), end)
     if window is None:
         if not continues.role:  # nothing held to follow: render again from the start
             raise WindowNeeded(continues.window)
@@ -138,14 +137,13 @@ def anthropic_messages(
         for index, message in enumerate(messages, start=offset):
             fold.message(index, message)
         end = fold.finish()
-        return MessagesBody(_body(fold.out, None, tools), end)
-    return _rendered_again(messages, provider, tools, omitted, offset, continues, window)
+        return MessagesBody(_body(fold.out, None), end)
+    return _rendered_again(messages, provider, omitted, offset, continues, window)
 
 
 def _rendered_again(
     messages: Sequence[msg.Message],
     provider: str,
-    tools: Sequence[msg.Tool],
     omitted: Omissions,
     offset: int,
     continues: MessagesEnd,
@@ -188,16 +186,19 @@ def _rendered_again(
     # The top-level system is set once, by a system message before any item: a held body
     # that has one keeps it.
     system = fold.system if held.system is None else None
-    return MessagesBody(_body(fold.out[same:], system, tools), end, len(held.out) - same)
+    return MessagesBody(_body(fold.out[same:], system), end, len(held.out) - same)
 
 
-def _body(items: list[Json], system: str | None, tools: Sequence[msg.Tool]) -> Json:
+def _body(items: list[Json], system: str | None) -> Json:
     body: Json = {"messages": items}
     if system is not None:
         body["system"] = system
-    if tools:
-        body["tools"] = [_tool(index, tool) for index, tool in enumerate(tools)]
     return body
+
+
+def messages_tools(tools: Sequence[msg.Tool]) -> list[Json]:
+    """A Messages body's ``tools``."""
+    return [_tool(index, tool) for index, tool in enumerate(tools)]
 
 
 class _Fold:

@@ -44,7 +44,6 @@ def openai_chat(
     messages: Sequence[msg.Message],
     *,
     provider: str,
-    tools: Sequence[msg.Tool],
     offset: int,
     omitted: Omissions,
 ) -> Json:
@@ -79,10 +78,12 @@ def openai_chat(
                 )
     if tool_images:
         out.append({"role": "user", "content": tool_images})
-    body: Json = {"messages": out}
-    if tools:
-        body["tools"] = [_chat_tool(index, tool) for index, tool in enumerate(tools)]
-    return body
+    return {"messages": out}
+
+
+def chat_tools(tools: Sequence[msg.Tool]) -> list[Json]:
+    """A Chat Completions body's ``tools``."""
+    return [_chat_tool(index, tool) for index, tool in enumerate(tools)]
 
 
 def _chat_image(image: msg.Image, where: str) -> Json:
@@ -149,7 +150,6 @@ def _chat_tool(index: int, tool: msg.Tool) -> Json:
 def openai_responses(
     messages: Sequence[msg.Message],
     *,
-    tools: Sequence[msg.Tool],
     offset: int,
     omitted: Omissions,
 ) -> Json:
@@ -174,10 +174,12 @@ def openai_responses(
                 items.append(
                     {"type": "function_call_output", "call_id": block.call_id, "output": output}
                 )
-    body: Json = {"input": items}
-    if tools:
-        body["tools"] = [_responses_tool(index, tool) for index, tool in enumerate(tools)]
-    return body
+    return {"input": items}
+
+
+def responses_tools(tools: Sequence[msg.Tool]) -> list[Json]:
+    """A Responses body's ``tools``."""
+    return [_responses_tool(index, tool) for index, tool in enumerate(tools)]
 
 
 def _responses_assistant(message: msg.Message, where: str, omitted: Omissions) -> list[Json]:

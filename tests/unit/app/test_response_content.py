@@ -5,6 +5,7 @@ a recipe stored before the choice existed reads as both."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from typing import Any
 
@@ -23,7 +24,9 @@ from admission_service.app.deps import Deps
 from admission_service.app.limits import Limits
 from admission_service.app.replay import Recipe
 from admission_service.domain.errors import ResponseTooLarge
+from admission_service.domain.messages import Tool
 from admission_service.domain.wire import WireFormat
+from admission_service.domain.wire import rendered_tools as wire_tools
 from admission_service.storage import codec
 from promptadmission.v1 import admission_service_pb2 as api
 from promptadmission.v1 import session_pb2 as pb
@@ -127,6 +130,62 @@ async def test_the_bound_counts_only_what_is_sent() -> None:
     with pytest.raises(ResponseTooLarge) as refused:
         await handlers.admit(deps, "t", streamed, None)
     assert refused.value.metadata["bound"] == "max_streamed_response_bytes"
+
+
+READ = Tool("read", "reads a file", '{"type":"object","properties":{"path":{"type":"string"}}}')
+
+
+@pytest.mark.parametrize(
+    ("wire", "content"),
+    [
+        (WireFormat.NEUTRAL, None),
+        (WireFormat.OPENAI_CHAT, None),
+        (WireFormat.ANTHROPIC_MESSAGES, RequestContent.MESSAGES),
+        (WireFormat.OPENAI_RESPONSES, RequestContent.BOTH),
+    ],
+)
+async def test_the_typed_tools_go_with_the_typed_messages(
+    wire: WireFormat, content: RequestContent | None
+) -> None:
+    """A body carries the tools in its own shape: a response carrying only the body does not
+    carry them again as typed tools."""
+    deps = make_app(FakeStorage())
+    await handlers.create_session(deps, "t", "s", None)
+    command = AdmitCommand(
+        "s", 1, 1, "A", (READ,), ROUTE, (user("hi"),), wire_format=wire, delivery=Delivery(content)
+    )
+    reply = await handlers.admit(deps, "t", command, Idempotency("r1", b"digest"))
+    assert reply.encoded is not None
+    request = api.AdmitResponse.FromString(reply.encoded).request
+    typed = request.content != pb.REQUEST_CONTENT_BODY
+    assert [tool.name for tool in request.tools] == (["read"] if typed else [])
+    if request.body_json:
+        assert json.loads(request.body_json)["tools"][0] == json.loads(wire_tools(wire, [READ]))[0]
+    replayed = await handlers.admit(deps, "t", command, Idempotency("r1", b"digest"))
+    assert replayed.encoded == reply.encoded
+
+
+async def test_the_bound_counts_the_typed_tools_sent() -> None:
+    """A 50 KB tool set and a short message: over a 40 KB bound as typed tools (NEUTRAL) and
+    inside a body alike."""
+    limits = replace(Limits(), max_response_bytes=40_000)
+    deps = make_app(FakeStorage(), limits=limits)
+    await handlers.create_session(deps, "t", "s", None)
+    schema = json.dumps({"type": "object", "description": "x" * 50_000})
+    for wire in (WireFormat.NEUTRAL, WireFormat.OPENAI_CHAT):
+        command = AdmitCommand(
+            "s",
+            1,
+            1,
+            "A",
+            (Tool("big", "", schema),),
+            ROUTE,
+            (user("hi"),),
+            wire_format=wire,
+            validate_only=True,
+        )
+        with pytest.raises(ResponseTooLarge):
+            await handlers.admit(deps, "t", command, None)
 
 
 async def test_each_content_replays_byte_for_byte() -> None:

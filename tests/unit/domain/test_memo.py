@@ -141,3 +141,30 @@ def test_a_tool_set_too_large_to_keep_has_its_price_kept_by_digest() -> None:
     changed = (*tools[:3], Tool("big3", "d", schema.replace("y", "z", 1)))
     accounting.tools_tokens(changed, counter)
     assert counter.counted == 2
+
+
+def test_holds_says_whether_a_value_would_be_found_without_counting() -> None:
+    memo: BoundedMemo[str, int] = BoundedMemo(800)
+    assert not memo.holds("a", 10) and not memo.holds("big", 101)
+    memo.get("a", 10, lambda: 1)
+    memo.get("big", 101, lambda: 2)
+    assert memo.holds("a", 10) and memo.holds("".join(["b", "ig"]), 101)
+    assert not memo.holds("other", 101)
+    assert (memo.hits, memo.misses) == (0, 2)
+
+
+def test_a_tool_set_seen_before_is_answered_with_its_first_objects() -> None:
+    """Every memo keyed by the set then compares its strings by identity."""
+    schema = json.dumps({"type": "object", "description": "d" * 1000})
+    first = (Tool("read", "reads", schema),)
+    again = (Tool("".join(["re", "ad"]), "reads", "".join([schema[:10], schema[10:]])),)
+    assert again[0].parameters_json is not schema
+    assert accounting.seen_tool_set(first) is first
+    assert accounting.seen_tool_set(again) is first
+    other = (Tool("write", "writes", schema),)
+    assert accounting.seen_tool_set(other) is other
+    huge = (Tool("big", "", "x" * accounting.TOOL_SETS.max_bytes),)
+    assert accounting.seen_tool_set(huge) is huge
+    assert (
+        accounting.seen_tool_set((Tool("big", "", "x" * accounting.TOOL_SETS.max_bytes),)) is huge
+    )

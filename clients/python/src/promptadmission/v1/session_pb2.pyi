@@ -1063,7 +1063,10 @@ class DerivedRequest(google.protobuf.message.Message):
 
     @property
     def tools(self) -> google.protobuf.internal.containers.RepeatedCompositeFieldContainer[global___Tool]:
-        """tools is the tool set the request carries."""
+        """tools is the tool set the request carries, typed, when content carries the messages
+        (REQUEST_CONTENT_MESSAGES or REQUEST_CONTENT_BOTH); otherwise empty: a body carries the
+        tools in its own `tools` field, and a response carries them once.
+        """
 
     @property
     def render_error(self) -> global___RenderError:

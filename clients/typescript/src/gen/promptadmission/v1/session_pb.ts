@@ -610,7 +610,9 @@ export type DerivedRequest = Message$1<"promptadmission.v1.DerivedRequest"> & {
   bodyJson: string;
 
   /**
-   * tools is the tool set the request carries.
+   * tools is the tool set the request carries, typed, when content carries the messages
+   * (REQUEST_CONTENT_MESSAGES or REQUEST_CONTENT_BOTH); otherwise empty: a body carries the
+   * tools in its own `tools` field, and a response carries them once.
    *
    * @generated from field: repeated promptadmission.v1.Tool tools = 4;
    */
