@@ -612,27 +612,33 @@ class SplitAttemptEncoder:
     request_field: int
 
     def head(self, result: app.AttemptResult) -> bytes:
-        """The response's fields but the derived request's messages and body; its tools follow
-        as the ``request`` field's own occurrence, encoded once per tool set
-        (``encoded_tools``): a harness sends the same set every step, and encoding a 12 MiB
-        set with the head held the worker's GIL ~20 ms a step."""
-        head = _encode(self.build(result, with_messages=False))
-        tools = encoded_tools(result.request.tools)
-        if not tools:
-            return head
-        return b"".join((head, varint(self.request_field << 3 | 2), varint(len(tools)), tools))
+        """The response's fields but the derived request's tools, messages and body: what the
+        idempotency record keeps (the tools are the admission's, stored once by digest)."""
+        return _encode(self.build(result, with_messages=False))
 
-    def splice(self, head: bytes, body_json: str, frames: Sequence[bytes]) -> bytes:
-        """``head`` followed by the derived request's rendered body and message frames (in
-        consecutive parts), in one join: the frames are copied once, into the response (a
-        first answer or a replay)."""
-        return b"".join((head, *self._body(body_json, frames)))
+    def splice(
+        self, head: bytes, tools: Sequence[Tool], body_json: str, frames: Sequence[bytes]
+    ) -> bytes:
+        """``head`` followed by the derived request's tools, rendered body and message frames
+        (in consecutive parts), in one join: the frames are copied once, into the response (a
+        first answer or a replay). The tools are their own occurrence of the ``request``
+        field, encoded once per tool set (``encoded_tools``): a harness sends the same set
+        every step, and encoding a 12 MiB set with the head held the worker's GIL ~20 ms a
+        step."""
+        return b"".join((head, *self._tools(tools), *self._body(body_json, frames)))
 
     def __call__(self, result: app.AttemptResult) -> bytes:
-        messages = result.request.messages
-        if not isinstance(messages, app.EncodedMessages):
-            return self.head(result)
-        return self.splice(self.head(result), result.request.body_json, messages.parts)
+        request = result.request
+        head = self.head(result)
+        if not isinstance(request.messages, app.EncodedMessages):  # the head holds the rest
+            return self.splice(head, request.tools, "", ())
+        return self.splice(head, request.tools, request.body_json, request.messages.parts)
+
+    def _tools(self, tools: Sequence[Tool]) -> tuple[bytes, ...]:
+        encoded = encoded_tools(tools)
+        if not encoded:
+            return ()
+        return (varint(self.request_field << 3 | 2), varint(len(encoded)), encoded)
 
     def _body(self, body_json: str, frames: Sequence[bytes]) -> tuple[bytes, ...]:
         """The body's parts: the ``request`` field's tag and length, the rendered body as its

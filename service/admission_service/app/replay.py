@@ -26,7 +26,7 @@ from typing import Protocol, runtime_checkable
 from admission_service.app.commands import AttemptResult, EncodedMessages, RequestContent
 from admission_service.app.ports import SessionRepository
 from admission_service.domain.errors import DomainError, WireFormatError
-from admission_service.domain.messages import Message
+from admission_service.domain.messages import Message, Tool
 from admission_service.domain.stored import StoredResponse
 from admission_service.domain.surface import SessionLog
 from admission_service.domain.wire import MessagesEnd, WindowNeeded, WireFormat, render
@@ -35,17 +35,20 @@ from admission_service.storage import codec
 
 @runtime_checkable
 class SplitEncoder(Protocol):
-    """Encodes an attempt's response as ``splice(head(result), body_json, frames)``."""
+    """Encodes an attempt's response as ``splice(head(result), tools, body_json, frames)``."""
 
     def __call__(self, result: AttemptResult) -> bytes: ...
 
     def head(self, result: AttemptResult) -> bytes:
-        """The response without the derived request's rendered body and message frames."""
+        """The response without the derived request's tools, rendered body and message
+        frames."""
         ...
 
-    def splice(self, head: bytes, body_json: str, frames: Sequence[bytes]) -> bytes:
-        """``head`` followed by the derived request's rendered body and message frames: the
-        whole response, the frames copied once."""
+    def splice(
+        self, head: bytes, tools: Sequence[Tool], body_json: str, frames: Sequence[bytes]
+    ) -> bytes:
+        """``head`` followed by the derived request's tools, rendered body and message frames:
+        the whole response, the frames copied once."""
         ...
 
 
@@ -70,6 +73,9 @@ class Recipe:
     # An Anthropic Messages DELTA body: how the held body's list ended (its rendering goes on
     # from there, with the held messages from ``continues.window`` if it needed them).
     continues: MessagesEnd | None = None
+    # The response carried typed tools: the admission's, spliced after the head. Recipes
+    # stored before kept them in the head.
+    tools: bool = False
 
     def to_json(self) -> bytes:
         return codec.dumps(
@@ -87,6 +93,7 @@ class Recipe:
                     if self.continues
                     else {}
                 ),
+                **({"tools": True} if self.tools else {}),
             }
         )
 
@@ -103,6 +110,7 @@ class Recipe:
             bytes.fromhex(value["response_sha256"]),
             RequestContent(value.get("content", RequestContent.BOTH.value)),
             codec.messages_end_from_json(value["continues"]) if "continues" in value else None,
+            value.get("tools", False),
         )
 
 
@@ -157,6 +165,7 @@ def stored_form(result: object, payload: bytes, encode: object, through_seq: int
         digest,
         request.content,
         request.continues,
+        bool(request.tools),
     )
     return StoredForm(encode.head(result), recipe.to_json(), digest)
 
@@ -169,9 +178,13 @@ async def replayed(store: SessionRepository, stored: StoredResponse, encode: obj
     recipe = Recipe.from_json(stored.derived_request)
     frames = await _frames_as_of(store, recipe, recipe.first_message_index)
     content = recipe.content
-    body_json = await _rendered(store, recipe, frames) if content.body else ""
+    rendering = content.body and WireFormat(recipe.wire_format) is not WireFormat.NEUTRAL
+    admitted = await store.admission(recipe.admission_id) if rendering or recipe.tools else None
+    tools = admitted.tools if admitted is not None else ()
+    body_json = await _rendered(store, recipe, frames, tools) if rendering else ""
     sent = (frames,) if content.messages else ()
-    payload = encode.splice(stored.response, body_json, sent)  # the frames' one copy
+    typed = tools if recipe.tools else ()  # an older record's head holds them
+    payload = encode.splice(stored.response, typed, body_json, sent)  # the frames' one copy
     if hashlib.sha256(payload).digest() != recipe.response_sha256:
         raise ReplayMismatch("a replayed response differs from the one first sent")
     return Replayed(payload, recipe.response_sha256)
@@ -188,13 +201,13 @@ async def _frames_as_of(store: SessionRepository, recipe: Recipe, first: int) ->
     return frames
 
 
-async def _rendered(store: SessionRepository, recipe: Recipe, frames: bytes) -> str:
+async def _rendered(
+    store: SessionRepository, recipe: Recipe, frames: bytes, tools: Sequence[Tool]
+) -> str:
     """The provider body as the derivation rendered it ('' where it could not: the stored head
-    carries that error); an Anthropic Messages DELTA again with the held messages it needed."""
+    carries that error), with the admission's ``tools``; an Anthropic Messages DELTA again with
+    the held messages it needed."""
     wire = WireFormat(recipe.wire_format)
-    if wire is WireFormat.NEUTRAL:
-        return ""
-    admitted = await store.admission(recipe.admission_id)
     first = recipe.first_message_index
 
     def rendered(window: Sequence[Message] | None = None) -> str:
@@ -203,7 +216,7 @@ async def _rendered(store: SessionRepository, recipe: Recipe, frames: bytes) -> 
             wire,
             in_history=recipe.in_history,
             provider=recipe.provider,
-            tools=admitted.tools if admitted is not None else (),
+            tools=tools,
             offset=first,
             continues=recipe.continues,
             window=window,

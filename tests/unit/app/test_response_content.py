@@ -165,6 +165,40 @@ async def test_the_typed_tools_go_with_the_typed_messages(
     assert replayed.encoded == reply.encoded
 
 
+async def test_the_idempotency_record_keeps_no_tool_set() -> None:
+    """The tools are the admission's, stored once by digest: a record keeps the head without
+    them and replays them from the admission; a record stored when the head held them replays
+    as it was."""
+    storage = FakeStorage()
+    deps = make_app(storage)
+    await handlers.create_session(deps, "t", "s", None)
+    schema = json.dumps({"type": "object", "description": "unique-schema-text " * 50})
+    command = AdmitCommand("s", 1, 1, "A", (Tool("big", "", schema),), ROUTE, (user("hi"),))
+    await handlers.admit(deps, "t", command, None)  # logs the header, which lists the tools
+    command = replace(command, step=2, users=(user("go on"),))
+    key = Idempotency("r1", b"digest")
+    first = await handlers.admit(deps, "t", command, key)
+    assert first.encoded is not None and b"unique-schema-text" in first.encoded
+    record = storage.state.responses[("t", "s")]["r1"]
+    assert b"unique-schema-text" not in record.response
+    replayed = await handlers.admit(deps, "t", command, key)
+    assert replayed.encoded == first.encoded
+    # The record as a head holding the tools stored it: no "tools" in its recipe.
+    assert record.derived_request is not None
+    recipe = codec.loads(record.derived_request)
+    assert recipe.pop("tools") is True
+    tools = convert.encoded_tools(command.tools)
+    field = convert.encode_admit.request_field
+    head = b"".join(
+        (record.response, convert.varint(field << 3 | 2), convert.varint(len(tools)), tools)
+    )
+    storage.state.responses[("t", "s")]["r1"] = replace(
+        record, response=head, derived_request=codec.dumps(recipe)
+    )
+    replayed = await handlers.admit(deps, "t", command, key)
+    assert replayed.encoded == first.encoded
+
+
 async def test_the_bound_counts_the_typed_tools_sent() -> None:
     """A 50 KB tool set and a short message: over a 40 KB bound as typed tools (NEUTRAL) and
     inside a body alike."""
