@@ -14,7 +14,8 @@ small Admits on another session, one after the other. Three cases:
 * *committed*: as *admitted*, but each large Admit is written (each on a session of its own, so
   no session reaches its size bound): its events and surface nodes encoded, sent to PostgreSQL
   and committed, the work a harness's large step really costs;
-* *tools*: a harness's steps on one session, each written, each with one short user message
+* *tools*: a harness's steps on one session, each written (with a ``request_id``, as the
+  clients send one, so its response is stored too), each with one short user message
   and the same tool set of 15 x ``--mib`` MiB of schemas in 64 tools (each under the 256 KiB
   schema bound), as a harness sends its tools every step: what a large tool set costs the
   worker each step once it is logged and priced.
@@ -151,6 +152,8 @@ def large_load(
                     tools=tools,
                     validate_only=not commit,
                     wire_format=wire_format,
+                    # as the clients send one: a committed step also stores its response
+                    request_id=f"large-{sent}" if commit else "",
                 )
                 stub.Admit(request)
                 outcomes.put("OK")

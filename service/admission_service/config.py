@@ -198,6 +198,10 @@ class Settings:
     tls_key_file: Path | None = None
     tls_client_ca_file: Path | None = None
     max_receive_message_bytes: int = DEFAULT_MAX_RECEIVE_MESSAGE_BYTES
+    # The calls one connection may have open at once (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS):
+    # each holds its response until the caller reads it, so one connection that reads nothing
+    # cannot pin more than this many. 128 is the compose nginx's own limit per connection.
+    max_concurrent_streams: int = 128
     stream_stall_seconds: float = STREAM_STALL_SECONDS
     metrics_listen: str | None = None
     inspector_listen: str | None = None
@@ -256,6 +260,7 @@ class Settings:
             max_receive_message_bytes=reader.integer(
                 "PAS_MAX_RECEIVE_MESSAGE_BYTES", DEFAULT_MAX_RECEIVE_MESSAGE_BYTES, minimum=1024
             ),
+            max_concurrent_streams=reader.integer("PAS_MAX_CONCURRENT_STREAMS", 128, minimum=1),
             stream_stall_seconds=reader.positive("PAS_STREAM_STALL_SECONDS", STREAM_STALL_SECONDS),
             metrics_listen=reader.optional_listen("PAS_METRICS_LISTEN"),
             inspector_listen=reader.optional_listen("PAS_INSPECTOR_LISTEN"),

@@ -27,6 +27,7 @@ def test_defaults() -> None:
     assert settings.shutdown_grace_seconds == 10.0
     assert settings.default_tenant == "default"
     assert settings.max_receive_message_bytes == 16 * 1024 * 1024
+    assert settings.max_concurrent_streams == 128  # the compose nginx's own, per connection
     assert settings.log_level == "INFO"
     assert settings.limits == Limits()
     assert settings.token_tenants == {}
@@ -78,9 +79,11 @@ def test_every_setting_is_read(tmp_path: Path) -> None:
             "PAS_REFLECTION": "false",
             "PAS_EVENT_LOOP": "asyncio",
             "PAS_STREAM_STALL_SECONDS": "2.5",
+            "PAS_MAX_CONCURRENT_STREAMS": "16",
         }
     )
     assert settings.stream_stall_seconds == 2.5
+    assert settings.max_concurrent_streams == 16
     assert settings.auth_tokens_file == tokens_file  # read again on SIGHUP or a change
     assert settings.auth_tokens_watch_seconds == 0.5
     assert not settings.reflection
@@ -163,6 +166,7 @@ def test_every_limit_has_a_variable() -> None:
         ("PAS_REFLECTION", "maybe"),
         ("PAS_STREAM_STALL_SECONDS", "0"),
         ("PAS_STREAM_STALL_SECONDS", "-3"),
+        ("PAS_MAX_CONCURRENT_STREAMS", "0"),
     ],
 )
 def test_invalid_values_are_refused_by_name(name: str, value: str) -> None:

@@ -225,6 +225,7 @@ def server_credentials(settings: Settings) -> grpc.ServerCredentials | None:
 def server_options(settings: Settings) -> list[tuple[str, int]]:
     return [
         ("grpc.max_receive_message_length", settings.max_receive_message_bytes),
+        ("grpc.max_concurrent_streams", settings.max_concurrent_streams),
         # Fail to start when the port is taken, instead of silently sharing it (Linux default);
         # serve's workers share theirs on purpose (api/workers.py).
         ("grpc.so_reuseport", 1 if settings.share_port else 0),
