@@ -617,7 +617,7 @@ class SplitAttemptEncoder:
         return _encode(self.build(result, with_messages=False))
 
     def splice(
-        self, head: bytes, tools: Sequence[Tool], body_json: str, frames: Sequence[bytes]
+        self, head: bytes, tools: Sequence[Tool], body: bytes, frames: Sequence[bytes]
     ) -> bytes:
         """``head`` followed by the derived request's tools, rendered body and message frames
         (in consecutive parts), in one join: the frames are copied once, into the response (a
@@ -625,14 +625,14 @@ class SplitAttemptEncoder:
         field, encoded once per tool set (``encoded_tools``): a harness sends the same set
         every step, and encoding a 12 MiB set with the head held the worker's GIL ~20 ms a
         step."""
-        return b"".join((head, *self._tools(tools), *self._body(body_json, frames)))
+        return b"".join((head, *self._tools(tools), *self._body(body, frames)))
 
     def __call__(self, result: app.AttemptResult) -> bytes:
         request = result.request
         head = self.head(result)
         if not isinstance(request.messages, app.EncodedMessages):  # the head holds the rest
-            return self.splice(head, request.tools, "", ())
-        return self.splice(head, request.tools, request.body_json, request.messages.parts)
+            return self.splice(head, request.tools, b"", ())
+        return self.splice(head, request.tools, request.body, request.messages.parts)
 
     def _tools(self, tools: Sequence[Tool]) -> tuple[bytes, ...]:
         encoded = encoded_tools(tools)
@@ -640,13 +640,12 @@ class SplitAttemptEncoder:
             return ()
         return (varint(self.request_field << 3 | 2), varint(len(encoded)), encoded)
 
-    def _body(self, body_json: str, frames: Sequence[bytes]) -> tuple[bytes, ...]:
-        """The body's parts: the ``request`` field's tag and length, the rendered body as its
-        ``body_json`` field, then the frames (nothing when both are empty)."""
+    def _body(self, body: bytes, frames: Sequence[bytes]) -> tuple[bytes, ...]:
+        """The body's parts: the ``request`` field's tag and length, the rendered body (its
+        UTF-8 JSON) as its ``body_json`` field, then the frames (nothing when both are empty)."""
         inner: tuple[bytes, ...] = tuple(frames)
-        if body_json:
-            encoded = body_json.encode()
-            inner = (varint(_BODY_JSON_FIELD << 3 | 2), varint(len(encoded)), encoded, *frames)
+        if body:
+            inner = (varint(_BODY_JSON_FIELD << 3 | 2), varint(len(body)), body, *frames)
         size = sum(map(len, inner))
         if not size:
             return ()

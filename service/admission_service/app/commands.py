@@ -260,17 +260,17 @@ class DerivedRequestView:
 
     wire_format: WireFormat
     messages: Sequence[Message]
-    body_json: str
+    body: bytes  # the rendered provider body's JSON in UTF-8, as it is sent
     tools: tuple[Tool, ...]
     view: RequestView = RequestView.FULL
     first_message_index: int = 0
     total_messages: int = 0
     digest: bytes = b""
-    # Inspect only: why the wire format could not express the request (body_json is empty).
+    # Inspect only: why the wire format could not express the request (the body is empty).
     render_error: WireFormatError | None = None
-    # The blocks body_json leaves out (the format has no place for them on this route).
+    # The blocks the body leaves out (the format has no place for them on this route).
     omitted: tuple[Omission, ...] = ()
-    # What the response carries: ``messages`` is empty without MESSAGES, ``body_json``
+    # What the response carries: ``messages`` is empty without MESSAGES, ``body``
     # without BODY.
     content: RequestContent = RequestContent.BOTH
     # An Anthropic Messages DELTA body: how many items at the end of the held body's list its
@@ -278,6 +278,10 @@ class DerivedRequestView:
     # from there).
     replaced_body_items: int = 0
     continues: MessagesEnd | None = None
+
+    @property
+    def body_json(self) -> str:
+        return self.body.decode()
 
 
 @dataclass(frozen=True, slots=True)

@@ -110,14 +110,14 @@ async def derive_request(
     # carries one form of the request unless both are asked for.
     sent_tools = tools if content.messages else ()
     bounds.check_derived_request_size(
-        messages.size + _utf8_size(rendered.body_json) + _tools_size(sent_tools),
+        messages.size + len(rendered.body) + _tools_size(sent_tools),
         limits,
         streamed=delivery.streamed,
     )
     view = DerivedRequestView(
         wire,
         messages,
-        rendered.body_json,
+        rendered.body,
         sent_tools,
         view=RequestView.DELTA if first_index else RequestView.FULL,
         first_message_index=first_index,
@@ -192,14 +192,9 @@ async def _render(
         return await off_the_loop_if_large(size, lambda: rendered(window))
 
 
-def _utf8_size(text: str) -> int:
-    """The bytes ``text`` is sent as (a body holds unescaped non-ASCII text)."""
-    return len(text) if text.isascii() else len(text.encode())
-
-
 def _tools_size(tools: Sequence[Tool]) -> int:
-    """The bytes of the tools' texts as the typed tools send them."""
-    return sum(map(_utf8_size, tool_set_key(tools)))
+    """The bytes of the tools' texts as the typed tools send them (UTF-8)."""
+    return sum(len(text) if text.isascii() else len(text.encode()) for text in tool_set_key(tools))
 
 
 @dataclass(frozen=True, slots=True)

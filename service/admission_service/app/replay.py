@@ -29,13 +29,13 @@ from admission_service.domain.errors import DomainError, WireFormatError
 from admission_service.domain.messages import Message, Tool
 from admission_service.domain.stored import StoredResponse
 from admission_service.domain.surface import SessionLog
-from admission_service.domain.wire import MessagesEnd, WindowNeeded, WireFormat, render
+from admission_service.domain.wire import MessagesEnd, WindowNeeded, WireFormat, render_body
 from admission_service.storage import codec
 
 
 @runtime_checkable
 class SplitEncoder(Protocol):
-    """Encodes an attempt's response as ``splice(head(result), tools, body_json, frames)``."""
+    """Encodes an attempt's response as ``splice(head(result), tools, body, frames)``."""
 
     def __call__(self, result: AttemptResult) -> bytes: ...
 
@@ -45,7 +45,7 @@ class SplitEncoder(Protocol):
         ...
 
     def splice(
-        self, head: bytes, tools: Sequence[Tool], body_json: str, frames: Sequence[bytes]
+        self, head: bytes, tools: Sequence[Tool], body: bytes, frames: Sequence[bytes]
     ) -> bytes:
         """``head`` followed by the derived request's tools, rendered body and message frames:
         the whole response, the frames copied once."""
@@ -141,7 +141,7 @@ def encoding_size(result: object) -> int:
         return 0
     request = result.request
     messages = request.messages
-    return len(request.body_json) + (messages.size if isinstance(messages, EncodedMessages) else 0)
+    return len(request.body) + (messages.size if isinstance(messages, EncodedMessages) else 0)
 
 
 def stored_form(result: object, payload: bytes, encode: object, through_seq: int) -> StoredForm:
@@ -181,10 +181,10 @@ async def replayed(store: SessionRepository, stored: StoredResponse, encode: obj
     rendering = content.body and WireFormat(recipe.wire_format) is not WireFormat.NEUTRAL
     admitted = await store.admission(recipe.admission_id) if rendering or recipe.tools else None
     tools = admitted.tools if admitted is not None else ()
-    body_json = await _rendered(store, recipe, frames, tools) if rendering else ""
+    body = await _rendered(store, recipe, frames, tools) if rendering else b""
     sent = (frames,) if content.messages else ()
     typed = tools if recipe.tools else ()  # an older record's head holds them
-    payload = encode.splice(stored.response, typed, body_json, sent)  # the frames' one copy
+    payload = encode.splice(stored.response, typed, body, sent)  # the frames' one copy
     if hashlib.sha256(payload).digest() != recipe.response_sha256:
         raise ReplayMismatch("a replayed response differs from the one first sent")
     return Replayed(payload, recipe.response_sha256)
@@ -203,15 +203,15 @@ async def _frames_as_of(store: SessionRepository, recipe: Recipe, first: int) ->
 
 async def _rendered(
     store: SessionRepository, recipe: Recipe, frames: bytes, tools: Sequence[Tool]
-) -> str:
-    """The provider body as the derivation rendered it ('' where it could not: the stored head
+) -> bytes:
+    """The provider body as the derivation rendered it (empty where it could not: the stored head
     carries that error), with the admission's ``tools``; an Anthropic Messages DELTA again with
     the held messages it needed."""
     wire = WireFormat(recipe.wire_format)
     first = recipe.first_message_index
 
-    def rendered(window: Sequence[Message] | None = None) -> str:
-        return render(
+    def rendered(window: Sequence[Message] | None = None) -> bytes:
+        return render_body(
             EncodedMessages(frames),
             wire,
             in_history=recipe.in_history,
@@ -220,7 +220,7 @@ async def _rendered(
             offset=first,
             continues=recipe.continues,
             window=window,
-        )
+        ).body
 
     try:
         try:
@@ -229,4 +229,4 @@ async def _rendered(
             held = EncodedMessages(await _frames_as_of(store, recipe, needed.first))
             return rendered(held[: first - needed.first])
     except WireFormatError:
-        return ""
+        return b""

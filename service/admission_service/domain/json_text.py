@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["JsonFloat", "canonical", "dumps", "loads"]
+__all__ = ["JsonFloat", "canonical", "dumps", "dumps_utf8", "loads"]
 
 
 class JsonFloat(float):
@@ -43,6 +43,18 @@ def dumps(value: Any) -> str:
         return orjson.dumps(value, default=_as_json).decode()
     except orjson.JSONEncodeError:
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def dumps_utf8(value: Any) -> bytes:
+    """``dumps(value)`` in UTF-8, as orjson writes it: a body is sent as these bytes, so
+    keeping them saves decoding a megabytes body to text and encoding it back. A lone
+    surrogate (a caller's JSON may escape one: ``"\\ud800"``), which UTF-8 cannot hold, is
+    written as that escape again; it can only stand in a string, where the escape is JSON."""
+    try:
+        return orjson.dumps(value, default=_as_json)
+    except orjson.JSONEncodeError:
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        return text.encode("utf-8", "backslashreplace")
 
 
 def canonical(value: Any) -> bytes:

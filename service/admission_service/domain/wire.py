@@ -54,13 +54,17 @@ class Rendered:
     body, how its list ends (what the next DELTA continues) and, for a DELTA, how many items
     at the end of the held list its items replace."""
 
-    body_json: str
+    body: bytes  # the body's JSON in UTF-8, as it is sent
     omitted: tuple[Omission, ...] = ()
     replaced: int = 0
     end: MessagesEnd | None = None
 
+    @property
+    def body_json(self) -> str:
+        return self.body.decode()
 
-NOTHING = Rendered("")
+
+NOTHING = Rendered(b"")
 
 
 def render(
@@ -143,33 +147,33 @@ def render_body(
         )
         body, replaced, end = rendered.body, rendered.replaced, rendered.end
     return Rendered(
-        _with_tools(json_text.dumps(body), rendered_tools(wire, tools)),
+        _with_tools(json_text.dumps_utf8(body), rendered_tools(wire, tools)),
         tuple(omitted),
         replaced,
         end,
     )
 
 
-def _with_tools(body_json: str, tools_json: str) -> str:
+def _with_tools(body: bytes, tools: bytes) -> bytes:
     """The body's JSON with ``"tools"`` as its last member. Every body is an object that
     already has a member (its messages or input), and JSON without whitespace is written member
     by member, so this is the text ``json_text.dumps`` writes for the body with its tools
     (``tests/unit/domain/test_rendered_tools.py``)."""
-    if not tools_json:
-        return body_json
-    return "".join((body_json[:-1], ',"tools":', tools_json, "}"))
-
-
-def rendered_tools(wire: WireFormat, tools: Sequence[Tool]) -> str:
-    """The JSON of a ``wire`` body's ``tools`` ('' for none), remembered by the set and format
-    (``RENDERED_TOOLS``): a harness sends the same tools every step, and writing a 12 MiB tool
-    set into each step's body was a fifth of a provider-format step's time (BENCHMARKS,
-    fifteenth round). A set the format refuses raises every time."""
     if not tools:
-        return ""
+        return body
+    return b"".join((memoryview(body)[:-1], b',"tools":', tools, b"}"))
+
+
+def rendered_tools(wire: WireFormat, tools: Sequence[Tool]) -> bytes:
+    """The JSON of a ``wire`` body's ``tools`` in UTF-8 (empty for none), remembered by the set
+    and format (``RENDERED_TOOLS``): a harness sends the same tools every step, and writing a
+    12 MiB tool set into each step's body was a fifth of a provider-format step's time
+    (BENCHMARKS, fifteenth round). A set the format refuses raises every time."""
+    if not tools:
+        return b""
     key = tool_set_key(tools)
     return RENDERED_TOOLS.get(
-        (wire, key), sum(map(len, key)), lambda: json_text.dumps(_TOOLS[wire](tools))
+        (wire, key), sum(map(len, key)), lambda: json_text.dumps_utf8(_TOOLS[wire](tools))
     )
 
 
@@ -191,4 +195,6 @@ _TOOLS: dict[WireFormat, Callable[[Sequence[Tool]], list[Json]]] = {
 
 # The rendered tool sets of the last bodies, within 4 MiB of tools, and the last larger one
 # (domain/memo.py).
-RENDERED_TOOLS: BoundedMemo[tuple[WireFormat, tuple[str, ...]], str] = BoundedMemo(4 * 1024 * 1024)
+RENDERED_TOOLS: BoundedMemo[tuple[WireFormat, tuple[str, ...]], bytes] = BoundedMemo(
+    4 * 1024 * 1024
+)

@@ -249,7 +249,7 @@ def _attempt_result(**overrides: object) -> app.AttemptResult:
                 Message(Role.SYSTEM, (Text("sys"),)),
                 Message(Role.TOOL, (ToolResult("c", (Text("r"), Image("u", "")), False),)),
             ),
-            '{"messages":[]}',
+            b'{"messages":[]}',
             (Tool("t", "", ""),),
         ),
         "effective_prompt": EffectivePrompt(ODD_TEXT, 6, "in_history"),
@@ -394,7 +394,7 @@ def test_a_derived_request_says_how_many_held_body_items_it_replaces() -> None:
     view = app.DerivedRequestView(
         WireFormat.ANTHROPIC_MESSAGES,
         (),
-        '{"messages":[]}',
+        b'{"messages":[]}',
         (),
         replaced_body_items=2,
     )

@@ -33,7 +33,7 @@ def _spliced() -> app.AttemptResult:
     frames = b"".join(codec.frame(Message(Role.USER, (Text(t),))) for t in ("a", "b\x00🙂"))
     request = result.request
     spliced = app.DerivedRequestView(
-        request.wire_format, app.EncodedMessages(frames), request.body_json, request.tools
+        request.wire_format, app.EncodedMessages(frames), request.body, request.tools
     )
     return app.AttemptResult(**{**_fields(result), "request": spliced})
 

@@ -250,3 +250,27 @@ def test_a_recipe_stored_before_the_choice_carried_both() -> None:
     assert old == recipe and old.content is RequestContent.BOTH
     body_only = replace(recipe, content=RequestContent.BODY)
     assert Recipe.from_json(body_only.to_json()) == body_only
+
+
+async def test_a_lone_surrogate_a_caller_escaped_is_answered_and_replayed() -> None:
+    """A schema may escape a lone surrogate, which UTF-8 cannot hold: the body sends the escape
+    (the response once failed to encode, after the step had committed)."""
+    deps = make_app(FakeStorage())
+    await handlers.create_session(deps, "t", "s", None)
+    schema = '{"type":"object","description":"\\ud800"}'
+    command = AdmitCommand(
+        "s",
+        1,
+        1,
+        "A",
+        (Tool("read", "", schema),),
+        ROUTE,
+        (user("hi"),),
+        wire_format=WireFormat.ANTHROPIC_MESSAGES,
+    )
+    key = Idempotency("r1", b"digest")
+    reply = await handlers.admit(deps, "t", command, key)
+    assert reply.encoded is not None
+    body = api.AdmitResponse.FromString(reply.encoded).request.body_json
+    assert json.loads(body)["tools"][0]["input_schema"]["description"] == "\ud800"
+    assert (await handlers.admit(deps, "t", command, key)).encoded == reply.encoded

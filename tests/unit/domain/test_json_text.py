@@ -39,6 +39,20 @@ def test_what_a_caller_sent_is_parsed_whole_and_written_back_as_json_writes_it(
     assert json_text.dumps(parsed) == reference(json.loads(text))
 
 
+@given(json_values)
+def test_the_utf8_text_is_the_text_and_always_utf8(value: object) -> None:
+    """``dumps_utf8`` is ``dumps`` in UTF-8; a lone surrogate, which UTF-8 cannot hold, is
+    written as its JSON escape, and reads back as itself."""
+    parsed = json_text.loads(reference(value))
+    text = json_text.dumps(parsed)
+    sent = json_text.dumps_utf8(parsed)
+    try:
+        assert sent == text.encode()
+    except UnicodeEncodeError:  # a lone surrogate
+        assert sent == text.encode("utf-8", "backslashreplace")
+    assert reference(json_text.loads(sent.decode())) == reference(parsed)
+
+
 def test_the_floats_json_and_orjson_spell_differently() -> None:
     for text in ("1e-05", "1e+16", "1E400", "-0.0", "0.000123", "1.2345678901234568e+17"):
         body = {"input": json_text.loads(f'{{"x":{text}}}')}
@@ -52,6 +66,7 @@ def test_the_floats_json_and_orjson_spell_differently() -> None:
 def test_what_orjson_refuses_json_writes() -> None:
     for value in ({"n": 2**64}, {"n": -(2**63) - 1}, {"s": "\ud800"}, {1: "x"}, ("a", "ü")):
         assert json_text.dumps(value) == reference(value)
+    assert json_text.dumps_utf8({"s": "a\\\ud800"}) == b'{"s":"a\\\\\\ud800"}'
 
 
 def test_a_large_text_of_every_kind() -> None:

@@ -78,8 +78,8 @@ def test_a_tool_set_is_written_once_per_format(form: WireFormat) -> None:
     first = wire.rendered_tools(form, tool_set)
     same_again = [Tool("read", "reads a file", '{"type":"object","x":1.5e-07}')]  # new objects
     assert wire.rendered_tools(form, same_again) is first
-    assert json.loads(first) == json.loads(dumps(wire._TOOLS[form](tool_set)))
-    assert '"x":1.5e-07' in first  # json's float, not orjson's 1.5e-7
+    assert first == dumps(wire._TOOLS[form](tool_set)).encode()
+    assert b'"x":1.5e-07' in first  # json's float, not orjson's 1.5e-7
 
 
 def test_a_large_tool_set_is_kept_aside_and_found_by_equality() -> None:
@@ -90,7 +90,7 @@ def test_a_large_tool_set_is_kept_aside_and_found_by_equality() -> None:
     assert wire.rendered_tools(WireFormat.OPENAI_CHAT, [Tool("big", "", schema[:])]) is first
     # Another format's rendering of the same set is not the chat one.
     other = wire.rendered_tools(WireFormat.ANTHROPIC_MESSAGES, tool_set)
-    assert other != first and '"input_schema"' in other
+    assert other != first and b'"input_schema"' in other
 
 
 def test_a_refused_tool_set_is_refused_every_time() -> None:

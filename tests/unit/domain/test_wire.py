@@ -17,7 +17,7 @@ from admission_service.domain.messages import (
     ToolResult,
     system_message,
 )
-from admission_service.domain.wire import WireFormat, render
+from admission_service.domain.wire import WireFormat, render, render_body
 
 from .sim import user
 
@@ -305,3 +305,21 @@ def test_a_tool_name_the_providers_refuse_is_refused(wire: WireFormat) -> None:
 def test_anthropic_needs_an_object_input_schema() -> None:
     with pytest.raises(WireFormatError, match=r"tools\[0\].parameters_json"):
         body(WireFormat.ANTHROPIC_MESSAGES, tools=(Tool("t", "", '{"type":"string"}'),))
+
+
+@pytest.mark.parametrize(
+    "wire", [WireFormat.OPENAI_CHAT, WireFormat.OPENAI_RESPONSES, WireFormat.ANTHROPIC_MESSAGES]
+)
+def test_a_lone_surrogate_a_caller_escaped_is_sent_escaped(wire: WireFormat) -> None:
+    """JSON may escape a lone surrogate, which UTF-8 cannot hold: the body Messages parses from
+    a call's arguments, and every format from a tool's schema, is sent as UTF-8 with it escaped
+    again (it once failed to encode after the step had committed)."""
+    escaped = '{"type":"object","description":"\\ud800"}'
+    call = Message(Role.ASSISTANT, (ToolCall("c1", "read", '{"p":"\\udfff"}'),))
+    messages = [system_message("A"), user("hi"), call, RESULT]
+    sent = render_body(messages, wire, in_history=True, tools=(Tool("read", "", escaped),)).body
+    parsed = json.loads(sent.decode("utf-8"))
+    assert b"\\ud800" in sent
+    tool = parsed["tools"][0]
+    schema = tool.get("function", tool).get("parameters", tool.get("input_schema"))
+    assert schema == {"type": "object", "description": "\ud800"}
