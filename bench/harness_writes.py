@@ -9,7 +9,8 @@ recorded, DELTA view).
     python -m bench.harness_writes [--steps 100] [--out report.json]
 
 The cases: a coding harness's inputs (a 100 KiB prompt, 40 tools of ~1.1 KB) and a large one
-(a 512 KiB prompt, 1 MiB of tools). Nothing is asserted: speed and volume are measured.
+(a 512 KiB prompt, 1 MiB of tools). Each step has a ``request_id``, as the clients send, so
+its response is stored for retries too. Nothing is asserted: speed and volume are measured.
 """
 
 from __future__ import annotations
@@ -32,9 +33,16 @@ from bench.infra import bench_database, print_report, start_service
 
 ROUTE = pb.Route(provider="deepseek", model="deepseek-flash", context_window=1_000_000)
 WARM_UP = 3
-# The tables that hold a session's admissions and its row (before migration 0011 the inputs
-# lived in ``admissions``; a table a schema lacks counts 0).
-TABLES = ("sessions", "admissions", "admission_inputs", "events", "surface_nodes")
+# The tables that hold a session's admissions, its row and its stored responses (before
+# migration 0011 the inputs lived in ``admissions``; a table a schema lacks counts 0).
+TABLES = (
+    "sessions",
+    "admissions",
+    "admission_inputs",
+    "events",
+    "surface_nodes",
+    "idempotency_keys",
+)
 
 
 def prose(characters: int, seed: int) -> str:
@@ -118,6 +126,7 @@ async def run_case(
             if step == WARM_UP:
                 wal_before = wal_lsn(url)
             request = session.admit_request(prompt, [client.user(f"step {step}")], tools=tools)
+            request.request_id = f"step-{step}"  # as the clients send one: its response is kept
             output = request.previous_output
             output.admission_id = session.last_admission
             output.assistant.CopyFrom(client.assistant(f"done {step}"))

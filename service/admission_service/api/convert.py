@@ -599,40 +599,54 @@ def varint(value: int) -> bytes:
 
 
 _BODY_JSON_FIELD = pb.DerivedRequest.DESCRIPTOR.fields_by_name["body_json"].number
+_PROMPT_TEXT_FIELD = pb.EffectivePrompt.DESCRIPTOR.fields_by_name["text"].number
 
 
 @dataclass(frozen=True, slots=True)
 class SplitAttemptEncoder:
-    """Encodes an Admit or Reconcile response as its head — every field but the derived
-    request's rendered body and messages — followed by those as a second occurrence of the
-    ``request`` field (protobuf parsers merge the two): the stored frames are copied once,
-    never re-encoded. The idempotency record keeps only the head (app/replay.py)."""
+    """Encodes an Admit or Reconcile response as its head — every field but what
+    ``app.Spliced`` holds — followed by those, each as its own occurrence of its field
+    (protobuf parsers merge them): the stored frames are copied once, never re-encoded, and a
+    tool set is encoded once per set. The idempotency record keeps only the head
+    (app/replay.py)."""
 
     build: Callable[..., api.AdmitResponse | api.ReconcileResponse]
     request_field: int
+    prompt_field: int
 
     def head(self, result: app.AttemptResult) -> bytes:
-        """The response's fields but the derived request's tools, messages and body: what the
-        idempotency record keeps (the tools are the admission's, stored once by digest)."""
-        return _encode(self.build(result, with_messages=False))
+        """The response's fields but the derived request's tools, messages and body, and the
+        effective prompt's text when it is the admission's: what the idempotency record keeps
+        (the admission's prompt and tools are stored once, by digest)."""
+        response = self.build(result, with_messages=False)
+        if result.prompt_is_admitted:
+            response.effective_prompt.text = ""
+        return _encode(response)
 
-    def splice(
-        self, head: bytes, tools: Sequence[Tool], body: bytes, frames: Sequence[bytes]
-    ) -> bytes:
-        """``head`` followed by the derived request's tools, rendered body and message frames
-        (in consecutive parts), in one join: the frames are copied once, into the response (a
-        first answer or a replay). The tools are their own occurrence of the ``request``
-        field, encoded once per tool set (``encoded_tools``): a harness sends the same set
-        every step, and encoding a 12 MiB set with the head held the worker's GIL ~20 ms a
-        step."""
-        return b"".join((head, *self._tools(tools), *self._body(body, frames)))
+    def splice(self, head: bytes, parts: app.Spliced) -> bytes:
+        """``head`` followed by ``parts`` (in consecutive occurrences), in one join: the frames
+        are copied once, into the response (a first answer or a replay). The tools are encoded
+        once per tool set (``encoded_tools``): a harness sends the same set every step, and
+        encoding a 12 MiB set with the head held the worker's GIL ~20 ms a step."""
+        return b"".join(
+            (
+                head,
+                *self._prompt(parts.prompt),
+                *self._tools(parts.tools),
+                *self._body(parts.body, parts.frames),
+            )
+        )
 
     def __call__(self, result: app.AttemptResult) -> bytes:
-        request = result.request
-        head = self.head(result)
-        if not isinstance(request.messages, app.EncodedMessages):  # the head holds the rest
-            return self.splice(head, request.tools, b"", ())
-        return self.splice(head, request.tools, request.body, request.messages.parts)
+        return self.splice(self.head(result), app.Spliced.of(result))
+
+    def _prompt(self, text: str) -> tuple[bytes, ...]:
+        if not text:
+            return ()
+        encoded = text.encode()
+        inner = (varint(_PROMPT_TEXT_FIELD << 3 | 2), varint(len(encoded)), encoded)
+        size = sum(map(len, inner))
+        return (varint(self.prompt_field << 3 | 2), varint(size), *inner)
 
     def _tools(self, tools: Sequence[Tool]) -> tuple[bytes, ...]:
         encoded = encoded_tools(tools)
@@ -762,6 +776,8 @@ def _attempt_fields(
 
 _REQUEST_FIELD_ADMIT = api.AdmitResponse.DESCRIPTOR.fields_by_name["request"].number
 _REQUEST_FIELD_RECONCILE = api.ReconcileResponse.DESCRIPTOR.fields_by_name["request"].number
+_PROMPT_FIELD_ADMIT = api.AdmitResponse.DESCRIPTOR.fields_by_name["effective_prompt"].number
+_PROMPT_FIELD_RECONCILE = api.ReconcileResponse.DESCRIPTOR.fields_by_name["effective_prompt"].number
 
 
 def _encode(response: ProtoMessage) -> bytes:
@@ -801,7 +817,7 @@ def admit_response(
     return response
 
 
-encode_admit = SplitAttemptEncoder(admit_response, _REQUEST_FIELD_ADMIT)
+encode_admit = SplitAttemptEncoder(admit_response, _REQUEST_FIELD_ADMIT, _PROMPT_FIELD_ADMIT)
 
 
 def reconcile_response(
@@ -812,7 +828,9 @@ def reconcile_response(
     return response
 
 
-encode_reconcile = SplitAttemptEncoder(reconcile_response, _REQUEST_FIELD_RECONCILE)
+encode_reconcile = SplitAttemptEncoder(
+    reconcile_response, _REQUEST_FIELD_RECONCILE, _PROMPT_FIELD_RECONCILE
+)
 
 
 def record_response(result: app.RecordResult) -> api.RecordResponse:

@@ -303,6 +303,40 @@ class AttemptResult:
     recorded: RecordResult | None = None  # what an Admit's previous_output committed
     # The session's event count after the attempt: the request saw the events below it.
     log_seq: int = 0
+    # The admission's rendered prompt (stored once, by digest, with the admission).
+    admitted_prompt: str = ""
+
+    @property
+    def prompt_is_admitted(self) -> bool:
+        """Whether the effective prompt's text is the admission's rendered prompt: a stored
+        response then keeps neither (app/replay.py)."""
+        text = self.effective_prompt.text
+        return bool(text) and text == self.admitted_prompt
+
+
+@dataclass(frozen=True, slots=True)
+class Spliced:
+    """What a response carries after its head, each its own occurrence of its field (protobuf
+    parsers merge them): the effective prompt's text when it is the admission's rendered
+    prompt, the derived request's typed tools, its rendered body and its message frames. A
+    stored response keeps only the head: the prompt and tools are the admission's (stored
+    once, by digest), the body and frames are rebuilt from the surface."""
+
+    prompt: str = ""
+    tools: Sequence[Tool] = ()
+    body: bytes = b""
+    frames: Sequence[bytes] = ()
+
+    @classmethod
+    def of(cls, result: AttemptResult) -> Spliced:
+        request = result.request
+        messages = request.messages
+        return cls(
+            result.effective_prompt.text if result.prompt_is_admitted else "",
+            request.tools,
+            request.body if isinstance(messages, EncodedMessages) else b"",
+            messages.parts if isinstance(messages, EncodedMessages) else (),
+        )
 
 
 @dataclass(frozen=True, slots=True)

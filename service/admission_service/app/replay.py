@@ -23,7 +23,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from admission_service.app.commands import AttemptResult, EncodedMessages, RequestContent
+from admission_service.app.commands import (
+    AttemptResult,
+    EncodedMessages,
+    RequestContent,
+    Spliced,
+)
 from admission_service.app.ports import SessionRepository
 from admission_service.domain.errors import DomainError, WireFormatError
 from admission_service.domain.messages import Message, Tool
@@ -35,20 +40,18 @@ from admission_service.storage import codec
 
 @runtime_checkable
 class SplitEncoder(Protocol):
-    """Encodes an attempt's response as ``splice(head(result), tools, body, frames)``."""
+    """Encodes an attempt's response as ``splice(head(result), Spliced.of(result))``."""
 
     def __call__(self, result: AttemptResult) -> bytes: ...
 
     def head(self, result: AttemptResult) -> bytes:
-        """The response without the derived request's tools, rendered body and message
-        frames."""
+        """The response without what ``Spliced`` holds: the effective prompt's text when it is
+        the admission's, the derived request's tools, rendered body and message frames."""
         ...
 
-    def splice(
-        self, head: bytes, tools: Sequence[Tool], body: bytes, frames: Sequence[bytes]
-    ) -> bytes:
-        """``head`` followed by the derived request's tools, rendered body and message frames:
-        the whole response, the frames copied once."""
+    def splice(self, head: bytes, parts: Spliced) -> bytes:
+        """``head`` followed by the spliced ``parts``: the whole response, the frames copied
+        once."""
         ...
 
 
@@ -76,6 +79,8 @@ class Recipe:
     # The response carried typed tools: the admission's, spliced after the head. Recipes
     # stored before kept them in the head.
     tools: bool = False
+    # The effective prompt's text is the admission's rendered prompt, spliced after the head.
+    prompt: bool = False
 
     def to_json(self) -> bytes:
         return codec.dumps(
@@ -94,6 +99,7 @@ class Recipe:
                     else {}
                 ),
                 **({"tools": True} if self.tools else {}),
+                **({"prompt": True} if self.prompt else {}),
             }
         )
 
@@ -111,6 +117,7 @@ class Recipe:
             RequestContent(value.get("content", RequestContent.BOTH.value)),
             codec.messages_end_from_json(value["continues"]) if "continues" in value else None,
             value.get("tools", False),
+            value.get("prompt", False),
         )
 
 
@@ -166,6 +173,7 @@ def stored_form(result: object, payload: bytes, encode: object, through_seq: int
         request.content,
         request.continues,
         bool(request.tools),
+        result.prompt_is_admitted,
     )
     return StoredForm(encode.head(result), recipe.to_json(), digest)
 
@@ -179,12 +187,21 @@ async def replayed(store: SessionRepository, stored: StoredResponse, encode: obj
     frames = await _frames_as_of(store, recipe, recipe.first_message_index)
     content = recipe.content
     rendering = content.body and WireFormat(recipe.wire_format) is not WireFormat.NEUTRAL
-    admitted = await store.admission(recipe.admission_id) if rendering or recipe.tools else None
+    admitted = (
+        await store.admission(recipe.admission_id)
+        if rendering or recipe.tools or recipe.prompt
+        else None
+    )
     tools = admitted.tools if admitted is not None else ()
     body = await _rendered(store, recipe, frames, tools) if rendering else b""
-    sent = (frames,) if content.messages else ()
-    typed = tools if recipe.tools else ()  # an older record's head holds them
-    payload = encode.splice(stored.response, typed, body, sent)  # the frames' one copy
+    # An older record's head holds the prompt's text and the tools.
+    parts = Spliced(
+        admitted.rendered_prompt if admitted is not None and recipe.prompt else "",
+        tools if recipe.tools else (),
+        body,
+        (frames,) if content.messages else (),
+    )
+    payload = encode.splice(stored.response, parts)  # the frames' one copy
     if hashlib.sha256(payload).digest() != recipe.response_sha256:
         raise ReplayMismatch("a replayed response differs from the one first sent")
     return Replayed(payload, recipe.response_sha256)

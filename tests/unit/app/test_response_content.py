@@ -5,6 +5,7 @@ a recipe stored before the choice existed reads as both."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import replace
 from typing import Any
@@ -19,6 +20,7 @@ from admission_service.app.commands import (
     Idempotency,
     PlanCompactionCommand,
     RequestContent,
+    Spliced,
 )
 from admission_service.app.deps import Deps
 from admission_service.app.limits import Limits
@@ -165,38 +167,46 @@ async def test_the_typed_tools_go_with_the_typed_messages(
     assert replayed.encoded == reply.encoded
 
 
-async def test_the_idempotency_record_keeps_no_tool_set() -> None:
-    """The tools are the admission's, stored once by digest: a record keeps the head without
-    them and replays them from the admission; a record stored when the head held them replays
-    as it was."""
+async def test_the_idempotency_record_keeps_neither_the_prompt_nor_the_tools() -> None:
+    """The prompt and tools are the admission's, stored once by digest: a record keeps the
+    head without them and replays them from the admission; a record stored when the head held
+    them replays as it was sent."""
     storage = FakeStorage()
     deps = make_app(storage)
     await handlers.create_session(deps, "t", "s", None)
     schema = json.dumps({"type": "object", "description": "unique-schema-text " * 50})
-    command = AdmitCommand("s", 1, 1, "A", (Tool("big", "", schema),), ROUTE, (user("hi"),))
+    prompt = "unique-prompt-text " * 50
+    command = AdmitCommand("s", 1, 1, prompt, (Tool("big", "", schema),), ROUTE, (user("hi"),))
     await handlers.admit(deps, "t", command, None)  # logs the header, which lists the tools
     command = replace(command, step=2, users=(user("go on"),))
     key = Idempotency("r1", b"digest")
     first = await handlers.admit(deps, "t", command, key)
-    assert first.encoded is not None and b"unique-schema-text" in first.encoded
+    assert first.encoded is not None and first.result is not None
+    sent = api.AdmitResponse.FromString(first.encoded)
+    assert sent.effective_prompt.text == prompt
+    assert [tool.parameters_json for tool in sent.request.tools] == [schema]
     record = storage.state.responses[("t", "s")]["r1"]
     assert b"unique-schema-text" not in record.response
+    assert b"unique-prompt-text" not in record.response
     replayed = await handlers.admit(deps, "t", command, key)
     assert replayed.encoded == first.encoded
-    # The record as a head holding the tools stored it: no "tools" in its recipe.
+
+    # A record stored before: its head holds the prompt and the tools, its recipe names neither.
     assert record.derived_request is not None
     recipe = codec.loads(record.derived_request)
-    assert recipe.pop("tools") is True
-    tools = convert.encoded_tools(command.tools)
-    field = convert.encode_admit.request_field
-    head = b"".join(
-        (record.response, convert.varint(field << 3 | 2), convert.varint(len(tools)), tools)
-    )
+    assert recipe.pop("tools") is True and recipe.pop("prompt") is True
+    parts = Spliced.of(first.result)
+    old_head = convert.admit_response(first.result, with_messages=False).SerializeToString(
+        deterministic=True
+    ) + convert.encode_admit.splice(b"", Spliced(tools=parts.tools))
+    old = old_head + convert.encode_admit.splice(b"", replace(parts, prompt="", tools=()))
+    assert api.AdmitResponse.FromString(old) == sent
+    recipe["response_sha256"] = hashlib.sha256(old).hexdigest()
     storage.state.responses[("t", "s")]["r1"] = replace(
-        record, response=head, derived_request=codec.dumps(recipe)
+        record, response=old_head, derived_request=codec.dumps(recipe)
     )
     replayed = await handlers.admit(deps, "t", command, key)
-    assert replayed.encoded == first.encoded
+    assert replayed.encoded == old
 
 
 async def test_the_bound_counts_the_typed_tools_sent() -> None:

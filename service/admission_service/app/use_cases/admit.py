@@ -247,6 +247,7 @@ async def _attempt(
         forecast=predicted,
         route=attempt.route,
         log_seq=after.next_seq,
+        admitted_prompt=attempt.rendered_prompt,
     )
 
 
