@@ -137,6 +137,11 @@ async def test_the_bound_counts_only_what_is_sent() -> None:
 READ = Tool("read", "reads a file", '{"type":"object","properties":{"path":{"type":"string"}}}')
 
 
+def with_tool(tool: Tool, wire: WireFormat, **fields: Any) -> AdmitCommand:
+    """Session "s"'s first step, with one user message and ``tool``."""
+    return AdmitCommand("s", 1, 1, "A", (tool,), ROUTE, (user("hi"),), wire_format=wire, **fields)
+
+
 @pytest.mark.parametrize(
     ("wire", "content"),
     [
@@ -153,9 +158,7 @@ async def test_the_typed_tools_go_with_the_typed_messages(
     carry them again as typed tools."""
     deps = make_app(FakeStorage())
     await handlers.create_session(deps, "t", "s", None)
-    command = AdmitCommand(
-        "s", 1, 1, "A", (READ,), ROUTE, (user("hi"),), wire_format=wire, delivery=Delivery(content)
-    )
+    command = with_tool(READ, wire, delivery=Delivery(content))
     reply = await handlers.admit(deps, "t", command, Idempotency("r1", b"digest"))
     assert reply.encoded is not None
     request = api.AdmitResponse.FromString(reply.encoded).request
@@ -217,17 +220,7 @@ async def test_the_bound_counts_the_typed_tools_sent() -> None:
     await handlers.create_session(deps, "t", "s", None)
     schema = json.dumps({"type": "object", "description": "x" * 50_000})
     for wire in (WireFormat.NEUTRAL, WireFormat.OPENAI_CHAT):
-        command = AdmitCommand(
-            "s",
-            1,
-            1,
-            "A",
-            (Tool("big", "", schema),),
-            ROUTE,
-            (user("hi"),),
-            wire_format=wire,
-            validate_only=True,
-        )
+        command = with_tool(Tool("big", "", schema), wire, validate_only=True)
         with pytest.raises(ResponseTooLarge):
             await handlers.admit(deps, "t", command, None)
 
@@ -268,16 +261,7 @@ async def test_a_lone_surrogate_a_caller_escaped_is_answered_and_replayed() -> N
     deps = make_app(FakeStorage())
     await handlers.create_session(deps, "t", "s", None)
     schema = '{"type":"object","description":"\\ud800"}'
-    command = AdmitCommand(
-        "s",
-        1,
-        1,
-        "A",
-        (Tool("read", "", schema),),
-        ROUTE,
-        (user("hi"),),
-        wire_format=WireFormat.ANTHROPIC_MESSAGES,
-    )
+    command = with_tool(Tool("read", "", schema), WireFormat.ANTHROPIC_MESSAGES)
     key = Idempotency("r1", b"digest")
     reply = await handlers.admit(deps, "t", command, key)
     assert reply.encoded is not None
