@@ -643,27 +643,23 @@ class SplitAttemptEncoder:
     def _prompt(self, text: str) -> tuple[bytes, ...]:
         if not text:
             return ()
-        encoded = text.encode()
-        inner = (varint(_PROMPT_TEXT_FIELD << 3 | 2), varint(len(encoded)), encoded)
-        size = sum(map(len, inner))
-        return (varint(self.prompt_field << 3 | 2), varint(size), *inner)
+        return _field(self.prompt_field, *_field(_PROMPT_TEXT_FIELD, text.encode()))
 
     def _tools(self, tools: Sequence[Tool]) -> tuple[bytes, ...]:
         encoded = encoded_tools(tools)
-        if not encoded:
-            return ()
-        return (varint(self.request_field << 3 | 2), varint(len(encoded)), encoded)
+        return _field(self.request_field, encoded) if encoded else ()
 
     def _body(self, body: bytes, frames: Sequence[bytes]) -> tuple[bytes, ...]:
-        """The body's parts: the ``request`` field's tag and length, the rendered body (its
-        UTF-8 JSON) as its ``body_json`` field, then the frames (nothing when both are empty)."""
-        inner: tuple[bytes, ...] = tuple(frames)
-        if body:
-            inner = (varint(_BODY_JSON_FIELD << 3 | 2), varint(len(body)), body, *frames)
-        size = sum(map(len, inner))
-        if not size:
-            return ()
-        return (varint(self.request_field << 3 | 2), varint(size), *inner)
+        """The ``request`` field holding the rendered body (its UTF-8 JSON) as its
+        ``body_json`` field, then the frames (nothing when both are empty)."""
+        inner = (*(_field(_BODY_JSON_FIELD, body) if body else ()), *frames)
+        return _field(self.request_field, *inner) if any(inner) else ()
+
+
+def _field(number: int, *payload: bytes) -> tuple[bytes, ...]:
+    """A length-delimited field (a message or bytes) of ``payload``'s parts: its tag, its
+    length, then the parts, uncopied."""
+    return (varint(number << 3 | 2), varint(sum(map(len, payload))), *payload)
 
 
 def encoded_tools(tools: Sequence[Tool]) -> bytes:

@@ -330,13 +330,10 @@ class Spliced:
     @classmethod
     def of(cls, result: AttemptResult) -> Spliced:
         request = result.request
-        messages = request.messages
-        return cls(
-            result.effective_prompt.text if result.prompt_is_admitted else "",
-            request.tools,
-            request.body if isinstance(messages, EncodedMessages) else b"",
-            messages.parts if isinstance(messages, EncodedMessages) else (),
-        )
+        prompt = result.effective_prompt.text if result.prompt_is_admitted else ""
+        if not isinstance(request.messages, EncodedMessages):  # the head holds body and messages
+            return cls(prompt, request.tools)
+        return cls(prompt, request.tools, request.body, request.messages.parts)
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ from admission_service.app.commands import (
 )
 from admission_service.app.limits import Limits
 from admission_service.app.ports import SessionRepository
+from admission_service.app.validation import utf8_size
 from admission_service.domain.accounting import (
     RequestKey,
     RequestTotals,
@@ -193,8 +194,8 @@ async def _render(
 
 
 def _tools_size(tools: Sequence[Tool]) -> int:
-    """The bytes of the tools' texts as the typed tools send them (UTF-8)."""
-    return sum(len(text) if text.isascii() else len(text.encode()) for text in tool_set_key(tools))
+    """The bytes of the tools' texts as the typed tools send them."""
+    return sum(map(utf8_size, tool_set_key(tools)))
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,8 +38,9 @@ SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 INT64_MAX = 2**63 - 1
 
 
-def _utf8_size(text: str) -> int:
-    # An ASCII text (known without a scan) is its length; others are encoded to count.
+def utf8_size(text: str) -> int:
+    """The bytes ``text`` is sent as. An ASCII text (known without a scan) is its length;
+    others are encoded to count."""
     return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
@@ -139,7 +140,7 @@ def check_tools(tools: Sequence[msg.Tool], limits: Limits) -> None:
         if tool.name in names:
             raise InvalidArgument(f"{field}.name", "duplicates tool {name!r}", name=tool.name)
         names.add(tool.name)
-        if _utf8_size(tool.parameters_json) + _utf8_size(tool.description) > (
+        if utf8_size(tool.parameters_json) + utf8_size(tool.description) > (
             limits.max_tool_schema_bytes
         ):
             raise InvalidArgument(
@@ -169,19 +170,19 @@ VALID_SCHEMAS: BoundedMemo[tuple[tuple[str, ...], int], None] = BoundedMemo(4 * 
 
 def _block_size(block: msg.Block) -> int:
     if isinstance(block, msg.Text):
-        return _utf8_size(block.text)
+        return utf8_size(block.text)
     if isinstance(block, msg.Reasoning):
-        return _utf8_size(block.text) + _utf8_size(block.signature)
+        return utf8_size(block.text) + utf8_size(block.signature)
     if isinstance(block, msg.RedactedReasoning):
-        return _utf8_size(block.provider) + _utf8_size(block.data)
+        return utf8_size(block.provider) + utf8_size(block.data)
     if isinstance(block, msg.ReasoningItem):
         parts = (block.item_id, block.encrypted_content, *block.summary, *block.content)
-        return sum(map(_utf8_size, parts))
+        return sum(map(utf8_size, parts))
     if isinstance(block, msg.Image):
-        return _utf8_size(block.uri) + _utf8_size(block.media_type)
+        return utf8_size(block.uri) + utf8_size(block.media_type)
     if isinstance(block, msg.ToolCall):
-        return sum(map(_utf8_size, (block.call_id, block.name, block.arguments_json)))
-    return _utf8_size(block.call_id) + sum(_block_size(inner) for inner in block.content)
+        return sum(map(utf8_size, (block.call_id, block.name, block.arguments_json)))
+    return utf8_size(block.call_id) + sum(_block_size(inner) for inner in block.content)
 
 
 def _check_image(image: msg.Image, field: str) -> None:
@@ -272,7 +273,7 @@ def check_config(config: Sequence[tuple[str, str]], limits: Limits) -> None:
                 limit=limits.max_config_key_length,
             )
         _check_no_nul(key, "config")
-        if _utf8_size(value) > limits.max_config_value_bytes:
+        if utf8_size(value) > limits.max_config_value_bytes:
             raise InvalidArgument(
                 f"config[{key}]",
                 "is larger than {limit} bytes",
@@ -285,7 +286,7 @@ def check_admit(command: AdmitCommand, limits: Limits) -> None:
     check_expected_revision(command.expected_revision)
     _check_count(command.turn, "turn")
     _check_count(command.step, "step")
-    if _utf8_size(command.rendered_prompt) > limits.max_prompt_bytes:
+    if utf8_size(command.rendered_prompt) > limits.max_prompt_bytes:
         raise InvalidArgument(
             "rendered_prompt", "is larger than {limit} bytes", limit=limits.max_prompt_bytes
         )
@@ -376,7 +377,7 @@ def check_compact(command: CompactCommand, limits: Limits) -> None:
         raise InvalidArgument("plan_token", "is required")
     if not command.summary:
         raise InvalidArgument("summary", "is required")
-    if _utf8_size(command.summary) > limits.max_summary_bytes:
+    if utf8_size(command.summary) > limits.max_summary_bytes:
         raise InvalidArgument(
             "summary", "is larger than {limit} bytes", limit=limits.max_summary_bytes
         )

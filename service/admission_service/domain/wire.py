@@ -171,10 +171,8 @@ def rendered_tools(wire: WireFormat, tools: Sequence[Tool]) -> bytes:
     (BENCHMARKS, fifteenth round). A set the format refuses raises every time."""
     if not tools:
         return b""
-    key = tool_set_key(tools)
-    return RENDERED_TOOLS.get(
-        (wire, key), sum(map(len, key)), lambda: json_text.dumps_utf8(_TOOLS[wire](tools))
-    )
+    key, size = _memo_key(wire, tools)
+    return RENDERED_TOOLS.get(key, size, lambda: json_text.dumps_utf8(_TOOLS[wire](tools)))
 
 
 def unrendered_tools_bytes(wire: WireFormat, tools: Sequence[Tool]) -> int:
@@ -182,9 +180,16 @@ def unrendered_tools_bytes(wire: WireFormat, tools: Sequence[Tool]) -> int:
     0 once their JSON is remembered (or for NEUTRAL, which renders nothing)."""
     if wire is WireFormat.NEUTRAL or not tools:
         return 0
+    key, size = _memo_key(wire, tools)
+    return 0 if RENDERED_TOOLS.holds(key, size) else size
+
+
+def _memo_key(
+    wire: WireFormat, tools: Sequence[Tool]
+) -> tuple[tuple[WireFormat, tuple[str, ...]], int]:
+    """The set's key among ``RENDERED_TOOLS`` and the bytes of text it holds."""
     key = tool_set_key(tools)
-    size = sum(map(len, key))
-    return 0 if RENDERED_TOOLS.holds((wire, key), size) else size
+    return (wire, key), sum(map(len, key))
 
 
 _TOOLS: dict[WireFormat, Callable[[Sequence[Tool]], list[Json]]] = {
