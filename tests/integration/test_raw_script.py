@@ -115,12 +115,39 @@ async def test_a_failing_end_commits_nothing_and_names_no_value(
                 [RawStatement("BEGIN"), _insert(7, row), _insert(7, row), RawStatement("COMMIT")],
             )
         assert _SECRET not in str(raised.value.statement)
-        if execute is execute_script:  # a failing flight names its last statement, not its own
-            assert "$3" in str(raised.value.statement)  # as written, placeholders
+        assert "$3" in str(raised.value.statement)  # the failing INSERT, as written
         driver = (await connection.get_raw_connection()).driver_connection
         assert driver is not None
         await driver.rollback()
         assert await _rows(connection, range(8)) == []
+
+
+async def test_a_failing_flight_names_the_statement_the_server_refused(engine: AsyncEngine) -> None:
+    """A pipeline's results arrive after every statement was sent: the error names the one
+    that failed, not the last sent (it named COMMIT)."""
+    async with engine.connect() as connection:
+        await connection.execution_options(isolation_level="AUTOCOMMIT")
+        await _fresh_table(connection)
+        row = (None, "kept", 1, None, None, None, None, None, None)
+        refused = RawStatement(
+            "UPDATE script_values SET n = n / $1 WHERE id = $2", [0, 8], raw_placeholders=True
+        )
+        with pytest.raises(sqlalchemy.exc.DataError) as raised:
+            await execute_flight(
+                connection,
+                [
+                    RawStatement("BEGIN"),
+                    _insert(8, row),
+                    refused,
+                    _insert(9, row),
+                    RawStatement("COMMIT"),
+                ],
+            )
+        assert raised.value.statement == refused.sql
+        driver = (await connection.get_raw_connection()).driver_connection
+        assert driver is not None
+        await driver.rollback()
+        assert await _rows(connection, range(10)) == []
 
 
 # A megabyte of tool output, with every byte value and a quote: over the script's bound.

@@ -94,26 +94,48 @@ async def execute_flight(
     sent: list[tuple[RawStatement, psycopg.AsyncCursor[Any], _RawContext]] = []
     failing = _Failing(statements[0])
     async with _as_sqlalchemy(connection, failing) as dispatch, AsyncExitStack() as cursors:
-        async with AsyncExitStack() as flight:
-            if len(statements) > 1:
-                await flight.enter_async_context(driver.pipeline())
-            for statement in statements:
-                cursor: psycopg.AsyncCursor[Any] = await cursors.enter_async_context(
-                    psycopg.AsyncRawCursor(driver)
-                    if statement.raw_placeholders
-                    else driver.cursor(binary=statement.binary)
-                )
-                failing.statement, failing.context = statement, _RawContext()
-                dispatch.before(cursor, statement.sql, statement.params, failing.context)
-                sent.append((statement, cursor, failing.context))
-                await cursor.execute(
-                    statement.sql.encode(), statement.params, binary=statement.binary
-                )
+        try:
+            async with AsyncExitStack() as flight:
+                if len(statements) > 1:
+                    await flight.enter_async_context(driver.pipeline())
+                for statement in statements:
+                    cursor: psycopg.AsyncCursor[Any] = await cursors.enter_async_context(
+                        psycopg.AsyncRawCursor(driver)
+                        if statement.raw_placeholders
+                        else driver.cursor(binary=statement.binary)
+                    )
+                    failing.statement, failing.context = statement, _RawContext()
+                    dispatch.before(cursor, statement.sql, statement.params, failing.context)
+                    sent.append((statement, cursor, failing.context))
+                    await cursor.execute(
+                        statement.sql.encode(), statement.params, binary=statement.binary
+                    )
+        except psycopg.Error as error:
+            _name_the_failing(failing, error, sent)
+            raise
         # Leaving the pipeline sent its Sync and read every result: the one round trip.
         rows: list[Any] = [await _answer(statement, cursor) for statement, cursor, _ in sent]
     for statement, cursor, context in sent:
         dispatch.after(cursor, statement.sql, statement.params, context)
     return rows
+
+
+def _name_the_failing(
+    failing: _Failing,
+    error: psycopg.Error,
+    sent: Sequence[tuple[RawStatement, psycopg.AsyncCursor[Any], _RawContext]],
+) -> None:
+    """Point ``failing`` at the statement the server refused. A pipeline's results are read
+    after its statements were sent (at its end, or as its buffer fills), so the statement
+    being sent is not the one that failed: that is the first without a result, since
+    psycopg sets a statement's result only once it succeeded, in order. An error the server
+    did not send (a value the driver could not bind) is the statement being sent's."""
+    if error.pgresult is None:
+        return
+    for statement, cursor, context in sent:
+        if cursor.pgresult is None:
+            failing.statement, failing.context = statement, context
+            return
 
 
 # Above this many bytes of parameters, a transaction's end goes as a flight, not a script.
