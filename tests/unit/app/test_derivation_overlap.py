@@ -13,7 +13,6 @@ from admission_service.api import convert
 from admission_service.app import derivation, handlers
 from admission_service.app.commands import AdmitCommand
 from admission_service.app.deps import Deps
-from admission_service.domain import session, wire
 from admission_service.domain.wire import WireFormat
 from admission_service.off_loop import LARGE_BYTES, started_off_the_loop
 
@@ -27,15 +26,16 @@ async def test_a_large_requests_digest_is_made_while_its_body_renders(
 ) -> None:
     rendering = threading.Event()
     overlapped: list[bool] = []
+    original_derive, original_render = derivation.derive, derivation.render_body
 
     def derive(*args: Any) -> Any:
         # Sequential work would wait here for the rendering, which starts after it, in vain.
         overlapped.append(rendering.wait(5))
-        return session.derive(*args)
+        return original_derive(*args)
 
     def render_body(*args: Any, **kwargs: Any) -> Any:
         rendering.set()
-        return wire.render_body(*args, **kwargs)
+        return original_render(*args, **kwargs)
 
     monkeypatch.setattr(derivation, "derive", derive)
     monkeypatch.setattr(derivation, "render_body", render_body)
