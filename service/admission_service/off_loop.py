@@ -26,15 +26,3 @@ async def off_the_loop_if_large(size: int, work: Callable[[], T]) -> T:
     if size < LARGE_BYTES:
         return work()
     return await asyncio.to_thread(work)
-
-
-def started_off_the_loop(size: int, work: Callable[[], T]) -> asyncio.Future[T]:
-    """``work()`` begun now, to be awaited later: in a thread when ``size`` is at least
-    ``LARGE_BYTES``, so what the caller does meanwhile (in a thread of its own too) runs beside
-    it on another core; else done at once. A caller that leaves without awaiting it cancels
-    it (the thread finishes, its result dropped)."""
-    if size >= LARGE_BYTES:
-        return asyncio.ensure_future(asyncio.to_thread(work))
-    done: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-    done.set_result(work())
-    return done

@@ -47,7 +47,7 @@ from admission_service.domain.wire import (
     render_body,
     unrendered_tools_bytes,
 )
-from admission_service.off_loop import off_the_loop_if_large, started_off_the_loop
+from admission_service.off_loop import off_the_loop_if_large
 
 
 async def derive_request(
@@ -83,35 +83,29 @@ async def derive_request(
         if read is not None
         else await sessions.frames(query.from_position, query.split_position)
     )
-    # The digest hashes every frame (a long surface's, a large step's): in a thread, beside
-    # the body's rendering in another (hashlib releases the GIL), not before it.
-    digesting = started_off_the_loop(
+    # The digest hashes every frame: a long surface's, a large step's.
+    derived = await off_the_loop_if_large(
         found.size + tail.size,
         lambda: derive(session.prefix, query, shadowed, found, tail, end_position),
     )
-    first_index = query.first_message_index(session.prefix)
+    first_index = derived.first_index
     # The body stays in its parts (what was read, chunk by chunk, then this transaction's
-    # tail) until the edge's one join; the digest hashes them where they lie. A long
+    # tail) until the edge's one join; the digest hashed them where they lie. A long
     # surface's frames are never copied here.
     body = EncodedMessages(*found.parts, *tail.parts)
     content = delivery.content_for(wire)
     rendered = NOTHING
     render_error = None
-    try:
-        if content.body:
-            try:
-                rendered = await _render(
-                    sessions, session.prefix, query, body, first_index, wire, route, tools
-                )
-            except WireFormatError as error:
-                if not degrade:
-                    raise
-                render_error = error
-                content = RequestContent.MESSAGES  # the request is still shown, as its messages
-        derived = await digesting
-    except BaseException:
-        digesting.cancel()
-        raise
+    if content.body:
+        try:
+            rendered = await _render(
+                sessions, session.prefix, query, body, first_index, wire, route, tools
+            )
+        except WireFormatError as error:
+            if not degrade:
+                raise
+            render_error = error
+            content = RequestContent.MESSAGES  # the request is still shown, as its messages
     messages = body if content.messages else EncodedMessages()
     # The typed tools go with the typed messages: a body carries its own, and a response
     # carries one form of the request unless both are asked for.

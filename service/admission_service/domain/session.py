@@ -301,11 +301,6 @@ class FramesQuery:
             return cls(prefix.end_position, None, True, True, continues)
         return cls(0, prefix.end_position, True, False)
 
-    def first_message_index(self, previous: RequestPrefix | None) -> int:
-        """The index of the first message the response carries: past the held prefix for a
-        DELTA (which only an intact previous request allows), else 0."""
-        return previous.messages if self.delta and previous is not None else 0
-
 
 @dataclass(frozen=True, slots=True)
 class DerivedRequest:
@@ -335,13 +330,12 @@ def derive(
     and a caller can check the prefix it holds), and every previous message is unchanged.
     Otherwise the digest starts from the seed over every frame, and the messages before the
     first shadowed position are the unchanged ones."""
-    first_index = query.first_message_index(previous)
     if previous is not None and query.intact:
         new: tuple[bytes | memoryview, ...]
         if query.delta:
-            new = (*read.parts, *tail.parts)
+            new, first_index = (*read.parts, *tail.parts), previous.messages
         else:
-            new = (*_skipping(read.parts, previous.size), *tail.parts)
+            new, first_index = (*_skipping(read.parts, previous.size), *tail.parts), 0
         messages = previous.messages + (read.messages - read.before_messages) + tail.messages
         tokens = previous.tokens + (read.tokens - read.before_tokens) + tail.tokens
         new_size = sum(map(len, new))
@@ -349,6 +343,7 @@ def derive(
         totals = RequestTotals(messages, tokens, previous.messages, previous.tokens, False)
         size = previous.size + new_size
     else:
+        first_index = 0
         messages, tokens = read.messages + tail.messages, read.tokens + tail.tokens
         digest = chained(DIGEST_SEED, (*read.parts, *tail.parts))
         size = read.size + tail.size
