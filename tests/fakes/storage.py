@@ -337,7 +337,7 @@ class FakeSessionStore:
             shadowed,
             tokens,
             Frames(
-                tuple(node.message_pb for node in tail if node.message_pb),
+                b"".join(node.message_pb or b"" for node in tail),
                 len(tail),
                 sum(node.tokens for node in tail),
                 0,
@@ -378,8 +378,8 @@ class FakeSessionStore:
             if node.position >= from_position and node.message_pb is not None
         ]
         before = [node for node in read if node.position < split]
-        return Frames(  # a part per node, as a FULL read has a part per chunk
-            tuple(node.message_pb for node in read if node.message_pb),
+        return Frames(
+            b"".join(node.message_pb or b"" for node in read),
             len(read),
             sum(node.tokens for node in read),
             len(before),
