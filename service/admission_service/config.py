@@ -26,6 +26,10 @@
 | ``PAS_HEALTH_PROBE_SECONDS`` | ``2`` | how often the server checks the database for its health
   status (NOT_SERVING while PostgreSQL does not answer); ``0`` turns the probe off |
 | ``PAS_SHUTDOWN_GRACE_SECONDS`` | ``10`` | how long in-flight RPCs may run after SIGTERM |
+| ``PAS_SHUTDOWN_OVERRUN_SECONDS`` | ``30`` | how long a stop may run past the grace before
+  it counts as stuck: the worker writes every stack to the log and exits 70
+  (``api/shutdown_watchdog.py``). The stop's own steps are bounded within it: the pool's
+  close, the metrics thread's join (5 s), the span exporter's last flush (OTLP's 10 s) |
 | ``PAS_WORKERS`` | usable cores | ``serve`` worker processes sharing the port (``SO_REUSEPORT``),
   each with its own event loop and its own pool of ``PAS_DB_POOL_SIZE`` (+ overflow)
   connections; metrics on ``PAS_METRICS_LISTEN``'s port + worker index (docs/SCALING.md) |
@@ -186,6 +190,7 @@ class Settings:
     db_app_role: str | None = None
     health_probe_seconds: float = 2.0
     shutdown_grace_seconds: float = 10.0
+    shutdown_overrun_seconds: float = 30.0
     default_tenant: str = "default"
     # sha256:<hex> of each bearer token -> its tenant; empty: no authentication.
     token_tenants: Mapping[str, str] = field(default_factory=dict)
@@ -248,6 +253,7 @@ class Settings:
             db_app_role=reader.role_name("PAS_DB_APP_ROLE"),
             health_probe_seconds=reader.number("PAS_HEALTH_PROBE_SECONDS", 2.0),
             shutdown_grace_seconds=reader.number("PAS_SHUTDOWN_GRACE_SECONDS", 10.0),
+            shutdown_overrun_seconds=reader.positive("PAS_SHUTDOWN_OVERRUN_SECONDS", 30.0),
             default_tenant=reader.tenant("PAS_DEFAULT_TENANT") or "default",
             token_tenants=read_token_tenants(auth_tokens, auth_tokens_file),
             auth_tokens=auth_tokens,

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
-from admission_service.api.shutdown_watchdog import OVERRUN_SECONDS
+from admission_service.config import Settings
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 
@@ -95,12 +95,16 @@ def serving(database_url: str, tmp_path: Path, **settings: str | None) -> Iterat
                 process.wait()
 
 
+# The watchdog's limit past the grace, as the servers these tests start have it (the default).
+_OVERRUN_SECONDS = Settings().shutdown_overrun_seconds
+
+
 def stop_with_sigterm(process: subprocess.Popen[bytes], log: Path, grace_seconds: float) -> int:
     """SIGTERM, then the exit status. Waits past the shutdown watchdog's limit, so a stop that
     is stuck ends with its stacks in the log (shutdown_watchdog) and the test shows them."""
     process.send_signal(signal.SIGTERM)
     try:
-        return process.wait(timeout=grace_seconds + OVERRUN_SECONDS + 15)
+        return process.wait(timeout=grace_seconds + _OVERRUN_SECONDS + 15)
     except subprocess.TimeoutExpired:
         raise AssertionError(
             f"still running after SIGTERM and the watchdog's limit:\n{log.read_text()}"

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import grpc
 import pytest
-from admission_service.api.shutdown_watchdog import OVERRUN_SECONDS
 from admission_service.api.workers import STRAGGLER_SECONDS
 from promptadmission.v1 import admission_service_pb2 as api
 from promptadmission.v1 import admission_service_pb2_grpc as api_grpc
@@ -79,7 +78,7 @@ class TwoWorkers:
 
 @contextlib.contextmanager
 def two_workers(
-    database_url: str, tmp_path: Path, grace_seconds: float = GRACE_SECONDS
+    database_url: str, tmp_path: Path, grace_seconds: float = GRACE_SECONDS, **env: str
 ) -> Iterator[TwoWorkers]:
     """``serve`` with PAS_WORKERS=2 as a real process tree, serving; killed at the end if the
     test left it running."""
@@ -91,6 +90,7 @@ def two_workers(
         PAS_WORKERS="2",
         PAS_SHUTDOWN_GRACE_SECONDS=str(grace_seconds),
         PAS_LOG_FORMAT="text",
+        **env,
     ) as served:
         yield TwoWorkers(served.process, served.target, metrics, served.log)
 
@@ -147,10 +147,13 @@ def test_a_worker_that_cannot_stop_is_killed_past_the_bound(
     database_url: str, tmp_path: Path
 ) -> None:
     """A worker whose own shutdown watchdog cannot run (here: stopped, SIGSTOP) must not keep
-    the server from exiting: past the grace + the watchdog's overrun + STRAGGLER_SECONDS the
-    parent kills it and exits 1, naming it."""
-    grace = 1.0
-    with two_workers(database_url, tmp_path, grace_seconds=grace) as server:
+    the server from exiting: past the grace + the watchdog's overrun (PAS_SHUTDOWN_OVERRUN_SECONDS,
+    shortened here from its 30 s) + STRAGGLER_SECONDS the parent kills it and exits 1, naming
+    it."""
+    grace, overrun = 1.0, 3.0
+    with two_workers(
+        database_url, tmp_path, grace, PAS_SHUTDOWN_OVERRUN_SECONDS=f"{overrun:g}"
+    ) as server:
         pids = server.worker_pids()
         frozen = min(pids)
         os.kill(frozen, signal.SIGSTOP)
@@ -159,7 +162,7 @@ def test_a_worker_that_cannot_stop_is_killed_past_the_bound(
         took = time.monotonic() - started
     text = server.log.read_text()
     assert code == 1, text
-    bound = grace + OVERRUN_SECONDS + STRAGGLER_SECONDS
+    bound = grace + overrun + STRAGGLER_SECONDS
     assert f"(pid {frozen}) did not stop within {bound:g}s of SIGTERM: killing it" in text
     assert took >= bound - 1, took  # the other worker's quick stop did not end the wait
     assert wait_gone(pids, 5)

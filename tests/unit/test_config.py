@@ -25,6 +25,7 @@ def test_defaults() -> None:
     assert settings.prepared_statements
     assert not Settings.from_env({"DATABASE_URL": "postgresql://db/pas"}).prepared_statements
     assert settings.shutdown_grace_seconds == 10.0
+    assert settings.shutdown_overrun_seconds == 30.0
     assert settings.default_tenant == "default"
     assert settings.max_receive_message_bytes == 16 * 1024 * 1024
     assert settings.max_concurrent_streams == 128  # the compose nginx's own, per connection
@@ -59,6 +60,7 @@ def test_every_setting_is_read(tmp_path: Path) -> None:
             "PAS_DB_APP_ROLE": "pas_app",
             "PAS_HEALTH_PROBE_SECONDS": "0.5",
             "PAS_SHUTDOWN_GRACE_SECONDS": "2.5",
+            "PAS_SHUTDOWN_OVERRUN_SECONDS": "12",
             "PAS_DEFAULT_TENANT": "acme",
             "PAS_AUTH_TOKENS": f"acme={hash_token('t1')}, acme={hash_token('t1b')}",
             "PAS_AUTH_TOKENS_FILE": str(tokens_file),
@@ -100,6 +102,7 @@ def test_every_setting_is_read(tmp_path: Path) -> None:
     assert settings.db_app_role == "pas_app"
     assert settings.health_probe_seconds == 0.5
     assert settings.shutdown_grace_seconds == 2.5
+    assert settings.shutdown_overrun_seconds == 12.0
     assert settings.default_tenant == "acme"
     assert settings.token_tenants == {
         hash_token("t1"): "acme",
@@ -147,6 +150,8 @@ def test_every_limit_has_a_variable() -> None:
         ("PAS_DB_MAX_OVERFLOW", "-1"),
         ("PAS_SHUTDOWN_GRACE_SECONDS", "-1"),
         ("PAS_SHUTDOWN_GRACE_SECONDS", "nan"),
+        ("PAS_SHUTDOWN_OVERRUN_SECONDS", "0"),
+        ("PAS_SHUTDOWN_OVERRUN_SECONDS", "inf"),
         ("PAS_MAX_RECEIVE_MESSAGE_BYTES", "12"),
         ("PAS_LOG_LEVEL", "loud"),
         ("PAS_LIMIT_MAX_PROMPT_BYTES", "0"),

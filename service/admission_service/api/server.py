@@ -36,7 +36,7 @@ from admission_service.api.authentication import AuthenticateFirst
 from admission_service.api.error_status import ErrorInterceptor
 from admission_service.api.health_probe import DatabaseProbe
 from admission_service.api.servicer import AdmissionServicer, add_to_server
-from admission_service.api.shutdown_watchdog import OVERRUN_SECONDS, ShutdownWatchdog
+from admission_service.api.shutdown_watchdog import ShutdownWatchdog
 from admission_service.api.streaming import StreamingBudget, StreamSender
 from admission_service.api.telemetry import TelemetryInterceptor
 from admission_service.api.tenancy import BearerTokens, DefaultTenant, TenantResolver
@@ -400,6 +400,6 @@ async def serve(settings: Settings) -> None:
             )
         finally:
             grace = settings.shutdown_grace_seconds
-            with ShutdownWatchdog(grace + OVERRUN_SECONDS):
+            with ShutdownWatchdog(grace + settings.shutdown_overrun_seconds):
                 await running.stop(grace)
     _log.info("stopped")

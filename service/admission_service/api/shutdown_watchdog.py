@@ -2,12 +2,12 @@
 
 On SIGTERM the server gives in-flight calls ``PAS_SHUTDOWN_GRACE_SECONDS``, cancels what is
 left, then stops its sweeper, closes its database pool and flushes its spans. Each of those is
-bounded, so a stop that runs ``OVERRUN_SECONDS`` past the grace is stuck: a task that swallows
-its cancellation, a C call that never returns, a lock never released. Left alone, the process
-would hold the port (and, under ``PAS_WORKERS``, keep its parent waiting) until an orchestrator's
-SIGKILL, which hides where it stuck. The watchdog instead writes every thread's stack and every
-pending asyncio task's stack to stderr (the log's stream) and ends the process with status
-``EXIT_STUCK``: the supervisor above restarts it, and the stacks say what to fix.
+bounded, so a stop that runs ``PAS_SHUTDOWN_OVERRUN_SECONDS`` past the grace is stuck: a task
+that swallows its cancellation, a C call that never returns, a lock never released. Left alone,
+the process would hold the port (and, under ``PAS_WORKERS``, keep its parent waiting) until an
+orchestrator's SIGKILL, which hides where it stuck. The watchdog instead writes every thread's
+stack and every pending asyncio task's stack to stderr (the log's stream) and ends the process
+with status ``EXIT_STUCK``: the supervisor above restarts it, and the stacks say what to fix.
 
 It runs in a thread of its own, so it fires even when the event loop itself is blocked.
 """
@@ -24,9 +24,6 @@ from types import TracebackType
 
 _log = logging.getLogger(__name__)
 
-# Past the grace: the engine's dispose (a Terminate per pooled connection), the metrics thread's
-# join (5 s at most) and the span exporter's last flush (OTLP's own timeout, 10 s by default).
-OVERRUN_SECONDS = 30.0
 EXIT_STUCK = 70  # EX_SOFTWARE (sysexits.h): an internal error, not a configuration one
 
 

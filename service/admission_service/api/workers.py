@@ -52,7 +52,6 @@ from multiprocessing.process import BaseProcess
 from types import FrameType
 
 from admission_service.api import event_loop
-from admission_service.api.shutdown_watchdog import OVERRUN_SECONDS
 from admission_service.config import ConfigError, Settings, split_listen
 from admission_service.telemetry.logs import configure_logging
 
@@ -262,9 +261,12 @@ class _Supervisor:
 
     def _stop_bound(self) -> float:
         """How long the children get to stop: a worker's own watchdog ends it at the grace +
-        ``OVERRUN_SECONDS``; this is for one whose watchdog cannot run (a process stopped,
-        a C call holding the GIL for ever)."""
-        return self.settings.shutdown_grace_seconds + OVERRUN_SECONDS + STRAGGLER_SECONDS
+        the overrun; this is for one whose watchdog cannot run (a process stopped, a C call
+        holding the GIL for ever)."""
+        settings = self.settings
+        return (
+            settings.shutdown_grace_seconds + settings.shutdown_overrun_seconds + STRAGGLER_SECONDS
+        )
 
     def _wait_seconds(self) -> float:
         """How long to wait for a child to end before looking again: until the stop's
