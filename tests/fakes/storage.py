@@ -337,7 +337,7 @@ class FakeSessionStore:
             shadowed,
             tokens,
             Frames(
-                b"".join(node.message_pb or b"" for node in tail),
+                tuple(node.message_pb for node in tail if node.message_pb),
                 len(tail),
                 sum(node.tokens for node in tail),
                 0,
@@ -378,8 +378,8 @@ class FakeSessionStore:
             if node.position >= from_position and node.message_pb is not None
         ]
         before = [node for node in read if node.position < split]
-        return Frames(
-            b"".join(node.message_pb or b"" for node in read),
+        return Frames(  # a part per node, as a FULL read has a part per chunk
+            tuple(node.message_pb for node in read if node.message_pb),
             len(read),
             sum(node.tokens for node in read),
             len(before),

@@ -85,14 +85,14 @@ async def derive_request(
     )
     # The digest hashes every frame: a long surface's, a large step's.
     derived = await off_the_loop_if_large(
-        len(found.frames) + len(tail.frames),
+        found.size + tail.size,
         lambda: derive(session.prefix, query, shadowed, found, tail, end_position),
     )
     first_index = derived.first_index
-    # The body stays in its two parts (what was read, this transaction's tail) until the
-    # edge's one join; the digest hashed them where they lie. A long surface's frames are
-    # never copied here.
-    body = EncodedMessages(found.frames, tail.frames)
+    # The body stays in its parts (what was read, chunk by chunk, then this transaction's
+    # tail) until the edge's one join; the digest hashed them where they lie. A long
+    # surface's frames are never copied here.
+    body = EncodedMessages(*found.parts, *tail.parts)
     content = delivery.content_for(wire)
     rendered = NOTHING
     render_error = None

@@ -82,7 +82,7 @@ class SessionAggregate:
         if pending is not None:
             tail = written.tail
             pending = Frames(
-                pending.frames + tail.frames,
+                pending.parts + tail.parts,
                 pending.messages + tail.messages,
                 pending.tokens + tail.tokens,
                 0,

@@ -70,7 +70,8 @@ def full_frames(rows: list[tuple[Any, ...]]) -> tuple[Frames, int, int]:
         if before:
             before_messages += count
             before_tokens += price
-    frames = b"".join([row[1] for row in rows])
+    # The chunks stay apart: a FULL request's response joins them with its head, once.
+    frames = tuple(row[1] for row in rows)
     sealed_upto, read_end = rows[0][5], rows[-1][0] + 1
     return Frames(frames, messages, tokens, before_messages, before_tokens), sealed_upto, read_end
 

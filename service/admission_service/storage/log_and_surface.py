@@ -148,7 +148,9 @@ def system_and_open(row: tuple[Any, ...]) -> tuple[tuple[SystemNode, ...], tuple
 
 def _frames(row: tuple[Any, ...]) -> Frames:
     frames, messages, tokens, before_messages, before_tokens = row
-    return Frames(bytes(frames or b""), messages, tokens, before_messages, before_tokens)
+    return Frames(
+        (bytes(frames),) if frames else (), messages, tokens, before_messages, before_tokens
+    )
 
 
 # The events that can change the prompt in force, the header or the context (besides replaces).
@@ -245,7 +247,7 @@ class SurfaceWrites(SessionScope):
             shadowed,
             tokens,
             Frames(
-                b"".join(node["message_pb"] for node in tail),
+                tuple(node["message_pb"] for node in tail),
                 len(tail),
                 sum(node["tokens"] for node in tail),
                 0,

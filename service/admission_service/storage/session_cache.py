@@ -54,7 +54,7 @@ class CachedSession:
         held = sum(len(node.text) for node in aggregate.system_nodes)
         held += sum(len(call_id) for call_id in aggregate.open_calls)
         if aggregate.pending is not None:
-            held += len(aggregate.pending.frames)
+            held += aggregate.pending.size
         if (admission := aggregate.admission) is not None:
             held += len(admission.rendered_prompt) + sys.getsizeof(admission.tools)
         return held + _ENTRY_OVERHEAD

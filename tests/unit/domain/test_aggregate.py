@@ -43,7 +43,7 @@ def calls(seq: int, *call_ids: str) -> Event:
 
 
 def appended(frames: bytes, messages: int, tokens: int, next_position: int = 7) -> Written:
-    return Written(next_position, None, tokens, Frames(frames, messages, tokens, 0, 0))
+    return Written(next_position, None, tokens, Frames((frames,), messages, tokens, 0, 0))
 
 
 def test_a_fresh_read_knows_the_frames_since_the_request_only_when_there_are_none() -> None:
@@ -72,9 +72,9 @@ def test_appends_extend_the_frames_fold_the_system_nodes_and_open_the_calls_in_o
     assert after is not None
     assert [node.text for node in after.system_nodes] == ["be brief", "be thorough"]
     assert after.open_calls == ("c9", "c1", "c2", "c0")  # by the seq that made them, then id
-    assert after.pending == Frames(b"ab", 2, 5, 0, 0)
+    assert after.pending == Frames((b"ab",), 2, 5, 0, 0)
     again = after.wrote([user_event(13)], appended(b"c", 1, 1, 8))
-    assert again is not None and again.pending == Frames(b"abc", 3, 6, 0, 0)
+    assert again is not None and again.pending == Frames((b"abc",), 3, 6, 0, 0)
 
 
 def test_unknown_frames_stay_unknown_after_appends() -> None:
@@ -128,7 +128,7 @@ def test_a_commit_moves_the_saved_row_by_the_growth() -> None:
     assert (left.session.surface_bytes, left.session.surface_nodes) == (30, 2)
     assert left.session.log_bytes == 30
     # The row saved still has the request ending at 5: the two appended frames are pending.
-    assert left.pending_from == 5 and left.pending == Frames(b"ab", 2, 5, 0, 0)
+    assert left.pending_from == 5 and left.pending == Frames((b"ab",), 2, 5, 0, 0)
     assert known.committed(None).session == known.session  # nothing saved
 
 

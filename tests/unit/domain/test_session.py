@@ -140,7 +140,7 @@ frames = st.lists(st.binary(min_size=1, max_size=8), max_size=6)
 def _frames(parts: list[bytes], before: int = 0) -> Frames:
     """``parts`` as read, each priced at its length; ``before``: how many lead (the split)."""
     return Frames(
-        b"".join(parts), len(parts), sum(map(len, parts)), before, sum(map(len, parts[:before]))
+        tuple(parts), len(parts), sum(map(len, parts)), before, sum(map(len, parts[:before]))
     )
 
 
