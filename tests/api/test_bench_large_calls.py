@@ -1,15 +1,16 @@
-"""bench/large_content.py, bench/large_memory.py and bench/harness_writes.py run against the
-real service (their figures are not asserted: speed is measured, not timed). Small messages
-keep them short; 15 x 0.3 MiB is still above the default 4 MiB response bound, so the
+"""bench/large_content.py, bench/large_memory.py, bench/harness_writes.py and bench/full_ab.py
+run against the real service (their figures are not asserted: speed is measured, not timed).
+Small messages keep them short; 15 x 0.3 MiB is still above the default 4 MiB response bound, so the
 *refused* case is refused."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
-from bench import harness_writes, large_content, large_memory
+from bench import full_ab, harness_writes, large_content, large_memory
 
 SMALL = ["--mib", "0.3"]
 
@@ -53,3 +54,12 @@ def test_the_harness_writes_bench_runs(
     for case in harness_writes.cases():
         assert report[case]["steps"] == 2
         assert set(report[case]) >= {"wal_bytes_per_step", "table_bytes_per_step", "step_p50_ms"}
+
+
+def test_the_paired_full_bench_runs(bench_server: None, capsys: pytest.CaptureFixture[str]) -> None:
+    here = Path(__file__).resolve().parents[2]  # this checkout, served twice
+    full_ab.main([str(here), str(here), "--nodes", "300", "--calls", "2"])
+    report = json.loads(capsys.readouterr().out)
+    for checkout in ("before", "after"):
+        assert report[checkout]["nodes"] >= 300
+        assert 0 < report[checkout]["full_min_ms"] <= report[checkout]["full_p50_ms"]
