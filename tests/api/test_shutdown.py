@@ -12,6 +12,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from admission_service.api.shutdown_watchdog import EXIT_STUCK
 from promptadmission.v1 import admission_service_pb2 as api
 from promptadmission.v1 import admission_service_pb2_grpc as api_grpc
 
@@ -86,5 +87,6 @@ def test_a_stop_stuck_past_its_overrun_ends_with_every_stack(
     text = served.log.read_text()
     assert code != 0, text
     assert f"the shutdown did not finish within {grace + overrun:g}s" in text, text
+    assert f"exited with status {EXIT_STUCK} while stopping" in text, text
     assert "Thread 0x" in text or "Current thread 0x" in text, text  # faulthandler's stacks
     assert took < 20, took

@@ -303,15 +303,9 @@ class AttemptResult:
     recorded: RecordResult | None = None  # what an Admit's previous_output committed
     # The session's event count after the attempt: the request saw the events below it.
     log_seq: int = 0
-    # The admission's rendered prompt (stored once, by digest, with the admission).
-    admitted_prompt: str = ""
-
-    @property
-    def prompt_is_admitted(self) -> bool:
-        """Whether the effective prompt's text is the admission's rendered prompt: a stored
-        response then keeps neither (app/replay.py)."""
-        text = self.effective_prompt.text
-        return bool(text) and text == self.admitted_prompt
+    # The effective prompt's text is the admission's rendered prompt (stored once, by digest,
+    # with the admission): a stored response then keeps no copy of it (app/replay.py).
+    prompt_is_admitted: bool = False
 
 
 @dataclass(frozen=True, slots=True)

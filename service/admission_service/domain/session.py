@@ -83,7 +83,7 @@ class Frames:
 
     @property
     def frames(self) -> bytes:
-        return self.parts[0] if len(self.parts) == 1 else b"".join(self.parts)
+        return b"".join(self.parts)  # one part: that very object, not a copy
 
     @property
     def size(self) -> int:

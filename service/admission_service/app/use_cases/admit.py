@@ -247,7 +247,7 @@ async def _attempt(
         forecast=predicted,
         route=attempt.route,
         log_seq=after.next_seq,
-        admitted_prompt=attempt.rendered_prompt,
+        prompt_is_admitted=bool(prompt.text) and prompt.text == attempt.rendered_prompt,
     )
 
 
