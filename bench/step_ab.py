@@ -1,0 +1,103 @@
+"""S1's one-call steps on two checkouts of the service at once, in alternating blocks, so a
+change to a warm step is measured against its parent under the same load (S1's step CPU moves
+±15 % between runs of ``python -m bench --only S1``; this pairs the blocks instead).
+
+    git worktree add /tmp/before <commit>
+    python -m bench.step_ab /tmp/before .     # then again in the other order
+    python -m bench.step_ab A B --blocks 10 --steps 300
+
+Both services run as deployments run them (their default prepared-statement setting for a
+``DATABASE_URL``, every default worker), each caller on a connection of its own. A block is
+``--steps`` steps on one checkout, cycling over its sessions; the blocks alternate, the first
+checkout of each pair alternating too. Each checkout's ``service`` folder is put first on its
+server's ``PYTHONPATH``. Reported per checkout: the steps' p50 and p99, and its processes' CPU
+a step over its own blocks (the other service idles meanwhile).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from bench.client import channel, stub
+from bench.infra import ServerProcess, bench_database, start_service
+from bench.scenarios import _step_sessions, one_call_step, percentile, settle
+
+SESSIONS = 20  # per checkout, each ~40 nodes, as S1's
+NODES = 40
+
+
+async def measure(trees: dict[str, str], blocks: int, steps: int) -> dict[str, dict[str, Any]]:
+    """Per checkout (name → its folder): its steps' p50 and p99 in ms, CPU ms a step, and each
+    block's p50 in the order run (drift shows there)."""
+    with bench_database() as (url, _), tempfile.TemporaryDirectory() as logs:
+        services: dict[str, ServerProcess] = {
+            key: start_service(
+                url,
+                Path(logs),
+                env={"PYTHONPATH": f"{tree}/service"},
+                prepared_statements=None,
+                name=key,
+            )
+            for key, tree in trees.items()
+        }
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                sessions = {}
+                for key, service in services.items():
+                    served = await stack.enter_async_context(
+                        channel(service.target, own_connection=True)
+                    )
+                    sessions[key] = await _step_sessions(stub(served), SESSIONS, NODES)
+                await settle(url)
+                for key in trees:  # every path warm before the first block counts
+                    for number in range(steps):
+                        await one_call_step(sessions[key][number % SESSIONS], f"w{number}")
+                latencies: dict[str, list[float]] = {key: [] for key in trees}
+                block_p50s: dict[str, list[float]] = {key: [] for key in trees}
+                cpu = dict.fromkeys(trees, 0.0)
+                order = list(trees)
+                for block in range(blocks):
+                    for key in order if block % 2 == 0 else reversed(order):
+                        before = services[key].cpu_seconds()
+                        timed = []
+                        for number in range(steps):
+                            session = sessions[key][number % SESSIONS]
+                            timed.append(await one_call_step(session, f"b{block}-{number}"))
+                        cpu[key] += services[key].cpu_seconds() - before
+                        latencies[key] += timed
+                        block_p50s[key].append(round(percentile(timed, 50) * 1000, 2))
+        finally:
+            for service in services.values():
+                service.stop()
+    return {
+        key: {
+            "steps": len(latencies[key]),
+            "step_p50_ms": round(percentile(latencies[key], 50) * 1000, 3),
+            "step_p99_ms": round(percentile(latencies[key], 99) * 1000, 3),
+            "cpu_ms_per_step": round(cpu[key] * 1000 / len(latencies[key]), 3),
+            "block_p50s_ms": block_p50s[key],
+        }
+        for key in trees
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("before", type=Path, help="a checkout of the service (its root folder)")
+    parser.add_argument("after", type=Path, help="another checkout")
+    parser.add_argument("--blocks", type=int, default=10, help="blocks per checkout")
+    parser.add_argument("--steps", type=int, default=300, help="steps per block")
+    args = parser.parse_args(argv)
+    trees = {"before": str(args.before.resolve()), "after": str(args.after.resolve())}
+    results = asyncio.run(measure(trees, args.blocks, args.steps))
+    print(json.dumps({"checkouts": trees, **results}, indent=2))  # noqa: T201
+
+
+if __name__ == "__main__":
+    main()

