@@ -1,25 +1,25 @@
-"""DeepSeek V4's token count of an ASCII text, as the sum of its pre-tokens' remembered counts.
+"""A token count of an ASCII text as the sum of its pre-tokens' remembered counts, for the
+tokenizers whose pre-tokenizing dominates a short text's count: DeepSeek V4's and Claude's.
 
-DeepSeek's ``tokenizer.json`` has no normalizer; its pre-tokenizer splits a text in three
-regular-expression passes (digits in threes; runs of CJK; words, punctuation and spaces) and
-maps bytes to characters, and its BPE then merges inside each piece on its own. So a text's
-count is the sum of its pieces' counts. Hugging Face ``tokenizers`` runs those passes on
-Oniguruma, which takes ~50 of the ~55 µs a 200-character text costs to encode, and counting a
-step's two new texts was the largest single site of a warm step (docs/BENCHMARKS.md,
-seventeenth round). For ASCII text, where each Unicode class of the passes is a short list
-(``\\p{N}`` the digits, ``\\p{L}`` the Latin letters, ``\\p{M}`` nothing, ``\\p{P}`` and ``\\p{S}``
-together ``string.punctuation``, ``\\s`` the six ASCII white spaces), the passes are written
-here with Python's ``re``, and each piece's BPE count is remembered: a count is then a split
-and a few dictionary lookups (~15 µs).
+Both are byte-level BPE tokenizers with no normalizer that touches ASCII (Claude's NFKC leaves
+it as it is): a regular expression splits the text into pieces and the BPE merges inside each
+piece on its own, so a text's count is the sum of its pieces' counts. Their Rust libraries run
+the expressions on Oniguruma, which takes ~50 of the ~55 µs DeepSeek's tokenizer spends on a
+200-character text (Claude's: 44 µs), and counting a step's two new texts was the largest single
+site of a warm step (docs/BENCHMARKS.md, seventeenth round). For ASCII text, where each Unicode
+class of the expressions is a short list (``\\p{N}`` the digits, ``\\p{L}`` the Latin letters,
+``\\p{M}`` nothing, ``\\p{P}`` and ``\\p{S}`` together ``string.punctuation``, ``\\s`` the six
+ASCII white spaces), they are written here with Python's ``re``, and each piece's count is
+remembered: a count is then one ``findall`` and a dictionary lookup a piece (~9 µs).
 
-Not counted here (``count`` answers None and the caller asks the tokenizer): a text with any
-non-ASCII character or a control character other than the spaces; one that holds an added
-token (``<think>``, ``<|EOT|>``…), which the tokenizer matches before pre-tokenizing; and one
-over 64 Ki characters (its pieces would be one large list; such texts are counted in a thread
-with the tokenizer's batch API, which releases the GIL: ``tokenizers.counter_off_the_loop``).
+Not counted here (``count`` answers None and the caller asks the tokenizer): a text with a
+non-ASCII character or one its expression leaves unsplit; one that holds an added token
+(``<think>``, ``<EOT>``…), which a tokenizer matches before pre-tokenizing; and one over 64 Ki
+characters (its pieces would be one large list; such texts are counted in a thread with the
+tokenizer's batch API where it has one: ``tokenizers.counter_off_the_loop``).
 
-The tokenizer itself is the oracle: ``tests/unit/test_piece_counts.py`` compares the pieces
-and the counts with it.
+The tokenizers themselves are the oracle: ``tests/unit/test_piece_counts.py`` compares the
+pieces and the counts with them.
 """
 
 from __future__ import annotations
@@ -27,20 +27,22 @@ from __future__ import annotations
 import re
 import string
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 # The ASCII members of \p{P} and \p{S}: !"#%&'()*,-./:;?@[\]_{} and $+<=>^`|~.
 _PUNCTUATION = re.escape(string.punctuation)
 # Oniguruma's \s on ASCII (the Unicode White_Space property), not Python's (which adds \x1c-\x1f).
 _SPACE = r"\t\n\x0b\x0c\r "
 
-# The passes as one expression, for a text with no control character but the spaces (the only
-# ASCII characters pass 3 can leave between its matches, which it keeps as pieces too). Pass 1's
+# DeepSeek V4's three passes as one expression, for a text with no control character but the
+# spaces (the only ASCII characters its third pass can leave between its matches). Pass 1's
 # groups of digits come first; pass 3's alternatives then run on what lies between them, so none
 # takes a digit, and "not followed by a non-space" also holds before a digit (where pass 3's
-# piece ended). Pass 2, runs of CJK, finds nothing in ASCII. Pass 3 as DeepSeek writes it:
+# piece ended). Pass 2, runs of CJK, finds nothing in ASCII. As DeepSeek's tokenizer.json writes
+# them: \p{N}{1,3}; [\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+; and
 #   [!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+
 #   | [^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+ | ?[\p{P}\p{S}]+[\r\n]* | \s*[\r\n]+ | \s+(?!\S) | \s+
-_PIECES = re.compile(
+_DEEPSEEK_V4 = re.compile(
     r"[0-9]{1,3}"
     rf"|[{_PUNCTUATION}][A-Za-z]+"
     rf"|[^\r\n0-9A-Za-z{_PUNCTUATION}]?[A-Za-z]+"
@@ -49,8 +51,36 @@ _PIECES = re.compile(
     rf"|[{_SPACE}]+(?![^{_SPACE}0-9])"
     rf"|[{_SPACE}]+"
 )
-# What pass 3 can leave unmatched: a text holding one is left to the tokenizer.
-_CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f]")
+
+# Claude's: GPT-2's byte-level expression, which splits every character:
+#   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+_GPT2 = re.compile(
+    r"'s|'t|'re|'ve|'m|'ll|'d| ?[A-Za-z]+| ?[0-9]+"
+    rf"| ?[^{_SPACE}A-Za-z0-9]+"
+    rf"|[{_SPACE}]+(?![^{_SPACE}])"
+    rf"|[{_SPACE}]+"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class AsciiSplit:
+    """A tokenizer's pre-tokenizer on ASCII text: ``pieces`` finds every piece, each character
+    in exactly one, for a text without any character of ``unsplit`` (which the tokenizer's
+    expression leaves between its matches)."""
+
+    pieces: re.Pattern[str]
+    unsplit: re.Pattern[str] | None = None
+
+    def split(self, text: str) -> list[str] | None:
+        """``text``'s pieces before the byte-level mapping (which neither splits nor joins), or
+        None when it holds a character left unsplit."""
+        if self.unsplit is not None and self.unsplit.search(text):
+            return None
+        return self.pieces.findall(text)
+
+
+DEEPSEEK_V4 = AsciiSplit(_DEEPSEEK_V4, unsplit=re.compile(r"[\x00-\x08\x0e-\x1f\x7f]"))
+CLAUDE = AsciiSplit(_GPT2)
 
 # A piece this long is counted but not remembered (a run of spaces, a long identifier).
 _REMEMBERED_CHARS = 32
@@ -58,13 +88,6 @@ _REMEMBERED_CHARS = 32
 _MAX_CHARS = 64 * 1024
 # Pieces remembered at most, then forgotten all at once: a few MiB a worker.
 _REMEMBERED_PIECES = 32_768
-
-
-def ascii_pieces(text: str) -> list[str]:
-    """The pre-tokens of an ASCII ``text`` with no control character but the spaces, before the
-    byte-level mapping (which neither splits nor joins), as DeepSeek V4's pre-tokenizer cuts
-    them: every character in exactly one, in order."""
-    return _PIECES.findall(text)
 
 
 def byte_level(piece: str) -> str:
@@ -86,26 +109,29 @@ _BYTE_LEVEL = _byte_level_table()
 
 
 class PieceCounter:
-    """Counts ASCII texts piece by piece, each piece's count made once by ``count_piece`` (the
-    tokenizer's BPE on that piece alone) and remembered."""
+    """Counts ASCII texts piece by piece (``split``), each piece's count made once by
+    ``count_piece`` (the tokenizer's BPE on that piece alone) and remembered."""
 
-    def __init__(self, count_piece: Callable[[str], int], added_tokens: Iterable[str]) -> None:
+    def __init__(
+        self, split: AsciiSplit, count_piece: Callable[[str], int], added_tokens: Iterable[str]
+    ) -> None:
+        self._split = split
         self._count_piece = count_piece
         added = sorted({token for token in added_tokens if token.isascii()}, key=len, reverse=True)
         self._added = re.compile("|".join(map(re.escape, added))) if added else None
         # Each added token's first character: a text with none of them holds none (DeepSeek's
-        # all begin with "<", so this is one ``in`` a text).
+        # and Claude's all begin with "<", so this is one ``in`` a text).
         self._added_starts = {token[0] for token in added}
         self._counts: dict[str, int] = {}
 
     def count(self, text: str) -> int | None:
-        """``text``'s count, or None when it is not ASCII, holds a control character other than
-        the spaces or an added token, or is longer than 64 Ki characters."""
-        if len(text) > _MAX_CHARS or not text.isascii() or _CONTROL.search(text):
+        """``text``'s count, or None when it is not ASCII, holds a character the split leaves
+        alone or an added token, or is longer than 64 Ki characters."""
+        if len(text) > _MAX_CHARS or not text.isascii() or self._holds_an_added_token(text):
             return None
-        if self._holds_an_added_token(text):
+        pieces = self._split.split(text)
+        if pieces is None:
             return None
-        pieces = ascii_pieces(text)
         try:
             return sum(map(self._counts.__getitem__, pieces))
         except KeyError:

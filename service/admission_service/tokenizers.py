@@ -39,7 +39,7 @@ from pathlib import Path
 from admission_service.domain.accounting import HEURISTIC_COUNTER, TokenCounter
 from admission_service.domain.memo import BoundedMemo
 from admission_service.off_loop import off_the_loop_if_large
-from admission_service.piece_counts import PieceCounter, byte_level
+from admission_service.piece_counts import CLAUDE, DEEPSEEK_V4, PieceCounter, byte_level
 
 log = logging.getLogger(__name__)
 
@@ -107,11 +107,25 @@ def _load_o200k() -> _Loaded:
     return _bindings.tokenizer_for_encoding("o200k_base").count, None
 
 
+# The added tokens of the tokenizer.json inside anthropic-tokenizer's binding (it exposes no
+# list; tests/unit/test_piece_counts.py checks each is one token and a neighbour of it is not).
+CLAUDE_SPECIAL_TOKENS = ("<EOT>", "<META>", "<META_START>", "<META_END>", "<SOS>")
+
+
 def _load_claude() -> _Loaded:
     # The module-level function is the local BPE; ApiTokenizer (the network one) is not used.
     from anthropic_tokenizer import count_tokens  # type: ignore[import-untyped]
 
-    return count_tokens, None
+    # An ASCII text piece by piece, each piece counted by the tokenizer alone (GPT-2's
+    # expression cuts a piece into itself again) and remembered (piece_counts.py). The
+    # special tokens are those of the tokenizer.json the binding embeds.
+    pieces = PieceCounter(CLAUDE, count_tokens, CLAUDE_SPECIAL_TOKENS)
+
+    def count(text: str) -> int:
+        counted = pieces.count(text)
+        return count_tokens(text) if counted is None else counted
+
+    return count, None
 
 
 def _load_deepseek_v4() -> _Loaded:
@@ -128,6 +142,7 @@ def _load_deepseek_v4() -> _Loaded:
     # pre-tokenizing is ~50 of the ~55 µs a short text takes; piece_counts.py); any other text
     # by the tokenizer.
     pieces = PieceCounter(
+        DEEPSEEK_V4,
         lambda piece: len(tokenizer.model.tokenize(byte_level(piece))),
         (added.content for added in tokenizer.get_added_tokens_decoder().values()),
     )

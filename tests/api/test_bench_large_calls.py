@@ -1,7 +1,7 @@
 """bench/large_content.py, bench/large_memory.py, bench/harness_writes.py, bench/full_ab.py and
 bench/step_ab.py run against the real service (their figures are not asserted: speed is
-measured, not timed). Small messages keep them short; 15 x 0.3 MiB is still above the default 4 MiB response bound, so the
-*refused* case is refused."""
+measured, not timed). Small messages keep them short; 15 x 0.3 MiB is still above the default
+4 MiB response bound, so the *refused* case is refused."""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
-"""DeepSeek V4's ASCII counts piece by piece (admission_service/piece_counts.py), checked against
-the tokenizer itself: Hugging Face ``tokenizers`` running DeepSeek's own ``tokenizer.json`` (its
-pre-tokenizer for the pieces, its ``encode`` for the counts), on generated texts that crowd the
-boundaries of every alternative, on the repository's own prose and code, and on what the fast
-path must leave to the tokenizer."""
+"""ASCII counts piece by piece (admission_service/piece_counts.py), checked against the tokenizers
+themselves: for DeepSeek V4, Hugging Face ``tokenizers`` running DeepSeek's own
+``tokenizer.json`` (its pre-tokenizer for the pieces, its ``encode`` for the counts); for Claude,
+``anthropic-tokenizer``'s own count. On generated texts that crowd the boundaries of every
+alternative, on the repository's own prose and code, and on what the fast path must leave to
+the tokenizer."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from pathlib import Path
 import pytest
 from admission_service import piece_counts, tokenizers
 from admission_service.domain.accounting import TokenCounter
-from admission_service.piece_counts import PieceCounter, ascii_pieces, byte_level
+from admission_service.piece_counts import DEEPSEEK_V4, PieceCounter, byte_level
+from anthropic_tokenizer import count_tokens as claude_count  # type: ignore[import-untyped]
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
@@ -32,6 +34,13 @@ def oracle() -> Tokenizer:
 def counter() -> TokenCounter:
     counted = tokenizers.counter_for("deepseek")
     assert counted.name == "deepseek-v4"  # the real tokenizer, not the heuristic
+    return counted
+
+
+@pytest.fixture(scope="module")
+def claude() -> TokenCounter:
+    counted = tokenizers.counter_for("anthropic")
+    assert counted.name == "claude"
     return counted
 
 
@@ -60,8 +69,10 @@ def _texts(alphabet: str) -> st.SearchStrategy[str]:
 @given(text=_texts(_SPLIT_ALPHABET))
 def test_the_pieces_are_the_pre_tokenizers(oracle: Tokenizer, text: str) -> None:
     expected = [piece for piece, _ in oracle.pre_tokenizer.pre_tokenize_str(text)]
-    assert [byte_level(piece) for piece in ascii_pieces(text)] == expected
-    assert "".join(ascii_pieces(text)) == text
+    pieces = DEEPSEEK_V4.split(text)
+    assert pieces is not None
+    assert [byte_level(piece) for piece in pieces] == expected
+    assert "".join(pieces) == text
 
 
 @settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -70,22 +81,39 @@ def test_every_count_is_the_tokenizers(oracle: Tokenizer, counter: TokenCounter,
     assert counter.count(text) == oracle_count(oracle, text)
 
 
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=_texts(_EVERY_ASCII + "é提" + "'srtvemld"))
+def test_every_claude_count_is_the_tokenizers(claude: TokenCounter, text: str) -> None:
+    assert claude.count(text) == claude_count(text)
+
+
+@pytest.mark.parametrize("special", tokenizers.CLAUDE_SPECIAL_TOKENS)
+def test_claudes_special_tokens_are_what_its_tokenizer_matches_first(
+    claude: TokenCounter, special: str
+) -> None:
+    assert claude_count(special) == 1
+    assert claude_count(special[:-1]) > 1  # a neighbour is pre-tokenized as any text
+    for text in (special, f"see {special} and {special[:-1]}x"):
+        assert claude.count(text) == claude_count(text)
+
+
 @pytest.mark.parametrize(
     "path",
     ["README.md", "docs/ARCHITECTURE.md", "service/admission_service/domain/projection.py"],
 )
-def test_the_repositorys_prose_and_code_count_as_the_tokenizer_counts_them(
-    oracle: Tokenizer, counter: TokenCounter, path: str
+def test_the_repositorys_prose_and_code_count_as_the_tokenizers_count_them(
+    oracle: Tokenizer, counter: TokenCounter, claude: TokenCounter, path: str
 ) -> None:
     text = (REPOSITORY / path).read_text()
     paragraphs = [chunk for chunk in text.split("\n\n") if chunk]
     assert [counter.count(chunk) for chunk in paragraphs] == [
         oracle_count(oracle, chunk) for chunk in paragraphs
     ]
+    assert [claude.count(chunk) for chunk in paragraphs] == list(map(claude_count, paragraphs))
 
 
 def test_the_samples_are_counted_by_pieces_and_agree(oracle: Tokenizer) -> None:
-    pieces = PieceCounter(lambda piece: oracle_count(oracle, piece), [])
+    pieces = PieceCounter(DEEPSEEK_V4, lambda piece: oracle_count(oracle, piece), [])
     for sample in (ENGLISH, CODE):
         assert pieces.count(sample) == oracle_count(oracle, sample)
 
@@ -104,13 +132,13 @@ def test_what_the_fast_path_leaves_to_the_tokenizer(
     oracle: Tokenizer, counter: TokenCounter, text: str
 ) -> None:
     added = (token.content for token in oracle.get_added_tokens_decoder().values())
-    assert PieceCounter(lambda piece: 0, added).count(text) is None
+    assert PieceCounter(DEEPSEEK_V4, lambda piece: 0, added).count(text) is None
     assert counter.count(text) == oracle_count(oracle, text)
 
 
 def test_a_text_near_an_added_token_is_counted_by_pieces(oracle: Tokenizer) -> None:
     added = (token.content for token in oracle.get_added_tokens_decoder().values())
-    pieces = PieceCounter(lambda piece: oracle_count(oracle, piece), added)
+    pieces = PieceCounter(DEEPSEEK_V4, lambda piece: oracle_count(oracle, piece), added)
     text = "if a < b and c <thin k> d:"
     assert pieces.count(text) == oracle_count(oracle, text)
 
@@ -119,14 +147,14 @@ def test_forgetting_every_piece_at_the_bound_keeps_the_counts(
     oracle: Tokenizer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(piece_counts, "_REMEMBERED_PIECES", 5)
-    pieces = PieceCounter(lambda piece: oracle_count(oracle, piece), [])
+    pieces = PieceCounter(DEEPSEEK_V4, lambda piece: oracle_count(oracle, piece), [])
     for sample in (ENGLISH, CODE, ENGLISH):
         assert pieces.count(sample) == oracle_count(oracle, sample)
     assert pieces.remembered <= 5
 
 
 def test_a_long_piece_is_counted_and_not_remembered(oracle: Tokenizer) -> None:
-    pieces = PieceCounter(lambda piece: oracle_count(oracle, piece), [])
+    pieces = PieceCounter(DEEPSEEK_V4, lambda piece: oracle_count(oracle, piece), [])
     identifier = "a" * 40
     assert pieces.count(identifier) == oracle_count(oracle, identifier)
     assert pieces.remembered == 0
