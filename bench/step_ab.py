@@ -13,9 +13,8 @@ checkout of each pair alternating too. Each checkout's ``service`` folder is put
 server's ``PYTHONPATH``. Reported per checkout: the steps' p50 and p99, and its processes' CPU
 a step over its own blocks (the other service idles meanwhile).
 
-Read the CPU first: on this 2-core machine the checkout listed first had the higher p50 in
-every run of the seventeenth round, by more than the change measured (docs/BENCHMARKS.md), so a
-p50 is compared only as the mean over both orders.
+Run it in both orders. The two are warmed call by call: warmed one after the other, the one
+warmed first measured slower through the whole run (docs/BENCHMARKS.md, seventeenth round).
 """
 
 from __future__ import annotations
@@ -59,8 +58,11 @@ async def measure(trees: dict[str, str], blocks: int, steps: int) -> dict[str, d
                     )
                     sessions[key] = await _step_sessions(stub(served), SESSIONS, NODES)
                 await settle(url)
-                for key in trees:  # every path warm before the first block counts
-                    for number in range(steps):
+                # Every path warm before the first block counts, the two warmed call by call: a
+                # checkout warmed wholly first measured slower through the whole run (the same
+                # checkout served twice: its p50 +7 to +18 % in each of seven runs).
+                for number in range(steps):
+                    for key in trees:
                         await one_call_step(sessions[key][number % SESSIONS], f"w{number}")
                 latencies: dict[str, list[float]] = {key: [] for key in trees}
                 block_p50s: dict[str, list[float]] = {key: [] for key in trees}
