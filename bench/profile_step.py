@@ -27,7 +27,9 @@ from bench.run import py_spy, start_profiler
 from bench.scenarios import _step_sessions, one_call_step, percentile
 
 
-async def run(seconds: float, out: Path, prepared_statements: bool | None = True) -> None:
+async def run(
+    seconds: float, out: Path, prepared_statements: bool | None = True, native: bool = False
+) -> None:
     with bench_database() as (url, _), tempfile.TemporaryDirectory() as logs:
         service = start_service(url, Path(logs), prepared_statements=prepared_statements)
         try:
@@ -35,7 +37,7 @@ async def run(seconds: float, out: Path, prepared_statements: bool | None = True
                 sessions = await _step_sessions(stub(ch), 20, 40)
                 for number, session in enumerate(sessions):  # warm every path up
                     await one_call_step(session, f"w{number}")
-                profiler = start_profiler(service.pid, out)
+                profiler = start_profiler(service.pid, out, native)
                 cpu_before = service.cpu_seconds(), embedded_postgres_cpu_seconds()
                 latencies: list[float] = []
                 started = time.monotonic()
@@ -99,8 +101,14 @@ def main() -> None:
         action="store_true",
         help="PAS_DB_PREPARED_STATEMENTS unset (the service's default for a DATABASE_URL)",
     )
+    parser.add_argument(
+        "--native",
+        action="store_true",
+        help="native frames too (py-spy --native, 40 samples a second; read with"
+        " profile_summary --active)",
+    )
     args = parser.parse_args()
-    asyncio.run(run(args.seconds, args.out, None if args.as_deployed else True))
+    asyncio.run(run(args.seconds, args.out, None if args.as_deployed else True, args.native))
 
 
 if __name__ == "__main__":

@@ -97,9 +97,16 @@ def deployed_profile(profile: Path) -> Path:
     return profile.with_name(f"{profile.stem}-as-deployed{profile.suffix}")
 
 
-def start_profiler(pid: int, out: Path) -> subprocess.Popen[bytes]:
-    """py-spy (sampling, from PyPI) on the server process, collapsed stacks in ``out``."""
+def start_profiler(pid: int, out: Path, native: bool = False) -> subprocess.Popen[bytes]:
+    """py-spy (sampling, from PyPI) on the server process, collapsed stacks in ``out``.
+
+    ``native``: with the C and Rust frames under the Python ones (py-spy's ``--native``, which
+    pauses the process to sample it, so at 40 a second rather than 250). Without it, native
+    work is charged to the Python frame that called it, and what the event loop and gRPC's
+    Cython do, and their idle waits, all fall on ``Runner.run``; with it, ``profile_summary
+    --active`` drops the idle waits and the rest can be told apart."""
     out.parent.mkdir(parents=True, exist_ok=True)
+    sampling = ["--native", "--rate", "40"] if native else ["--nonblocking", "--rate", "250"]
     return subprocess.Popen(
         [
             py_spy(),
@@ -108,11 +115,9 @@ def start_profiler(pid: int, out: Path) -> subprocess.Popen[bytes]:
             str(pid),
             "--format",
             "raw",
-            "--rate",
-            "250",
+            *sampling,
             "--output",
             str(out),
-            "--nonblocking",
             "--subprocesses",  # a multi-worker `serve`: the workers are its children
         ],
         stdout=subprocess.DEVNULL,
