@@ -108,6 +108,31 @@ def _byte_level_table() -> dict[int, str]:
 _BYTE_LEVEL = _byte_level_table()
 
 
+_Trie = dict[str, "_Trie"]  # a character to the rest; "" where a word ends
+
+
+def _any_of(words: Iterable[str]) -> str:
+    """An expression that matches where any of ``words`` starts, written as their trie:
+    DeepSeek's 420 ASCII added tokens share long prefixes (``<|place_holder_``…), and as one
+    alternative a word ``re`` tried them one by one at each ``<`` (10 µs a 200-character text
+    of code, against 0.3)."""
+    trie: _Trie = {}
+    for word in words:
+        node = trie
+        for character in word:
+            node = node.setdefault(character, {})
+        node[""] = {}
+
+    def expression(node: _Trie) -> str:
+        branches = [re.escape(key) + expression(rest) for key, rest in sorted(node.items()) if key]
+        if not branches:
+            return ""
+        either = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+        return f"(?:{either})?" if "" in node else either
+
+    return expression(trie)
+
+
 class PieceCounter:
     """Counts ASCII texts piece by piece (``split``), each piece's count made once by
     ``count_piece`` (the tokenizer's BPE on that piece alone) and remembered."""
@@ -117,8 +142,8 @@ class PieceCounter:
     ) -> None:
         self._split = split
         self._count_piece = count_piece
-        added = sorted({token for token in added_tokens if token.isascii()}, key=len, reverse=True)
-        self._added = re.compile("|".join(map(re.escape, added))) if added else None
+        added = {token for token in added_tokens if token.isascii()}
+        self._added = re.compile(_any_of(added)) if added else None
         # Each added token's first character: a text with none of them holds none (DeepSeek's
         # and Claude's all begin with "<", so this is one ``in`` a text).
         self._added_starts = {token[0] for token in added}

@@ -136,6 +136,16 @@ def test_what_the_fast_path_leaves_to_the_tokenizer(
     assert counter.count(text) == oracle_count(oracle, text)
 
 
+def test_every_added_token_is_found_and_its_neighbours_are_not(oracle: Tokenizer) -> None:
+    added = [token.content for token in oracle.get_added_tokens_decoder().values()]
+    pieces = PieceCounter(DEEPSEEK_V4, lambda piece: oracle_count(oracle, piece), added)
+    for token in (token for token in added if token.isascii()):
+        assert pieces.count(f"a {token} b") is None, token
+        for near in (token[:-1], token[1:]):
+            if near not in added:
+                assert pieces.count(f"a {near} b") == oracle_count(oracle, f"a {near} b"), near
+
+
 def test_a_text_near_an_added_token_is_counted_by_pieces(oracle: Tokenizer) -> None:
     added = (token.content for token in oracle.get_added_tokens_decoder().values())
     pieces = PieceCounter(DEEPSEEK_V4, lambda piece: oracle_count(oracle, piece), added)
