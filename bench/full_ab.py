@@ -6,31 +6,27 @@ call by call, so a change to the FULL path is measured against its parent under 
     python -m bench.full_ab /tmp/before .     # then again in the other order
     python -m bench.full_ab A B --nodes 100000 --calls 15
 
-Each checkout's ``service`` folder is put first on its server's ``PYTHONPATH``.
+Each checkout's ``service`` folder is put first on its server's ``PYTHONPATH`` (``bench.paired``).
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
-import json
 import statistics
 import tempfile
 from pathlib import Path
 
+from bench import paired
 from bench.client import PROMPT, Session, channel, stub, text, user
-from bench.infra import bench_database, start_service
+from bench.infra import bench_database
 from bench.scenarios import USER_CHARS, settle
 
 
 async def measure(trees: dict[str, str], nodes: int, calls: int) -> dict[str, dict[str, float]]:
     """Per checkout (name → its folder): the FULL Admits' p50 and minimum in ms."""
     with bench_database() as (url, _), tempfile.TemporaryDirectory() as logs:
-        services = {
-            key: start_service(url, Path(logs), env={"PYTHONPATH": f"{tree}/service"}, name=key)
-            for key, tree in trees.items()
-        }
+        services = paired.serve(url, Path(logs), trees)
         try:
             async with contextlib.AsyncExitStack() as stack:
                 sessions: dict[str, Session] = {}
@@ -62,15 +58,12 @@ async def measure(trees: dict[str, str], nodes: int, calls: int) -> dict[str, di
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("before", type=Path, help="a checkout of the service (its root folder)")
-    parser.add_argument("after", type=Path, help="another checkout")
+    parser = paired.parser(__doc__)
     parser.add_argument("--nodes", type=int, default=100_000)
     parser.add_argument("--calls", type=int, default=15, help="FULL Admits per checkout")
     args = parser.parse_args(argv)
-    trees = {"before": str(args.before.resolve()), "after": str(args.after.resolve())}
-    results = asyncio.run(measure(trees, args.nodes, args.calls))
-    print(json.dumps({"checkouts": trees, **results}, indent=2))  # noqa: T201
+    trees = paired.checkouts(args)
+    paired.report(trees, asyncio.run(measure(trees, args.nodes, args.calls)))
 
 
 if __name__ == "__main__":

@@ -19,16 +19,15 @@ warmed first measured slower through the whole run (docs/BENCHMARKS.md, seventee
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
-import json
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from bench import paired
 from bench.client import channel, stub
-from bench.infra import ServerProcess, bench_database, start_service
+from bench.infra import bench_database
 from bench.scenarios import _step_sessions, one_call_step, percentile, settle
 
 SESSIONS = 20  # per checkout, each ~40 nodes, as S1's
@@ -39,16 +38,7 @@ async def measure(trees: dict[str, str], blocks: int, steps: int) -> dict[str, d
     """Per checkout (name → its folder): its steps' p50 and p99 in ms, CPU ms a step, and each
     block's p50 in the order run (drift shows there)."""
     with bench_database() as (url, _), tempfile.TemporaryDirectory() as logs:
-        services: dict[str, ServerProcess] = {
-            key: start_service(
-                url,
-                Path(logs),
-                env={"PYTHONPATH": f"{tree}/service"},
-                prepared_statements=None,
-                name=key,
-            )
-            for key, tree in trees.items()
-        }
+        services = paired.serve(url, Path(logs), trees, prepared_statements=None)
         try:
             async with contextlib.AsyncExitStack() as stack:
                 sessions = {}
@@ -94,15 +84,12 @@ async def measure(trees: dict[str, str], blocks: int, steps: int) -> dict[str, d
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("before", type=Path, help="a checkout of the service (its root folder)")
-    parser.add_argument("after", type=Path, help="another checkout")
+    parser = paired.parser(__doc__)
     parser.add_argument("--blocks", type=int, default=20, help="blocks per checkout")
     parser.add_argument("--steps", type=int, default=150, help="steps per block")
     args = parser.parse_args(argv)
-    trees = {"before": str(args.before.resolve()), "after": str(args.after.resolve())}
-    results = asyncio.run(measure(trees, args.blocks, args.steps))
-    print(json.dumps({"checkouts": trees, **results}, indent=2))  # noqa: T201
+    trees = paired.checkouts(args)
+    paired.report(trees, asyncio.run(measure(trees, args.blocks, args.steps)))
 
 
 if __name__ == "__main__":
