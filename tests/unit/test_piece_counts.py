@@ -7,6 +7,7 @@ the tokenizer."""
 
 from __future__ import annotations
 
+import json
 import string
 from pathlib import Path
 
@@ -115,6 +116,42 @@ def test_the_repositorys_prose_and_code_count_as_the_tokenizers_count_them(
         oracle_count(oracle, chunk) for chunk in paragraphs
     ]
     assert [claude.count(chunk) for chunk in paragraphs] == list(map(claude_count, paragraphs))
+
+
+def test_claudes_special_tokens_are_every_added_token_its_binding_embeds() -> None:
+    """The binding lists none, but its library embeds its tokenizer.json whole: read the added
+    tokens from there, so a binding that adds one fails here instead of miscounting."""
+    import anthropic_tokenizer
+
+    binding = next(Path(anthropic_tokenizer.__file__).parent.glob("anthropic_tokenizer*.so"))
+    data = binding.read_bytes()
+    start = data.index(b'"added_tokens":') + len(b'"added_tokens":')
+    added = json.loads(data[start : data.index(b"]", start) + 1])
+    assert data.count(b'"added_tokens":') == 1
+    assert {token["content"] for token in added} == set(tokenizers.CLAUDE_SPECIAL_TOKENS)
+
+
+# What an attacker or a runaway tool sends, at the longest a text is counted by pieces: long
+# runs that stress each expression's look-ahead and backtracking, and the added tokens' prefix.
+_HOSTILE = {
+    "spaces then a letter": " " * (64 * 1024 - 1) + "x",
+    "space and tab": " \t" * (32 * 1024),
+    "less-than signs": "<" * (64 * 1024),
+    "an added token's prefix": "<|place_holder_mm_span_00" * 2600,
+    "quotes": "'" * (64 * 1024),
+    "contractions": "'s" * (32 * 1024),
+    "digits": "1" * (64 * 1024),
+    "spaces and line ends": " \r\n" * 21_000,
+    "space before a digit": " 1" * (32 * 1024),
+}
+
+
+@pytest.mark.parametrize("text", list(_HOSTILE.values()), ids=list(_HOSTILE))
+def test_hostile_texts_count_as_the_tokenizers_count_them(
+    oracle: Tokenizer, counter: TokenCounter, claude: TokenCounter, text: str
+) -> None:
+    assert counter.count(text) == oracle_count(oracle, text)
+    assert claude.count(text) == claude_count(text)
 
 
 def test_the_samples_are_counted_by_pieces_and_agree(oracle: Tokenizer) -> None:
