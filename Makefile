@@ -143,6 +143,7 @@ citus-test: citus-build $(TS_STAMP)
 	PAS_TEST_CITUS=1 PAS_REQUIRE_TYPESCRIPT=1 PAS_RELIABILITY_REPORT=$(CURDIR)/$(CITUS_REPORT) \
 		PAS_CITUS_PLANS=$(CURDIR)/$(CITUS_PLANS) $(BIN)/pytest -q -p no:cacheprovider \
 		tests/citus tests/api/test_guarantees.py tests/api/test_bounded_growth.py \
+		tests/integration/test_held_frames.py tests/integration/test_frame_chunks.py \
 		tests/clients/test_cross_language.py
 	$(BIN)/python -m tests.reliability.report $(CITUS_REPORT)
 

@@ -21,6 +21,11 @@
   PostgreSQL, checked by the session row's version; ``0`` turns it off (every step reads the
   session first: two round trips). Balancer affinity on the ``x-pas-session`` header keeps a
   session on one worker (docs/SCALING.md); correctness never depends on it |
+| ``PAS_HELD_FRAME_BYTES`` | ``16777216`` (16 MiB) | each worker's copies of the large node
+  frames (16 KiB or more: tool outputs, long documents) of the sessions it committed after a
+  FULL read (``storage/held_frames.py``): the next FULL read of such a session fetches only
+  the rest, when the session row is still at the version the copies were left at (checked by
+  the read itself); one session holds at most half; ``0`` turns it off |
 | ``PAS_DB_APP_ROLE`` | unset | ``migrate`` grants this existing role the data privileges the
   service needs (no DDL), for replicas that connect as it |
 | ``PAS_HEALTH_PROBE_SECONDS`` | ``2`` | how often the server checks the database for its health
@@ -122,6 +127,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from admission_service.app.limits import (
+    HELD_FRAME_BYTES,
     IDEMPOTENCY_RETENTION_SECONDS,
     IDEMPOTENCY_SWEEP_SECONDS,
     MIB,
@@ -187,6 +193,7 @@ class Settings:
     # None: on for the embedded PostgreSQL (a direct connection), off with DATABASE_URL.
     db_prepared_statements: bool | None = None
     session_cache_bytes: int = SESSION_CACHE_BYTES
+    held_frame_bytes: int = HELD_FRAME_BYTES
     db_app_role: str | None = None
     health_probe_seconds: float = 2.0
     shutdown_grace_seconds: float = 10.0
@@ -250,6 +257,7 @@ class Settings:
             session_cache_bytes=reader.integer(
                 "PAS_SESSION_CACHE_BYTES", SESSION_CACHE_BYTES, minimum=0
             ),
+            held_frame_bytes=reader.integer("PAS_HELD_FRAME_BYTES", HELD_FRAME_BYTES, minimum=0),
             db_app_role=reader.role_name("PAS_DB_APP_ROLE"),
             health_probe_seconds=reader.number("PAS_HEALTH_PROBE_SECONDS", 2.0),
             shutdown_grace_seconds=reader.number("PAS_SHUTDOWN_GRACE_SECONDS", 10.0),

@@ -200,6 +200,7 @@ async def compose(
         encoders=convert.ENCODERS,
         idempotency_retention_seconds=settings.idempotency_retention_seconds,
         session_cache_bytes=settings.session_cache_bytes,
+        held_frame_bytes=settings.held_frame_bytes,
     )
 
 

@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from admission_service.app.gate import SessionGate
 from admission_service.app.hooks import NO_HOOKS, PhaseHooks
 from admission_service.app.limits import (
+    HELD_FRAME_BYTES,
     IDEMPOTENCY_RETENTION_SECONDS,
     SESSION_CACHE_BYTES,
     Limits,
@@ -60,12 +61,14 @@ class Deps:
         encoders: ResponseEncoders,
         idempotency_retention_seconds: float = IDEMPOTENCY_RETENTION_SECONDS,
         session_cache_bytes: int = SESSION_CACHE_BYTES,
+        held_frame_bytes: int = HELD_FRAME_BYTES,
     ) -> Deps:
-        """On PostgreSQL through ``engine`` (with a session cache of ``session_cache_bytes``),
-        or on another ``storage`` (the tests' fake)."""
+        """On PostgreSQL through ``engine`` (with a session cache of ``session_cache_bytes`` and
+        large node frames held up to ``held_frame_bytes``), or on another ``storage`` (the
+        tests' fake)."""
         if storage is None:
             assert engine is not None, "an engine or a storage"
-            storage = PostgresStorage(engine, session_cache_bytes)
+            storage = PostgresStorage(engine, session_cache_bytes, held_frame_bytes)
         return cls(
             storage,
             catalog,

@@ -92,5 +92,11 @@ IDEMPOTENCY_SWEEP_SECONDS = 60.0
 # worker's memory well under its budget (docs/BENCHMARKS.md, S6).
 SESSION_CACHE_BYTES = 16 * MIB
 
+# The default bound of the large node frames a worker holds (storage/held_frames.py,
+# PAS_HELD_FRAME_BYTES): a FULL read of a session it committed need not fetch them again. Half
+# of it holds a million-token session's tool outputs (S7: 4.6 MB); the worker's memory stays
+# within its budget with it full (docs/BENCHMARKS.md, S6).
+HELD_FRAME_BYTES = 16 * MIB
+
 # How long a streamed response's chunk may wait for its caller to read (api/streaming.py).
 STREAM_STALL_SECONDS = 30.0

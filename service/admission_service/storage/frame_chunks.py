@@ -18,10 +18,13 @@ a hole below the new ones).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from admission_service.domain.session import NO_FRAMES, Frames
 from admission_service.storage.batch import Write, param
+from admission_service.storage.held_frames import HELD_FRAME_MIN
 from admission_service.storage.raw import RawStatement
 from admission_service.storage.scope import where_session
 
@@ -32,48 +35,80 @@ _KEY = "tenant_id = %(t)s AND session_id = %(s)s"
 # The whole surface's frames (a FULL request) as rows in position order: each sealed chunk and
 # each node past them (and each node of a chunk a split position falls inside, whose count
 # before the split needs them): (position, frames, messages, tokens, before the split, the end
-# of the sealed chunks). ``full_frames`` sums them. Rows, not one ``string_agg``: PostgreSQL
-# then sends the chunks' bytes as they are stored instead of building and sending one value of
-# the whole request (at 50 000 nodes, 14 MB: ~10-18 ms against ~27 ms).
+# of the sealed chunks, the node's seq). ``full_frames`` sums them. Rows, not one
+# ``string_agg``: PostgreSQL then sends the chunks' bytes as they are stored instead of building
+# and sending one value of the whole request (at 50 000 nodes, 14 MB: ~10-18 ms against ~27 ms).
+# A node whose seq is in %(held)s comes without its frame (NULL; a stored node's frame never
+# is) when the session row is at %(held_version)s: the worker holds that frame
+# (``held_frames.py``).
+_HELD_OR_FRAME = (
+    "CASE WHEN seq = ANY((SELECT seqs FROM held)::bigint[]) THEN NULL ELSE message_pb END"
+)
 FULL_FRAMES = (
     "WITH sealed AS (SELECT coalesce(max(end_position), 0) AS upto FROM frame_chunks"
     f" WHERE {_KEY}),"
     " straddling AS (SELECT first_position, end_position FROM frame_chunks"
-    f" WHERE {_KEY} AND first_position < %(split)s AND %(split)s < end_position)"
-    " SELECT position, frames, messages, tokens, before, (SELECT upto FROM sealed) FROM ("
+    f" WHERE {_KEY} AND first_position < %(split)s AND %(split)s < end_position),"
+    " held AS (SELECT %(held)s::bigint[] AS seqs FROM sessions"
+    f" WHERE {_KEY} AND row_version = %(held_version)s)"
+    " SELECT position, frames, messages, tokens, before, (SELECT upto FROM sealed), seq FROM ("
     " SELECT first_position AS position, frames, messages, tokens,"
-    " end_position <= %(split)s AS before FROM frame_chunks"
+    " end_position <= %(split)s AS before, NULL::bigint AS seq FROM frame_chunks"
     f" WHERE {_KEY} AND NOT (first_position < %(split)s AND %(split)s < end_position)"
     " UNION ALL"
-    " SELECT position, message_pb, 1, tokens, position < %(split)s FROM surface_nodes"
-    f" WHERE {_KEY} AND message_pb IS NOT NULL"
+    f" SELECT position, {_HELD_OR_FRAME}, 1, tokens, position < %(split)s, seq"
+    f" FROM surface_nodes WHERE {_KEY} AND message_pb IS NOT NULL"
     " AND position >= (SELECT upto FROM sealed)"
     " UNION ALL"
-    " SELECT position, message_pb, 1, tokens, position < %(split)s FROM surface_nodes"
-    f" WHERE {_KEY} AND message_pb IS NOT NULL"
+    f" SELECT position, {_HELD_OR_FRAME}, 1, tokens, position < %(split)s, seq"
+    f" FROM surface_nodes WHERE {_KEY} AND message_pb IS NOT NULL"
     " AND position >= (SELECT first_position FROM straddling)"
     " AND position < (SELECT end_position FROM straddling)) AS parts"
     " ORDER BY position"
 )
 
 
-def full_frames(rows: list[tuple[Any, ...]]) -> tuple[Frames, int, int]:
-    """The FULL request in ``FULL_FRAMES``' rows: its frames, with their count and price and
-    those before the split; the end of the sealed chunks; the next position past every node
-    read (what a seal may cover)."""
+@dataclass(frozen=True, slots=True)
+class FullRead:
+    """What ``FULL_FRAMES``' rows say: the request's frames (with their count and price and
+    those before the split); the end of the sealed chunks and the next position past every
+    node read (what a seal may cover); the large frames a worker may hold after the commit,
+    and how many frames came from those it held."""
+
+    frames: Frames
+    sealed_upto: int
+    read_end: int
+    to_hold: dict[int, bytes]
+    from_held: int = 0
+
+
+def full_frames(rows: list[tuple[Any, ...]], held: Mapping[int, bytes]) -> FullRead:
+    """The FULL request in ``FULL_FRAMES``' rows, each node's frame the read left out taken
+    from ``held``."""
     if not rows:
-        return NO_FRAMES, 0, 0
-    messages = tokens = before_messages = before_tokens = 0
-    for _, _, count, price, before, _ in rows:
+        return FullRead(NO_FRAMES, 0, 0, {})
+    messages = tokens = before_messages = before_tokens = from_held = 0
+    frames: list[bytes] = []
+    to_hold: dict[int, bytes] = {}
+    for _, frame, count, price, before, _, seq in rows:
         messages += count
         tokens += price
         if before:
             before_messages += count
             before_tokens += price
-    # The chunks stay apart: a FULL request's response joins them with its head, once.
-    frames = tuple(row[1] for row in rows)
-    sealed_upto, read_end = rows[0][5], rows[-1][0] + 1
-    return Frames(frames, messages, tokens, before_messages, before_tokens), sealed_upto, read_end
+        if seq is not None:
+            if frame is None:
+                frame, from_held = held[seq], from_held + 1
+            if len(frame) >= HELD_FRAME_MIN:
+                to_hold[seq] = frame
+        frames.append(frame)  # the chunks stay apart: the response joins them with its head
+    return FullRead(
+        Frames(tuple(frames), messages, tokens, before_messages, before_tokens),
+        sealed_upto=rows[0][5],
+        read_end=rows[-1][0] + 1,
+        to_hold=to_hold,
+        from_held=from_held,
+    )
 
 
 # Seal the complete ranges of positions in [%(from)s, %(to)s) that hold message nodes. The key

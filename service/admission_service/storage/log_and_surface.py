@@ -37,6 +37,9 @@ from admission_service.storage.frame_chunks import (
     full_frames,
     seal_statement,
 )
+from admission_service.storage.held_frames import (
+    NOT_HELD,
+)
 from admission_service.storage.raw import RawStatement
 from admission_service.storage.rows import NodeRecord, StoredEvent, SystemNodeDetail, columns
 from admission_service.storage.scope import NOT_READ, SessionScope, where_session
@@ -447,12 +450,17 @@ class FrameReads(SessionScope):
         if from_position > 0:
             return _frames(await self._read(_FRAMES, from_position, split_position, flush))
         deferred = self._deferred() if flush else ()
+        held = self.held_frames.get(self.key) if self.held_frames is not None else NOT_HELD
         params = self._frame_params(0, split_position)
+        params["held"], params["held_version"] = list(held.frames), held.row_version
         read = RawStatement(FULL_FRAMES, params, binary=True, all_rows=True)
         *_, rows = await self._flight(*deferred, read)
-        frames, sealed_upto, read_end = full_frames(rows)
-        self.seal = seal_statement(self.tenant, self.session_id, sealed_upto, read_end)
-        return frames
+        found = full_frames(rows, held.frames)
+        self.seal = seal_statement(self.tenant, self.session_id, found.sealed_upto, found.read_end)
+        self.frames_to_hold = found.to_hold
+        if self.held_frames is not None:
+            self.held_frames.used += found.from_held
+        return found.frames
 
     async def _read(
         self, sql: str, from_position: int, split_position: int | None, flush: bool

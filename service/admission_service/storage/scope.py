@@ -17,6 +17,7 @@ from admission_service.domain.session import Session
 from admission_service.domain.stored import Growth
 from admission_service.storage.batch import StatementBatch, Write, param
 from admission_service.storage.failures import SessionMoved, moved
+from admission_service.storage.held_frames import HeldFrames
 from admission_service.storage.raw import RawStatement, execute_flight, execute_unread
 from admission_service.storage.rows import StoredInputs
 from admission_service.storage.session_cache import CachedSession, SessionCache
@@ -40,6 +41,7 @@ class SessionScope:
         session_id: str,
         prelude: Sequence[RawStatement] = (),
         cache: SessionCache | None = None,
+        held_frames: HeldFrames | None = None,
     ) -> None:
         self.connection = connection
         self.tenant = tenant
@@ -69,6 +71,10 @@ class SessionScope:
         # The seal of the frame chunks a FULL read found unsealed, sent with the commit
         # (frame_chunks.py); dropped by a replacement.
         self.seal: RawStatement | None = None
+        # The worker's copies of large node frames (held_frames.py), and those a FULL read of
+        # this transaction found, which its commit leaves held (None: no FULL read).
+        self.held_frames = held_frames
+        self.frames_to_hold: dict[int, bytes] | None = None
         # What ``lock`` read ahead with the lock, by (kind, key), until asked for.
         self._read_ahead: dict[tuple[str, object], Any] = {}
         # Everything this transaction's writes added to the running sizes.

@@ -296,7 +296,9 @@ class SessionRows(SessionScope):
         """Delete the session; its events, surface, admissions and ledger cascade."""
         self.saved = self.created = None  # nothing to keep
         if self.cache is not None:
-            self.cache.evict((self.tenant, self.session_id))
+            self.cache.evict(self.key)
+        if self.held_frames is not None:
+            self.held_frames.evict(self.key)
         await self._execute(delete(sessions).where(self._mine(sessions)))
         await self._execute(forget_responses(self.tenant, self.session_id))
 

@@ -15,6 +15,7 @@ from admission_service.domain.stored import Growth
 from admission_service.storage import session_rows
 from admission_service.storage.deadline import deadline_bound
 from admission_service.storage.failures import SessionMoved, classify
+from admission_service.storage.held_frames import HeldFrames
 from admission_service.storage.raw import RawStatement
 from admission_service.storage.repository import SessionStore, list_sessions
 from admission_service.storage.session_cache import CachedSession, SessionCache
@@ -68,11 +69,12 @@ class PostgresUnit:
         self,
         engine: AsyncEngine,
         cache: SessionCache | None,
+        held: HeldFrames | None,
         tenant: str,
         session_id: str,
         snapshot: bool,
     ) -> None:
-        self._engine, self._cache = engine, cache
+        self._engine, self._cache, self._held = engine, cache, held
         self._tenant, self._session_id, self._snapshot = tenant, session_id, snapshot
         self._stack = AsyncExitStack()
         self._committed = False
@@ -89,7 +91,9 @@ class PostgresUnit:
         if (bound := deadline_bound()) is not None:
             prelude.append(bound)
         cache = None if self._snapshot else self._cache
-        self.store = SessionStore(connection, self._tenant, self._session_id, prelude, cache)
+        self.store = SessionStore(
+            connection, self._tenant, self._session_id, prelude, cache, self._held
+        )
         self.usage = _Usage(connection, self.store)
         return self
 
@@ -101,6 +105,9 @@ class PostgresUnit:
         if status != "COMMIT":
             raise TransactionRolledBack(f"COMMIT answered {status!r}")
         store, version = self.store, self.store.read_version
+        if store.saved is not None and self._held is not None:
+            assert version is not None  # a saved session was read or cached at a version
+            self._held.committed(self._key, version, store.frames_to_hold)
         if self._cache is None or version is None:
             return
         # What the step saved, as its commit left the row (one version on), or the session it
@@ -181,11 +188,13 @@ class PostgresUnit:
 
 
 class PostgresStorage:
-    """Units on ``engine``, with a session cache of ``cache_bytes`` (0: none)."""
+    """Units on ``engine``, with a session cache of ``cache_bytes`` and large node frames held
+    up to ``held_frame_bytes`` (0: neither)."""
 
-    def __init__(self, engine: AsyncEngine, cache_bytes: int) -> None:
+    def __init__(self, engine: AsyncEngine, cache_bytes: int, held_frame_bytes: int = 0) -> None:
         self.engine = engine
         self.cache = SessionCache(cache_bytes) if cache_bytes > 0 else None
+        self.held = HeldFrames(held_frame_bytes) if held_frame_bytes > 0 else None
 
     def unit(self, tenant: str, session_id: str = "", *, snapshot: bool = False) -> PostgresUnit:
-        return PostgresUnit(self.engine, self.cache, tenant, session_id, snapshot)
+        return PostgresUnit(self.engine, self.cache, self.held, tenant, session_id, snapshot)

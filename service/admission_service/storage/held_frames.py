@@ -1,0 +1,106 @@
+"""A worker's copies of the large node frames it read, so a FULL read need not fetch them again.
+
+A session that reaches a million tokens holds most of its bytes in a few large nodes (tool
+outputs of ~1 MB). Its FULL request is those nodes' frames again on every step, and fetching
+4.6 MB from PostgreSQL is most of what a streamed FULL Admit costs beyond its transport (S7).
+A frame never changes once committed: a node row is written once (a repricing rewrites only its
+price), and a replacement or a compaction shadows nodes and writes new ones under new seqs (a
+replacement reuses *positions*, never seqs). So the frames of a session's nodes, by seq, stay
+true for as long as the session id names the same lifetime.
+
+What keeps the copies honest is the session row's version (migration 0008), the same check the
+session cache rests on (``session_cache.py``): the copies are left by a commit and named by the
+version that commit left, and a FULL read (``frame_chunks.FULL_FRAMES``) returns no bytes for a
+held seq only when the row is at that version *as the read itself sees it*. Any other state —
+another worker wrote the session, it was deleted and created again (each lifetime starts its
+versions at random), a rollback gave a seq to another node — and the read returns every byte.
+Only a commit leaves copies (never a rolled-back read, whose own uncommitted nodes' seqs a later
+transaction may reuse), and only of nodes whose frame is at least ``HELD_FRAME_MIN`` bytes, so
+the seqs a read sends stay few.
+
+The copies are bounded in bytes (least recently used session first out; one session keeps at
+most half the bound, its largest frames first out).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from admission_service.storage.session_cache import SessionKey
+
+# The smallest frame worth holding: sending its seq with the read costs little against its
+# bytes, and a session of many small nodes (S3) holds none (those travel in sealed chunks).
+HELD_FRAME_MIN = 16 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class HeldSession:
+    """A session's held frames by seq, true while its row is at ``row_version``."""
+
+    row_version: int
+    frames: Mapping[int, bytes]
+    size: int
+
+
+NOT_HELD = HeldSession(-1, {}, 0)
+
+
+class HeldFrames:
+    """A worker's ``HeldSession`` per session, bounded in bytes."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._sessions: OrderedDict[SessionKey, HeldSession] = OrderedDict()
+        self.bytes = 0
+        self.used = 0  # frames FULL reads took from here instead of fetching them
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def get(self, key: SessionKey) -> HeldSession:
+        """``key``'s held frames (``NOT_HELD``: none), now the most recently used."""
+        found = self._sessions.get(key)
+        if found is None:
+            return NOT_HELD
+        self._sessions.move_to_end(key)
+        return found
+
+    def committed(
+        self, key: SessionKey, read_version: int, found: Mapping[int, bytes] | None
+    ) -> None:
+        """A commit moved ``key``'s row from ``read_version`` one on: hold the large frames its
+        FULL read ``found``; with no FULL read, what was held at ``read_version`` still holds
+        (frames never change), now at the commit's version."""
+        if found is not None:
+            self.put(key, read_version + 1, found)
+            return
+        held = self._sessions.get(key)
+        if held is not None and held.row_version == read_version:
+            self._sessions[key] = HeldSession(read_version + 1, held.frames, held.size)
+
+    def put(self, key: SessionKey, row_version: int, frames: Mapping[int, bytes]) -> None:
+        """Hold ``frames`` for ``key`` at ``row_version`` (what a commit left), instead of what
+        was held for it; the largest go first past the per-session allowance."""
+        self.evict(key)
+        allowance = self.max_bytes // 2
+        kept: dict[int, bytes] = {}
+        size = 0
+        for seq, frame in sorted(frames.items(), key=lambda item: len(item[1])):
+            if size + len(frame) > allowance:
+                break
+            kept[seq] = frame
+            size += len(frame)
+        if not kept:
+            return
+        self._sessions[key] = HeldSession(row_version, kept, size)
+        self.bytes += size
+        while self.bytes > self.max_bytes:
+            _, dropped = self._sessions.popitem(last=False)
+            self.bytes -= dropped.size
+
+    def evict(self, key: SessionKey) -> None:
+        found = self._sessions.pop(key, None)
+        if found is not None:
+            self.bytes -= found.size

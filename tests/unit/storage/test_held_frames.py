@@ -1,0 +1,68 @@
+"""The bounds and versions of a worker's held frames (storage/held_frames.py), and the FULL
+read's rows taking the frames a read left out from them (frame_chunks.full_frames)."""
+
+from __future__ import annotations
+
+from admission_service.storage.frame_chunks import full_frames
+from admission_service.storage.held_frames import HELD_FRAME_MIN, NOT_HELD, HeldFrames
+
+A, B, C = ("t", "a"), ("t", "b"), ("t", "c")
+
+
+def frames(*sizes: int) -> dict[int, bytes]:
+    return {seq: bytes([seq]) * size for seq, size in enumerate(sizes, start=1)}
+
+
+def test_a_commit_holds_what_its_read_found_at_the_version_it_left() -> None:
+    held = HeldFrames(1000)
+    held.committed(A, 7, frames(100, 200))
+    assert held.get(A).row_version == 8 and set(held.get(A).frames) == {1, 2}
+    assert held.bytes == 300
+    held.committed(A, 8, frames(50))  # a later read found only a node of 50 bytes
+    assert set(held.get(A).frames) == {1} and held.bytes == 50
+
+
+def test_a_commit_without_a_read_carries_frames_held_at_its_read_version_only() -> None:
+    held = HeldFrames(1000)
+    held.committed(A, 7, frames(100))
+    held.committed(A, 8, None)  # the commit moved the row from the version they were left at
+    assert held.get(A).row_version == 9
+    held.committed(A, 3, None)  # another version: they say nothing of the row at 4
+    assert held.get(A).row_version == 9
+
+
+def test_one_session_keeps_at_most_half_the_bound_smallest_first() -> None:
+    held = HeldFrames(1000)
+    held.put(A, 1, frames(400, 300, 150))
+    assert sorted(len(frame) for frame in held.get(A).frames.values()) == [150, 300]
+    held.put(B, 1, frames(600))  # alone past the allowance: nothing held
+    assert held.get(B) is NOT_HELD and len(held) == 1
+
+
+def test_the_least_recently_used_session_goes_first_past_the_bound() -> None:
+    held = HeldFrames(1000)
+    held.put(A, 1, frames(400))
+    held.put(B, 1, frames(400))
+    held.get(A)  # A is used: B is now the oldest
+    held.put(C, 1, frames(400))
+    assert held.get(B) is NOT_HELD and held.get(A) is not NOT_HELD and held.get(C) is not NOT_HELD
+    assert held.bytes == 800
+    held.evict(A)
+    assert held.bytes == 400 and len(held) == 1
+
+
+def test_full_frames_take_the_left_out_frames_from_those_held_and_hold_the_large() -> None:
+    large, small = b"L" * HELD_FRAME_MIN, b"s" * 10
+    # (position, frames, messages, tokens, before, sealed end, seq): a chunk, then nodes.
+    rows = [
+        (0, b"chunk", 3, 30, True, 3, None),
+        (3, None, 1, 5, True, 3, 40),
+        (4, small, 1, 2, False, 3, 41),
+        (5, large, 1, 9, False, 3, 42),
+    ]
+    found = full_frames(rows, {40: b"H" * HELD_FRAME_MIN})
+    assert found.frames.parts == (b"chunk", b"H" * HELD_FRAME_MIN, small, large)
+    assert (found.frames.messages, found.frames.tokens) == (6, 46)
+    assert (found.frames.before_messages, found.frames.before_tokens) == (4, 35)
+    assert (found.sealed_upto, found.read_end, found.from_held) == (3, 6, 1)
+    assert set(found.to_hold) == {40, 42}  # the chunk and the small node are not held
