@@ -6,10 +6,12 @@ service with one worker (``DATABASE_URL``'s server, or an embedded one) and its 
 then steps ever more distinct sessions through it (16 callers, each on its own connection; a
 step is CreateSession and one Admit, so every session ends cached), reading the worker's RSS
 after each stretch: it must level off once the cache is full, and stay within S6's budget
-(150 MiB). Two kinds of session: ``small`` (the benchmark's prompt and a 200-character user
-message: a few KiB per entry, so the entry count bounds first) and ``large`` (a 48 KiB prompt,
-kept with the admission: the byte bound bounds first). The same run with the cache off
-(``PAS_SESSION_CACHE_BYTES=0``) is the baseline.
+(150 MiB). Three kinds of session: ``small`` (the benchmark's prompt and a 200-character user
+message: a few KiB per entry, so the entry count bounds first), ``large`` (a 48 KiB prompt,
+kept with the admission: the byte bound bounds first) and ``held`` (a 64 KiB user message
+admitted FULL three times, so the worker holds its frame, ``storage/held_frames.py``,
+``PAS_HELD_FRAME_BYTES``; a sixteenth as many sessions, still three times the bound). The same
+run with both off (``PAS_SESSION_CACHE_BYTES=0``, ``PAS_HELD_FRAME_BYTES=0``) is the baseline.
 
     python -m bench.cache_memory [--sessions 12000] [--out bench/results/cache_memory.json]
 """
@@ -21,6 +23,7 @@ import asyncio
 import json
 import tempfile
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,11 +33,26 @@ from bench.client import PROMPT, Session, channel, stub, text, user
 from bench.infra import REPO, bench_database, start_service
 
 CALLERS = 16
-SHAPES = {"small": PROMPT, "large": PROMPT + " " + "x" * (48 * 1024)}
 
 
-async def _step_new_sessions(target: str, prompt: str, count: int) -> None:
-    """``count`` new sessions, each created and admitted once, by ``CALLERS`` callers."""
+@dataclass(frozen=True)
+class Shape:
+    prompt: str
+    user_chars: int = 200
+    full_admits: int = 0  # FULL Admits after the first (DELTA) one
+    share: int = 1  # one session in ``share`` of the run's count
+
+
+SHAPES = {
+    "small": Shape(PROMPT),
+    "large": Shape(PROMPT + " " + "x" * (48 * 1024)),
+    "held": Shape(PROMPT, user_chars=64 * 1024, full_admits=2, share=16),
+}
+
+
+async def _step_new_sessions(target: str, shape: Shape, count: int) -> None:
+    """``count`` new sessions, each created and admitted as ``shape`` says, by ``CALLERS``
+    callers."""
     channels = [channel(target, own_connection=True) for _ in range(CALLERS)]
     remaining = iter(range(count))
 
@@ -43,7 +61,9 @@ async def _step_new_sessions(target: str, prompt: str, count: int) -> None:
             session_id = f"cache-{uuid.uuid4().hex}"
             await admission.CreateSession(api.CreateSessionRequest(session_id=session_id))
             session = Session(admission, session_id)
-            await session.admit(prompt, [user(text(200, "u"))], delta=True)
+            await session.admit(shape.prompt, [user(text(shape.user_chars, "u"))], delta=True)
+            for _ in range(shape.full_admits):
+                await session.admit(shape.prompt, [user(text(200, "u"))])
 
     try:
         await asyncio.gather(*(caller(stub(ch)) for ch in channels))
@@ -55,18 +75,17 @@ async def _step_new_sessions(target: str, prompt: str, count: int) -> None:
 async def _measure(url: str, logs: Path, cache_bytes: str | None, sessions: int) -> dict[str, Any]:
     env = {"PAS_WORKERS": "1"}
     if cache_bytes is not None:
-        env["PAS_SESSION_CACHE_BYTES"] = cache_bytes
+        env["PAS_SESSION_CACHE_BYTES"] = env["PAS_HELD_FRAME_BYTES"] = cache_bytes
     service = start_service(url, logs, env=env)
     try:
         rss = {"idle": round(service.rss_mib(), 1)}
-        stretches = [sessions // 8, sessions // 4, sessions // 2, sessions]
-        done = 0
-        for shape, prompt in SHAPES.items():
+        for name, shape in SHAPES.items():
+            count = sessions // shape.share
             done = 0
-            for upto in stretches:
-                await _step_new_sessions(service.target, prompt, upto - done)
+            for upto in (count // 8, count // 4, count // 2, count):
+                await _step_new_sessions(service.target, shape, upto - done)
                 done = upto
-                rss[f"{shape}_{upto}"] = round(service.rss_mib(), 1)
+                rss[f"{name}_{upto}"] = round(service.rss_mib(), 1)
         return rss
     finally:
         service.stop()
