@@ -93,10 +93,10 @@ IDEMPOTENCY_SWEEP_SECONDS = 60.0
 SESSION_CACHE_BYTES = 16 * MIB
 
 # The default bound of the large node frames a worker holds (storage/held_frames.py,
-# PAS_HELD_FRAME_BYTES): a FULL read of a session it committed need not fetch them again. Half
-# of it holds a million-token session's tool outputs (S7: 4.6 MB); the worker's memory stays
-# within its budget with it full (docs/BENCHMARKS.md, S6).
-HELD_FRAME_BYTES = 16 * MIB
+# PAS_HELD_FRAME_BYTES): a FULL read of a session it committed need not fetch them again. It
+# holds a million-token session's tool outputs (S7: 4.6 MB); full, it costs a worker what it
+# says (docs/BENCHMARKS.md, eighteenth round), against S6's budget of 150 MiB.
+HELD_FRAME_BYTES = 8 * MIB
 
 # How long a streamed response's chunk may wait for its caller to read (api/streaming.py).
 STREAM_STALL_SECONDS = 30.0

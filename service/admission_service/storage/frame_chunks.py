@@ -14,6 +14,10 @@ repricing deletes them all. Chunks are sealed by the commit of a transaction tha
 request with at least a chunk's worth of positions unsealed (``seal_statement``), from the nodes
 as that commit sees them, unless the transaction replaced a node (its deleted chunks would leave
 a hole below the new ones).
+
+A session of a few large nodes (a million tokens of tool outputs) has no complete chunk to seal:
+its nodes' frames are what a worker holds instead (``held_frames.py``), and a FULL read leaves
+out the bytes of those it holds.
 """
 
 from __future__ import annotations

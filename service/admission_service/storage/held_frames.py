@@ -18,8 +18,8 @@ Only a commit leaves copies (never a rolled-back read, whose own uncommitted nod
 transaction may reuse), and only of nodes whose frame is at least ``HELD_FRAME_MIN`` bytes, so
 the seqs a read sends stay few.
 
-The copies are bounded in bytes (least recently used session first out; one session keeps at
-most half the bound, its largest frames first out).
+The copies are bounded in bytes (least recently used session first out; a session larger than
+the bound keeps its smallest frames up to it).
 """
 
 from __future__ import annotations
@@ -82,13 +82,12 @@ class HeldFrames:
 
     def put(self, key: SessionKey, row_version: int, frames: Mapping[int, bytes]) -> None:
         """Hold ``frames`` for ``key`` at ``row_version`` (what a commit left), instead of what
-        was held for it; the largest go first past the per-session allowance."""
+        was held for it; past the bound, the largest are not held."""
         self.evict(key)
-        allowance = self.max_bytes // 2
         kept: dict[int, bytes] = {}
         size = 0
         for seq, frame in sorted(frames.items(), key=lambda item: len(item[1])):
-            if size + len(frame) > allowance:
+            if size + len(frame) > self.max_bytes:
                 break
             kept[seq] = frame
             size += len(frame)

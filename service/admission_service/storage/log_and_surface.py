@@ -37,9 +37,7 @@ from admission_service.storage.frame_chunks import (
     full_frames,
     seal_statement,
 )
-from admission_service.storage.held_frames import (
-    NOT_HELD,
-)
+from admission_service.storage.held_frames import NOT_HELD
 from admission_service.storage.raw import RawStatement
 from admission_service.storage.rows import NodeRecord, StoredEvent, SystemNodeDetail, columns
 from admission_service.storage.scope import NOT_READ, SessionScope, where_session

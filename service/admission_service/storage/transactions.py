@@ -1,6 +1,7 @@
 """The ``Storage`` port on PostgreSQL: one pooled connection and one transaction per unit, and
 the worker's cache of the sessions it wrote (``session_cache.py``): a unit on a cached session
-sends nothing until its commit, which checks the cache was current."""
+sends nothing until its commit, which checks the cache was current; and the large node frames
+a worker's FULL reads found (``held_frames.py``), which the next FULL read need not fetch."""
 
 from __future__ import annotations
 
@@ -60,7 +61,10 @@ class PostgresUnit:
     otherwise on a cached session first checks the cache was current (``verify``), so that an
     answer made on it — a refusal, a ``validate_only`` — is never one a stale cache made. A
     commit leaves the cache what it committed; a unit that could not keep the cache current
-    leaves it nothing for the session (the next unit reads it afresh)."""
+    leaves it nothing for the session (the next unit reads it afresh).
+
+    A commit that saved the session also leaves the worker the large node frames its FULL read
+    found (``held_frames.py``), named by the version the commit left."""
 
     store: SessionStore
     usage: _Usage

@@ -31,12 +31,14 @@ def test_a_commit_without_a_read_carries_frames_held_at_its_read_version_only() 
     assert held.get(A).row_version == 9
 
 
-def test_one_session_keeps_at_most_half_the_bound_smallest_first() -> None:
+def test_a_session_past_the_bound_keeps_its_smallest_frames_up_to_it() -> None:
     held = HeldFrames(1000)
-    held.put(A, 1, frames(400, 300, 150))
+    held.put(A, 1, frames(600, 300, 150))
     assert sorted(len(frame) for frame in held.get(A).frames.values()) == [150, 300]
-    held.put(B, 1, frames(600))  # alone past the allowance: nothing held
+    held.put(B, 1, frames(1200))  # alone past the bound: nothing held
     assert held.get(B) is NOT_HELD and len(held) == 1
+    held.put(C, 1, frames(900))  # the bound's worth: the others go
+    assert held.get(A) is NOT_HELD and held.bytes == 900
 
 
 def test_the_least_recently_used_session_goes_first_past_the_bound() -> None:
