@@ -10,7 +10,7 @@ after each stretch: it must level off once the cache is full, and stay within S6
 message: a few KiB per entry, so the entry count bounds first), ``large`` (a 48 KiB prompt,
 kept with the admission: the byte bound bounds first) and ``held`` (a 64 KiB user message
 admitted FULL three times, so the worker holds its frame, ``storage/held_frames.py``,
-``PAS_HELD_FRAME_BYTES``; a sixteenth as many sessions, six times the bound). The same
+``PAS_HELD_FRAME_BYTES``; a sixteenth as many sessions, three times the bound). The same
 run with both off (``PAS_SESSION_CACHE_BYTES=0``, ``PAS_HELD_FRAME_BYTES=0``) is the baseline.
 
     python -m bench.cache_memory [--sessions 12000] [--out bench/results/cache_memory.json]

@@ -21,7 +21,7 @@
   PostgreSQL, checked by the session row's version; ``0`` turns it off (every step reads the
   session first: two round trips). Balancer affinity on the ``x-pas-session`` header keeps a
   session on one worker (docs/SCALING.md); correctness never depends on it |
-| ``PAS_HELD_FRAME_BYTES`` | ``8388608`` (8 MiB) | each worker's copies of the large node
+| ``PAS_HELD_FRAME_BYTES`` | ``16777216`` (16 MiB) | each worker's copies of the large node
   frames (16 KiB or more: tool outputs, long documents) of the sessions it committed after a
   FULL read (``storage/held_frames.py``): the next FULL read of such a session fetches only
   the rest, when the session row is still at the version the copies were left at (checked by

@@ -94,9 +94,10 @@ SESSION_CACHE_BYTES = 16 * MIB
 
 # The default bound of the large node frames a worker holds (storage/held_frames.py,
 # PAS_HELD_FRAME_BYTES): a FULL read of a session it committed need not fetch them again. It
-# holds a million-token session's tool outputs (S7: 4.6 MB); full, it costs a worker what it
-# says (docs/BENCHMARKS.md, eighteenth round), against S6's budget of 150 MiB.
-HELD_FRAME_BYTES = 8 * MIB
+# holds the tool outputs of three million-token sessions (4.6 MB each; at 8 MiB, S7's two
+# sessions on one worker took turns evicting each other and neither gained); full, it costs a
+# worker about what it says (docs/BENCHMARKS.md, eighteenth round).
+HELD_FRAME_BYTES = 16 * MIB
 
 # How long a streamed response's chunk may wait for its caller to read (api/streaming.py).
 STREAM_STALL_SECONDS = 30.0
