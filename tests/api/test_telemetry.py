@@ -182,6 +182,27 @@ async def test_pool_usage_shows_connections_in_use(start_api: StartApi) -> None:
     assert value(samples, "pas_db_pool_connections", state="in_use") == 1
 
 
+async def test_the_worker_caches_report_how_full_they_are_and_what_they_served(
+    start_api: StartApi,
+) -> None:
+    """A session's steps hit the worker's session cache, and its FULL reads take a large
+    message's frame from the held frames once a commit left it there."""
+    client = await start_api(metrics_listen="127.0.0.1:0")
+    assert client.server.metrics_port is not None
+    session_id = await create_session(client.stub)
+    document = "a long document " * 2048  # a frame of 32 KiB: held
+    await client.stub.Admit(admit_request(session_id, "be brief", document))
+    for step in range(1, 4):
+        await client.stub.Admit(admit_request(session_id, "be brief", f"step {step}", step=step))
+    samples = await asyncio.to_thread(scrape, client.server.metrics_port)
+    assert value(samples, "pas_worker_cache_sessions", cache="sessions") == 1
+    assert value(samples, "pas_worker_cache_sessions", cache="frames") == 1
+    assert value(samples, "pas_worker_cache_bytes", cache="frames") >= len(document)
+    assert value(samples, "pas_worker_cache_max_bytes", cache="frames") == 16 * 1024 * 1024
+    assert value(samples, "pas_session_cache_lookups_total", result="hit") >= 3
+    assert value(samples, "pas_held_frames_used_total") >= 1
+
+
 async def test_metrics_are_off_unless_configured(api: ApiClient) -> None:
     assert api.server.metrics_port is None
 

@@ -51,6 +51,7 @@ from admission_service.domain.catalog import Catalog
 from admission_service.domain.errors import InvalidModelInfo
 from admission_service.storage.engine import create_engine, run_migrations
 from admission_service.storage.token_keys import stored_page_token_keys
+from admission_service.storage.transactions import PostgresStorage
 from admission_service.telemetry.metrics import Metrics
 from admission_service.telemetry.tracing import (
     TRACER_NAME,
@@ -277,6 +278,8 @@ async def start_server(
     reloader = token_reloader(settings, tenants)
     try:
         deps = await compose(settings, engine, catalog, hooks)
+        if isinstance(deps.storage, PostgresStorage):
+            metrics.watch_caches(deps.storage.cache, deps.storage.held)
         telemetry = TelemetryInterceptor(metrics, tracer, log_payloads=settings.log_payloads)
         authenticate = AuthenticateFirst(
             api.DESCRIPTOR.services_by_name["AdmissionService"], tenants

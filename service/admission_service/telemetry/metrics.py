@@ -126,6 +126,62 @@ class _StreamingCollector(Collector):
         yield ended
 
 
+class CacheState(Protocol):
+    """What a worker's session cache and held frames report (``storage.session_cache``,
+    ``storage.held_frames``)."""
+
+    bytes: int
+    max_bytes: int
+
+    def __len__(self) -> int: ...
+
+
+class _CachesCollector(Collector):
+    """A worker's session cache and held frames (``PAS_SESSION_CACHE_BYTES``,
+    ``PAS_HELD_FRAME_BYTES``), read at scrape time: how full each is and how often it served."""
+
+    def __init__(self, sessions: CacheState | None, frames: CacheState | None) -> None:
+        self._caches = {"sessions": sessions, "frames": frames}
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        held = GaugeMetricFamily(
+            "pas_worker_cache_bytes",
+            "Bytes a worker's cache holds: the sessions it wrote (sessions) and the large node "
+            "frames its FULL reads found (frames).",
+            labels=["cache"],
+        )
+        bound = GaugeMetricFamily(
+            "pas_worker_cache_max_bytes", "The most bytes each cache holds.", labels=["cache"]
+        )
+        entries = GaugeMetricFamily(
+            "pas_worker_cache_sessions", "Sessions each cache holds.", labels=["cache"]
+        )
+        for name, cache in self._caches.items():
+            if cache is not None:
+                held.add_metric([name], float(cache.bytes))
+                bound.add_metric([name], float(cache.max_bytes))
+                entries.add_metric([name], float(len(cache)))
+        yield from (held, bound, entries)
+        sessions, frames = self._caches["sessions"], self._caches["frames"]
+        if sessions is not None:
+            lookups = CounterMetricFamily(
+                "pas_session_cache_lookups",
+                "Steps that looked for their session in the worker's cache, by result: a hit "
+                "sends the step in one round trip (checked by the row's version), a miss reads "
+                "the session first.",
+                labels=["result"],
+            )
+            lookups.add_metric(["hit"], float(getattr(sessions, "hits", 0)))
+            lookups.add_metric(["miss"], float(getattr(sessions, "misses", 0)))
+            yield lookups
+        if frames is not None:
+            yield CounterMetricFamily(
+                "pas_held_frames_used",
+                "Node frames FULL reads took from the worker instead of fetching them.",
+                value=float(getattr(frames, "used", 0)),
+            )
+
+
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
@@ -182,6 +238,9 @@ class Metrics:
 
     def watch_streaming(self, state: StreamingState) -> None:
         self.registry.register(_StreamingCollector(state))
+
+    def watch_caches(self, sessions: CacheState | None, frames: CacheState | None) -> None:
+        self.registry.register(_CachesCollector(sessions, frames))
 
     def rpc_children(self, service: str, method: str) -> tuple[Any, Any, Any]:
         """One method's started counter and latency histogram, and a function of a status
