@@ -15,8 +15,8 @@ held seq only when the row is at that version *as the read itself sees it*. Any 
 another worker wrote the session, it was deleted and created again (each lifetime starts its
 versions at random), a rollback gave a seq to another node — and the read returns every byte.
 Only a commit leaves copies (never a rolled-back read, whose own uncommitted nodes' seqs a later
-transaction may reuse), and only of nodes whose frame is at least ``HELD_FRAME_MIN`` bytes, so
-the seqs a read sends stay few.
+transaction may reuse): of what its FULL read found and of the nodes it wrote, and only of
+frames of at least ``HELD_FRAME_MIN`` bytes, so the seqs a read sends stay few.
 
 The copies are bounded in bytes (least recently used session first out; a session larger than
 the bound keeps its smallest frames up to it).
@@ -68,17 +68,19 @@ class HeldFrames:
         return found
 
     def committed(
-        self, key: SessionKey, read_version: int, found: Mapping[int, bytes] | None
+        self,
+        key: SessionKey,
+        read_version: int,
+        found: Mapping[int, bytes] | None,
+        written: Mapping[int, bytes],
     ) -> None:
         """A commit moved ``key``'s row from ``read_version`` one on: hold the large frames its
-        FULL read ``found``; with no FULL read, what was held at ``read_version`` still holds
-        (frames never change), now at the commit's version."""
-        if found is not None:
-            self.put(key, read_version + 1, found)
-            return
-        held = self._sessions.get(key)
-        if held is not None and held.row_version == read_version:
-            self._sessions[key] = HeldSession(read_version + 1, held.frames, held.size)
+        FULL read ``found`` and those it ``written``; with no FULL read, what was held at
+        ``read_version`` still holds (frames never change), now at the commit's version."""
+        if found is None:
+            held = self._sessions.get(key)
+            found = held.frames if held is not None and held.row_version == read_version else {}
+        self.put(key, read_version + 1, {**found, **written} if written else found)
 
     def put(self, key: SessionKey, row_version: int, frames: Mapping[int, bytes]) -> None:
         """Hold ``frames`` for ``key`` at ``row_version`` (what a commit left), instead of what

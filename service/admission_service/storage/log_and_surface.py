@@ -37,7 +37,7 @@ from admission_service.storage.frame_chunks import (
     full_frames,
     seal_statement,
 )
-from admission_service.storage.held_frames import NOT_HELD
+from admission_service.storage.held_frames import HELD_FRAME_MIN, NOT_HELD
 from admission_service.storage.raw import RawStatement
 from admission_service.storage.rows import NodeRecord, StoredEvent, SystemNodeDetail, columns
 from admission_service.storage.scope import NOT_READ, SessionScope, where_session
@@ -220,6 +220,8 @@ class SurfaceWrites(SessionScope):
             tokens += price
             self.growth.surface_nodes += 1
             self.growth.surface_bytes += len(node["message_pb"] or b"")
+            if message is not None and len(frames[event.seq]) >= HELD_FRAME_MIN:
+                self.frames_written[event.seq] = frames[event.seq]
             if isinstance(event.op, Append):
                 node["position"] = next_position
                 next_position += 1

@@ -75,6 +75,8 @@ class SessionScope:
         # this transaction found, which its commit leaves held (None: no FULL read).
         self.held_frames = held_frames
         self.frames_to_hold: dict[int, bytes] | None = None
+        # The large frames of the nodes this transaction wrote (held too once it commits).
+        self.frames_written: dict[int, bytes] = {}
         # What ``lock`` read ahead with the lock, by (kind, key), until asked for.
         self._read_ahead: dict[tuple[str, object], Any] = {}
         # Everything this transaction's writes added to the running sizes.

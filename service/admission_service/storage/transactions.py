@@ -1,7 +1,8 @@
 """The ``Storage`` port on PostgreSQL: one pooled connection and one transaction per unit, and
 the worker's cache of the sessions it wrote (``session_cache.py``): a unit on a cached session
 sends nothing until its commit, which checks the cache was current; and the large node frames
-a worker's FULL reads found (``held_frames.py``), which the next FULL read need not fetch."""
+a worker's commits wrote or read FULL (``held_frames.py``), which the next FULL read need not
+fetch."""
 
 from __future__ import annotations
 
@@ -64,7 +65,7 @@ class PostgresUnit:
     leaves it nothing for the session (the next unit reads it afresh).
 
     A commit that saved the session also leaves the worker the large node frames its FULL read
-    found (``held_frames.py``), named by the version the commit left."""
+    found and its writes wrote (``held_frames.py``), named by the version the commit left."""
 
     store: SessionStore
     usage: _Usage
@@ -111,7 +112,7 @@ class PostgresUnit:
         store, version = self.store, self.store.read_version
         if store.saved is not None and self._held is not None:
             assert version is not None  # a saved session was read or cached at a version
-            self._held.committed(self._key, version, store.frames_to_hold)
+            self._held.committed(self._key, version, store.frames_to_hold, store.frames_written)
         if self._cache is None or version is None:
             return
         # What the step saved, as its commit left the row (one version on), or the session it

@@ -147,7 +147,7 @@ class _CachesCollector(Collector):
         held = GaugeMetricFamily(
             "pas_worker_cache_bytes",
             "Bytes a worker's cache holds: the sessions it wrote (sessions) and the large node "
-            "frames its FULL reads found (frames).",
+            "frames its commits wrote or read FULL (frames).",
             labels=["cache"],
         )
         bound = GaugeMetricFamily(

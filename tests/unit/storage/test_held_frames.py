@@ -13,22 +13,24 @@ def frames(*sizes: int) -> dict[int, bytes]:
     return {seq: bytes([seq]) * size for seq, size in enumerate(sizes, start=1)}
 
 
-def test_a_commit_holds_what_its_read_found_at_the_version_it_left() -> None:
+def test_a_commit_holds_what_its_read_found_and_it_wrote_at_the_version_it_left() -> None:
     held = HeldFrames(1000)
-    held.committed(A, 7, frames(100, 200))
-    assert held.get(A).row_version == 8 and set(held.get(A).frames) == {1, 2}
-    assert held.bytes == 300
-    held.committed(A, 8, frames(50))  # a later read found only a node of 50 bytes
+    held.committed(A, 7, frames(100, 200), {9: b"w" * 30})
+    assert held.get(A).row_version == 8 and set(held.get(A).frames) == {1, 2, 9}
+    assert held.bytes == 330
+    held.committed(A, 8, frames(50), {})  # a later read found only a node of 50 bytes
     assert set(held.get(A).frames) == {1} and held.bytes == 50
 
 
 def test_a_commit_without_a_read_carries_frames_held_at_its_read_version_only() -> None:
     held = HeldFrames(1000)
-    held.committed(A, 7, frames(100))
-    held.committed(A, 8, None)  # the commit moved the row from the version they were left at
-    assert held.get(A).row_version == 9
-    held.committed(A, 3, None)  # another version: they say nothing of the row at 4
-    assert held.get(A).row_version == 9
+    held.committed(A, 7, frames(100), {})
+    held.committed(A, 8, None, {9: b"w" * 30})  # moved the row from the version they were at
+    assert held.get(A).row_version == 9 and set(held.get(A).frames) == {1, 9}
+    held.committed(A, 3, None, {10: b"x" * 20})  # another version: only what it wrote holds
+    assert held.get(A).row_version == 4 and set(held.get(A).frames) == {10}
+    held.committed(A, 2, None, {})
+    assert held.get(A) is NOT_HELD and held.bytes == 0
 
 
 def test_a_session_past_the_bound_keeps_its_smallest_frames_up_to_it() -> None:
