@@ -17,6 +17,7 @@ from admission_service.domain.session import Frames
 from admission_service.storage.frame_chunks import FRAME_CHUNK
 from admission_service.storage.log_and_surface import _FRAMES, _frames
 from admission_service.storage.repository import SessionStore
+from admission_service.storage.transactions import PostgresStorage
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.app_support import CATALOG, ROUTE, user
@@ -39,7 +40,10 @@ async def admit(
     """``users`` user messages (in Admits of at most 50), the last Admit's result."""
     result = None
     for first in range(0, max(users, 1), 50):
-        texts = [f"message {n} " + "x" * (n % 50) for n in range(first, min(first + 50, users))]
+        # ~85 bytes a frame: a chunk of 256 is past HELD_FRAME_MIN, so the worker holds it.
+        texts = [
+            f"message {n} " + "x" * (40 + n % 50) for n in range(first, min(first + 50, users))
+        ]
         command = AdmitCommand(sid, 1, 1, prompt, (), route, users=tuple(map(user, texts)))
         reply = await handlers.admit(deps, TENANT, command, None)
         result = reply.result
@@ -109,3 +113,7 @@ async def test_chunked_full_reads_are_the_nodes_through_appends_replacements_and
     await admit(deps, sid, "be briefer", 1, OTHER_FAMILY)
     chunked, one_by_one, chunks = await both_ways(deps, sid, None)
     assert chunked == one_by_one and chunks >= 3 and chunked.messages > 1000
+    # The worker's reads went through chunks it held (held_frames.py) at every step above.
+    storage = deps.storage
+    assert isinstance(storage, PostgresStorage) and storage.held is not None
+    assert storage.held.used > 10

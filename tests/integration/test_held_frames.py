@@ -297,3 +297,25 @@ async def test_a_seeded_mix_of_two_workers_never_reads_a_stale_frame(engine: Asy
             assert through_worker == one_by_one, number
             used += held_of(reader).used - before
     assert used > 20  # the mix went through the held path, not around it
+
+
+async def test_a_chunk_sealed_again_elsewhere_is_not_read_from_the_old_copy(
+    engine: AsyncEngine,
+) -> None:
+    """Chunks are held by first position: another worker's replacement drops the first chunk
+    and its next FULL Admit seals it again with the new head. The old copy must not stand for
+    the new chunk."""
+    a, b = worker(engine), worker(engine)
+    sid = await new_session(a)
+    for first in range(0, 300, 50):
+        texts = [f"message {n} " + "x" * 100 for n in range(first, first + 50)]
+        await admit(a, sid, *texts, route=REPLACING)
+    await admit(a, sid, "small", route=REPLACING)  # its commit seals the first chunk
+    await admit(a, sid, "small", route=REPLACING)  # its read found the chunk; its commit holds it
+    first_chunk = -1 - 0
+    assert first_chunk in held_of(a).get((TENANT, sid)).frames
+    await assert_exact(a, sid, held_used=True)
+    await admit(b, sid, "new head", prompt="be thorough", route=REPLACING)  # drops the chunk
+    await admit(b, sid, "small", prompt="be thorough", route=REPLACING)  # seals it again
+    await assert_exact(a, sid, held_used=False)
+    await assert_exact(b, sid, held_used=True)

@@ -15,9 +15,12 @@ request with at least a chunk's worth of positions unsealed (``seal_statement``)
 as that commit sees them, unless the transaction replaced a node (its deleted chunks would leave
 a hole below the new ones).
 
-A session of a few large nodes (a million tokens of tool outputs) has no complete chunk to seal:
-its nodes' frames are what a worker holds instead (``held_frames.py``), and a FULL read leaves
-out the bytes of those it holds.
+A worker may hold the frames of large nodes and chunks (``held_frames.py``: a session of a few
+large nodes, a million tokens of tool outputs, may have no complete chunk to seal), and a FULL
+read leaves out the bytes of those it holds. A chunk is held by its first position, which is
+safe at one version of the session row: within a transaction a chunk is only ever sealed past
+the chunks its read found (and not at all once it replaced or repriced), and every commit that
+drops chunks moves the version.
 """
 
 from __future__ import annotations
@@ -39,33 +42,41 @@ _KEY = "tenant_id = %(t)s AND session_id = %(s)s"
 # The whole surface's frames (a FULL request) as rows in position order: each sealed chunk and
 # each node past them (and each node of a chunk a split position falls inside, whose count
 # before the split needs them): (position, frames, messages, tokens, before the split, the end
-# of the sealed chunks, the node's seq). ``full_frames`` sums them. Rows, not one
+# of the sealed chunks, the part's key). ``full_frames`` sums them. Rows, not one
 # ``string_agg``: PostgreSQL then sends the chunks' bytes as they are stored instead of building
 # and sending one value of the whole request (at 50 000 nodes, 14 MB: ~10-18 ms against ~27 ms).
-# A node whose seq is in %(held)s comes without its frame (NULL; a stored node's frame never
-# is) when the session row is at %(held_version)s: the worker holds that frame
-# (``held_frames.py``).
-_HELD_OR_FRAME = (
-    "CASE WHEN seq = ANY((SELECT seqs FROM held)::bigint[]) THEN NULL ELSE message_pb END"
-)
+#
+# A part's key names its frames among those a worker holds (``held_frames.py``): a node's seq,
+# or a chunk's first position as ``-1 - first_position`` (seqs are never negative). A part
+# whose key is in %(held)s comes without its frames (NULL; stored frames never are) when the
+# session row is at %(held_version)s, the version the worker's copies were left at.
+_NODE_KEY = "seq"
+_CHUNK_KEY = "-1 - first_position"
+
+
+def _held_or(key: str, frames: str) -> str:
+    return f"CASE WHEN {key} = ANY((SELECT keys FROM held)::bigint[]) THEN NULL ELSE {frames} END"
+
+
 FULL_FRAMES = (
     "WITH sealed AS (SELECT coalesce(max(end_position), 0) AS upto FROM frame_chunks"
     f" WHERE {_KEY}),"
     " straddling AS (SELECT first_position, end_position FROM frame_chunks"
     f" WHERE {_KEY} AND first_position < %(split)s AND %(split)s < end_position),"
-    " held AS (SELECT %(held)s::bigint[] AS seqs FROM sessions"
+    " held AS (SELECT %(held)s::bigint[] AS keys FROM sessions"
     f" WHERE {_KEY} AND row_version = %(held_version)s)"
-    " SELECT position, frames, messages, tokens, before, (SELECT upto FROM sealed), seq FROM ("
-    " SELECT first_position AS position, frames, messages, tokens,"
-    " end_position <= %(split)s AS before, NULL::bigint AS seq FROM frame_chunks"
+    " SELECT position, frames, messages, tokens, before, (SELECT upto FROM sealed), key FROM ("
+    f" SELECT first_position AS position, {_held_or(_CHUNK_KEY, 'frames')} AS frames,"
+    " messages, tokens, end_position <= %(split)s AS before,"
+    f" {_CHUNK_KEY} AS key FROM frame_chunks"
     f" WHERE {_KEY} AND NOT (first_position < %(split)s AND %(split)s < end_position)"
     " UNION ALL"
-    f" SELECT position, {_HELD_OR_FRAME}, 1, tokens, position < %(split)s, seq"
-    f" FROM surface_nodes WHERE {_KEY} AND message_pb IS NOT NULL"
+    f" SELECT position, {_held_or(_NODE_KEY, 'message_pb')}, 1, tokens, position < %(split)s,"
+    f" {_NODE_KEY} FROM surface_nodes WHERE {_KEY} AND message_pb IS NOT NULL"
     " AND position >= (SELECT upto FROM sealed)"
     " UNION ALL"
-    f" SELECT position, {_HELD_OR_FRAME}, 1, tokens, position < %(split)s, seq"
-    f" FROM surface_nodes WHERE {_KEY} AND message_pb IS NOT NULL"
+    f" SELECT position, {_held_or(_NODE_KEY, 'message_pb')}, 1, tokens, position < %(split)s,"
+    f" {_NODE_KEY} FROM surface_nodes WHERE {_KEY} AND message_pb IS NOT NULL"
     " AND position >= (SELECT first_position FROM straddling)"
     " AND position < (SELECT end_position FROM straddling)) AS parts"
     " ORDER BY position"
@@ -76,8 +87,8 @@ FULL_FRAMES = (
 class FullRead:
     """What ``FULL_FRAMES``' rows say: the request's frames (with their count and price and
     those before the split); the end of the sealed chunks and the next position past every
-    node read (what a seal may cover); the large frames a worker may hold after the commit,
-    and how many frames came from those it held."""
+    node read (what a seal may cover); the large parts a worker may hold after the commit, by
+    key, and how many parts came from those it held."""
 
     frames: Frames
     sealed_upto: int
@@ -87,24 +98,23 @@ class FullRead:
 
 
 def full_frames(rows: list[tuple[Any, ...]], held: Mapping[int, bytes]) -> FullRead:
-    """The FULL request in ``FULL_FRAMES``' rows, each node's frame the read left out taken
+    """The FULL request in ``FULL_FRAMES``' rows, each part's frames the read left out taken
     from ``held``."""
     if not rows:
         return FullRead(NO_FRAMES, 0, 0, {})
     messages = tokens = before_messages = before_tokens = from_held = 0
     frames: list[bytes] = []
     to_hold: dict[int, bytes] = {}
-    for _, frame, count, price, before, _, seq in rows:
+    for _, frame, count, price, before, _, key in rows:
         messages += count
         tokens += price
         if before:
             before_messages += count
             before_tokens += price
-        if seq is not None:
-            if frame is None:
-                frame, from_held = held[seq], from_held + 1
-            if len(frame) >= HELD_FRAME_MIN:
-                to_hold[seq] = frame
+        if frame is None:
+            frame, from_held = held[key], from_held + 1
+        if len(frame) >= HELD_FRAME_MIN:
+            to_hold[key] = frame
         frames.append(frame)  # the chunks stay apart: the response joins them with its head
     return FullRead(
         Frames(tuple(frames), messages, tokens, before_messages, before_tokens),

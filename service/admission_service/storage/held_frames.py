@@ -1,25 +1,30 @@
-"""A worker's copies of the large node frames it read, so a FULL read need not fetch them again.
+"""A worker's copies of the large frames it read or wrote, so a FULL read need not fetch them
+again.
 
 A session that reaches a million tokens holds most of its bytes in a few large nodes (tool
-outputs of ~1 MB). Its FULL request is those nodes' frames again on every step, and fetching
-4.6 MB from PostgreSQL is most of what a streamed FULL Admit costs beyond its transport (S7).
-A frame never changes once committed: a node row is written once (a repricing rewrites only its
-price), and a replacement or a compaction shadows nodes and writes new ones under new seqs (a
-replacement reuses *positions*, never seqs). So the frames of a session's nodes, by seq, stay
-true for as long as the session id names the same lifetime.
+outputs of ~1 MB), or, once it is long, in the sealed chunks of its frames
+(``frame_chunks.py``). Its FULL request is those bytes again on every step, and fetching 4.6 MB
+from PostgreSQL is most of what a streamed FULL Admit costs beyond its transport (S7).
 
-What keeps the copies honest is the session row's version (migration 0008), the same check the
-session cache rests on (``session_cache.py``): the copies are left by a commit and named by the
-version that commit left, and a FULL read (``frame_chunks.FULL_FRAMES``) returns no bytes for a
-held seq only when the row is at that version *as the read itself sees it*. Any other state —
-another worker wrote the session, it was deleted and created again (each lifetime starts its
-versions at random), a rollback gave a seq to another node — and the read returns every byte.
-Only a commit leaves copies (never a rolled-back read, whose own uncommitted nodes' seqs a later
-transaction may reuse): of what its FULL read found and of the nodes it wrote, and only of
-frames of at least ``HELD_FRAME_MIN`` bytes, so the seqs a read sends stay few.
+The copies are *parts* of the FULL read, by key (``frame_chunks.FULL_FRAMES``): a node's frame
+by its seq, a chunk's frames by its first position (as ``-1 - first_position``). A node's frame
+never changes once committed: its row is written once (a repricing rewrites only its price),
+and a replacement or a compaction shadows nodes and writes new ones under new seqs (a
+replacement reuses *positions*, never seqs). A chunk can be dropped and sealed again with other
+frames, but never within one version of the session row (``frame_chunks.py``).
+
+What keeps the copies honest is that version (migration 0008), the same check the session cache
+rests on (``session_cache.py``): the copies are left by a commit and named by the version that
+commit left, and a FULL read returns no bytes for a held key only when the row is at that
+version *as the read itself sees it*. Any other state — another worker wrote the session, it
+was deleted and created again (each lifetime starts its versions at random), a rollback gave a
+seq to another node — and the read returns every byte. Only a commit leaves copies (never a
+rolled-back read, whose own uncommitted nodes' seqs a later transaction may reuse): of what its
+FULL read found and of the nodes it wrote, and only of parts of at least ``HELD_FRAME_MIN``
+bytes, so the keys a read sends stay few.
 
 The copies are bounded in bytes (least recently used session first out; a session larger than
-the bound keeps its smallest frames up to it).
+the bound keeps its smallest parts up to it).
 """
 
 from __future__ import annotations
@@ -30,14 +35,14 @@ from dataclasses import dataclass
 
 from admission_service.storage.session_cache import SessionKey
 
-# The smallest frame worth holding: sending its seq with the read costs little against its
-# bytes, and a session of many small nodes (S3) holds none (those travel in sealed chunks).
+# The smallest part worth holding: sending its key with the read costs little against its
+# bytes. A session's small nodes are held once sealed, a chunk of 256 of them at a time.
 HELD_FRAME_MIN = 16 * 1024
 
 
 @dataclass(frozen=True, slots=True)
 class HeldSession:
-    """A session's held frames by seq, true while its row is at ``row_version``."""
+    """A session's held parts by key, true while its row is at ``row_version``."""
 
     row_version: int
     frames: Mapping[int, bytes]
@@ -54,7 +59,7 @@ class HeldFrames:
         self.max_bytes = max_bytes
         self._sessions: OrderedDict[SessionKey, HeldSession] = OrderedDict()
         self.bytes = 0
-        self.used = 0  # frames FULL reads took from here instead of fetching them
+        self.used = 0  # parts FULL reads took from here instead of fetching them
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -74,9 +79,10 @@ class HeldFrames:
         found: Mapping[int, bytes] | None,
         written: Mapping[int, bytes],
     ) -> None:
-        """A commit moved ``key``'s row from ``read_version`` one on: hold the large frames its
-        FULL read ``found`` and those it ``written``; with no FULL read, what was held at
-        ``read_version`` still holds (frames never change), now at the commit's version."""
+        """A commit moved ``key``'s row from ``read_version`` one on: hold the large parts its
+        FULL read ``found`` and the large nodes it ``written`` (by seq); with no FULL read, what
+        was held at ``read_version`` still holds, now at the commit's version (the commit
+        dropped chunks only if it replaced or repriced, and sealed none without a read)."""
         if found is None:
             held = self._sessions.get(key)
             found = held.frames if held is not None and held.row_version == read_version else {}

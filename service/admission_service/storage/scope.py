@@ -115,7 +115,9 @@ class SessionScope:
         and ``COMMIT`` in one round trip; the COMMIT's status ("COMMIT", or "ROLLBACK" when the
         transaction had failed). A transaction on a cached session whose cache was stale fails
         here whole (``SessionMoved``)."""
-        seal = (self.seal,) if self.seal is not None else ()
+        # Chunks are sealed only by a commit that moves the row's version: a worker's held
+        # chunks are named by that version (held_frames.py).
+        seal = (self.seal,) if self.seal is not None and self._saved_row is not None else ()
         prelude, self._prelude = self._prelude, []
         statements = (*prelude, *seal, *self._deferred(self._saved_row), COMMIT)
         try:

@@ -57,16 +57,19 @@ def test_the_least_recently_used_session_goes_first_past_the_bound() -> None:
 
 def test_full_frames_take_the_left_out_frames_from_those_held_and_hold_the_large() -> None:
     large, small = b"L" * HELD_FRAME_MIN, b"s" * 10
-    # (position, frames, messages, tokens, before, sealed end, seq): a chunk, then nodes.
+    chunk = b"C" * HELD_FRAME_MIN
+    # (position, frames, messages, tokens, before, sealed end, key): chunks (key -1 - first
+    # position), then nodes (key: seq).
     rows = [
-        (0, b"chunk", 3, 30, True, 3, None),
-        (3, None, 1, 5, True, 3, 40),
-        (4, small, 1, 2, False, 3, 41),
-        (5, large, 1, 9, False, 3, 42),
+        (0, b"chunk", 3, 30, True, 6, -1),
+        (3, None, 3, 12, True, 6, -4),
+        (6, None, 1, 5, True, 6, 40),
+        (7, small, 1, 2, False, 6, 41),
+        (8, large, 1, 9, False, 6, 42),
     ]
-    found = full_frames(rows, {40: b"H" * HELD_FRAME_MIN})
-    assert found.frames.parts == (b"chunk", b"H" * HELD_FRAME_MIN, small, large)
-    assert (found.frames.messages, found.frames.tokens) == (6, 46)
-    assert (found.frames.before_messages, found.frames.before_tokens) == (4, 35)
-    assert (found.sealed_upto, found.read_end, found.from_held) == (3, 6, 1)
-    assert set(found.to_hold) == {40, 42}  # the chunk and the small node are not held
+    found = full_frames(rows, {-4: chunk, 40: b"H" * HELD_FRAME_MIN})
+    assert found.frames.parts == (b"chunk", chunk, b"H" * HELD_FRAME_MIN, small, large)
+    assert (found.frames.messages, found.frames.tokens) == (9, 58)
+    assert (found.frames.before_messages, found.frames.before_tokens) == (7, 47)
+    assert (found.sealed_upto, found.read_end, found.from_held) == (6, 9, 2)
+    assert set(found.to_hold) == {-4, 40, 42}  # the small chunk and the small node are not
