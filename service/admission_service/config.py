@@ -22,7 +22,8 @@
   session first: two round trips). Balancer affinity on the ``x-pas-session`` header keeps a
   session on one worker (docs/SCALING.md); correctness never depends on it |
 | ``PAS_HELD_FRAME_BYTES`` | ``16777216`` (16 MiB) | each worker's copies of the large node
-  frames (16 KiB or more: tool outputs, long documents) its commits wrote or read FULL
+  frames (16 KiB or more: tool outputs, long documents, a long session's sealed chunks) its
+  commits wrote or read FULL
   (``storage/held_frames.py``): the next FULL read of such a session fetches only
   the rest, when the session row is still at the version the copies were left at (checked by
   the read itself); least recently used sessions first out; ``0`` turns it off |

@@ -146,8 +146,8 @@ class _CachesCollector(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         held = GaugeMetricFamily(
             "pas_worker_cache_bytes",
-            "Bytes a worker's cache holds: the sessions it wrote (sessions) and the large node "
-            "frames its commits wrote or read FULL (frames).",
+            "Bytes a worker's cache holds: the sessions it wrote (sessions) and the large frames "
+            "(nodes, sealed chunks) its commits wrote or read FULL (frames).",
             labels=["cache"],
         )
         bound = GaugeMetricFamily(
