@@ -13,8 +13,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.app_support import ROUTE, user
-
-from .test_session_cache import TENANT, new_session, worker
+from tests.integration.workers import TENANT, new_session, worker
 
 PROMPT = "You are a careful agent.\0 Ünïcode. " * 4_000  # ~150 KB, NUL included
 TOOLS = tuple(

@@ -8,10 +8,8 @@ reused by the next commit)."""
 from __future__ import annotations
 
 import random
-import uuid
 from typing import Any
 
-from admission_service.api import convert
 from admission_service.app import handlers
 from admission_service.app.commands import (
     AdmitCommand,
@@ -28,31 +26,18 @@ from admission_service.domain.errors import NothingToCompact, SummaryNotSmaller
 from admission_service.domain.messages import Message, Role, Text
 from admission_service.domain.session import Frames
 from admission_service.storage.frame_chunks import FULL_FRAMES
-from admission_service.storage.held_frames import HELD_FRAME_MIN, HeldFrames
+from admission_service.storage.held_frames import HELD_FRAME_MIN
 from admission_service.storage.log_and_surface import _FRAMES, _frames
 from admission_service.storage.raw import RawStatement
 from admission_service.storage.repository import SessionStore
 from admission_service.storage.transactions import PostgresStorage
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tests.app_support import CATALOG, ROUTE, user
+from tests.app_support import ROUTE, user
+from tests.integration.workers import TENANT, held_of, new_session, worker
 
-TENANT = "t"
 # The head is rewritten on a changed prompt (a replacement at position 0).
 REPLACING = RouteRequest("deepseek", "deepseek-flash", 128_000, Capability.REPLACE)
-
-
-def worker(engine: AsyncEngine, held_frame_bytes: int = 8 * 1024 * 1024) -> Deps:
-    """One worker's application: its own storage, so its own held frames."""
-    return Deps.compose(
-        engine, CATALOG, encoders=convert.ENCODERS, held_frame_bytes=held_frame_bytes
-    )
-
-
-def held_of(deps: Deps) -> HeldFrames:
-    storage = deps.storage
-    assert isinstance(storage, PostgresStorage) and storage.held is not None
-    return storage.held
 
 
 def large(tag: str) -> str:
@@ -60,12 +45,6 @@ def large(tag: str) -> str:
     text = f"{tag}: " + " ".join(f"{tag}-{n}" for n in range(HELD_FRAME_MIN // 6))
     assert len(text) > HELD_FRAME_MIN
     return text
-
-
-async def new_session(deps: Deps) -> str:
-    session_id = f"held-{uuid.uuid4().hex}"
-    await handlers.create_session(deps, TENANT, session_id, None)
-    return session_id
 
 
 async def admit(
@@ -113,7 +92,7 @@ def texts_of(result: AttemptResult) -> bytes:
 
 
 def held_texts(deps: Deps, sid: str) -> bytes:
-    return b"".join(held_of(deps).get((TENANT, sid)).frames.values())
+    return b"".join(held_of(deps).get((TENANT, sid)).parts.values())
 
 
 async def test_a_full_read_leaves_out_only_held_frames_and_only_at_their_version(
@@ -125,7 +104,7 @@ async def test_a_full_read_leaves_out_only_held_frames_and_only_at_their_version
     await admit(a, sid, large("two"))
     await admit(a, sid, "small")  # its FULL read found both and the commit held them
     held = held_of(a).get((TENANT, sid))
-    assert held.row_version >= 0 and len(held.frames) >= 1
+    assert held.row_version >= 0 and len(held.parts) >= 1
     async with a.storage.unit(TENANT, sid, snapshot=True) as unit:
         store = unit.store
         assert isinstance(store, SessionStore)
@@ -142,7 +121,7 @@ async def test_a_full_read_leaves_out_only_held_frames_and_only_at_their_version
             rows = (await store._flight(statement))[0]
             return {row[6] for row in rows if row[1] is None}
 
-        seqs = list(held.frames)
+        seqs = list(held.parts)
         assert await null_frames(seqs, held.row_version) == set(seqs)
         assert await null_frames(seqs, held.row_version + 1) == set()  # another version
         assert await null_frames(seqs, held.row_version - 1) == set()
@@ -202,13 +181,13 @@ async def test_a_session_created_again_under_its_id_is_not_read_with_the_old_fra
     await admit(a, sid, large("old"))
     await admit(a, sid, "small")
     await admit(a, sid, "small")
-    old_seqs = set(held_of(a).get((TENANT, sid)).frames)
+    old_seqs = set(held_of(a).get((TENANT, sid)).parts)
     await handlers.delete_session(b, TENANT, sid, None, None)
     await handlers.create_session(b, TENANT, sid, None)
     await admit(b, sid, large("new"))
     await admit(b, sid, "small")
     await admit(b, sid, "small")
-    assert set(held_of(b).get((TENANT, sid)).frames) == old_seqs  # the same seqs
+    assert set(held_of(b).get((TENANT, sid)).parts) == old_seqs  # the same seqs
     await assert_exact(a, sid, held_used=False)
     result = await admit(a, sid, "next")
     assert b"new-1 " in texts_of(result) and b"old-1 " not in texts_of(result)
@@ -313,7 +292,7 @@ async def test_a_chunk_sealed_again_elsewhere_is_not_read_from_the_old_copy(
     await admit(a, sid, "small", route=REPLACING)  # its commit seals the first chunk
     await admit(a, sid, "small", route=REPLACING)  # its read found the chunk; its commit holds it
     first_chunk = -1 - 0
-    assert first_chunk in held_of(a).get((TENANT, sid)).frames
+    assert first_chunk in held_of(a).get((TENANT, sid)).parts
     await assert_exact(a, sid, held_used=True)
     await admit(b, sid, "new head", prompt="be thorough", route=REPLACING)  # drops the chunk
     await admit(b, sid, "small", prompt="be thorough", route=REPLACING)  # seals it again

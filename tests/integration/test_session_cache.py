@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import random
-import uuid
 from dataclasses import replace
 from typing import Any
 
 import pytest
-from admission_service.api import convert
 from admission_service.app import handlers
 from admission_service.app.commands import (
     AdmitCommand,
@@ -30,30 +28,11 @@ from admission_service.domain.aggregate import SessionAggregate
 from admission_service.domain.errors import InvalidArgument, SessionNotFound, SummaryNotSmaller
 from admission_service.domain.messages import Message, Role, Text, ToolCall, ToolResult
 from admission_service.domain.session import Frames
-from admission_service.storage.session_cache import SessionCache
 from admission_service.storage.transactions import PostgresStorage
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tests.app_support import CATALOG, ROUTE, user
-
-TENANT = "t"
-
-
-def worker(engine: AsyncEngine, **kwargs: Any) -> Deps:
-    """One worker's application: its own storage, so its own session cache."""
-    return Deps.compose(engine, CATALOG, encoders=convert.ENCODERS, **kwargs)
-
-
-def cache_of(deps: Deps) -> SessionCache:
-    storage = deps.storage
-    assert isinstance(storage, PostgresStorage) and storage.cache is not None
-    return storage.cache
-
-
-async def new_session(deps: Deps) -> str:
-    session_id = f"c-{uuid.uuid4().hex}"
-    await handlers.create_session(deps, TENANT, session_id, None)
-    return session_id
+from tests.app_support import ROUTE, user
+from tests.integration.workers import TENANT, cache_of, new_session, worker
 
 
 async def step(

@@ -45,7 +45,7 @@ class HeldSession:
     """A session's held parts by key, true while its row is at ``row_version``."""
 
     row_version: int
-    frames: Mapping[int, bytes]
+    parts: Mapping[int, bytes]
     size: int
 
 
@@ -65,7 +65,7 @@ class HeldFrames:
         return len(self._sessions)
 
     def get(self, key: SessionKey) -> HeldSession:
-        """``key``'s held frames (``NOT_HELD``: none), now the most recently used."""
+        """``key``'s held parts (``NOT_HELD``: none), now the most recently used."""
         found = self._sessions.get(key)
         if found is None:
             return NOT_HELD
@@ -85,20 +85,20 @@ class HeldFrames:
         dropped chunks only if it replaced or repriced, and sealed none without a read)."""
         if found is None:
             held = self._sessions.get(key)
-            found = held.frames if held is not None and held.row_version == read_version else {}
+            found = held.parts if held is not None and held.row_version == read_version else {}
         self.put(key, read_version + 1, {**found, **written} if written else found)
 
-    def put(self, key: SessionKey, row_version: int, frames: Mapping[int, bytes]) -> None:
-        """Hold ``frames`` for ``key`` at ``row_version`` (what a commit left), instead of what
+    def put(self, key: SessionKey, row_version: int, parts: Mapping[int, bytes]) -> None:
+        """Hold ``parts`` for ``key`` at ``row_version`` (what a commit left), instead of what
         was held for it; past the bound, the largest are not held."""
         self.evict(key)
         kept: dict[int, bytes] = {}
         size = 0
-        for seq, frame in sorted(frames.items(), key=lambda item: len(item[1])):
-            if size + len(frame) > self.max_bytes:
+        for part, frames in sorted(parts.items(), key=lambda item: len(item[1])):
+            if size + len(frames) > self.max_bytes:
                 break
-            kept[seq] = frame
-            size += len(frame)
+            kept[part] = frames
+            size += len(frames)
         if not kept:
             return
         self._sessions[key] = HeldSession(row_version, kept, size)

@@ -220,8 +220,8 @@ class SurfaceWrites(SessionScope):
             tokens += price
             self.growth.surface_nodes += 1
             self.growth.surface_bytes += len(node["message_pb"] or b"")
-            if message is not None and len(frames[event.seq]) >= HELD_FRAME_MIN:
-                self.frames_written[event.seq] = frames[event.seq]
+            if (frame := node["message_pb"]) is not None and len(frame) >= HELD_FRAME_MIN:
+                self.frames_written[event.seq] = frame
             if isinstance(event.op, Append):
                 node["position"] = next_position
                 next_position += 1
@@ -452,10 +452,10 @@ class FrameReads(SessionScope):
         deferred = self._deferred() if flush else ()
         held = self.held_frames.get(self.key) if self.held_frames is not None else NOT_HELD
         params = self._frame_params(0, split_position)
-        params["held"], params["held_version"] = list(held.frames), held.row_version
+        params["held"], params["held_version"] = list(held.parts), held.row_version
         read = RawStatement(FULL_FRAMES, params, binary=True, all_rows=True)
         *_, rows = await self._flight(*deferred, read)
-        found = full_frames(rows, held.frames)
+        found = full_frames(rows, held.parts)
         self.seal = seal_statement(self.tenant, self.session_id, found.sealed_upto, found.read_end)
         self.frames_to_hold = found.to_hold
         if self.held_frames is not None:

@@ -127,8 +127,7 @@ class _StreamingCollector(Collector):
 
 
 class CacheState(Protocol):
-    """What a worker's session cache and held frames report (``storage.session_cache``,
-    ``storage.held_frames``)."""
+    """How full a worker's cache is (``storage.session_cache``, ``storage.held_frames``)."""
 
     bytes: int
     max_bytes: int
@@ -136,14 +135,25 @@ class CacheState(Protocol):
     def __len__(self) -> int: ...
 
 
+class SessionCacheState(CacheState, Protocol):
+    hits: int
+    misses: int
+
+
+class HeldFramesState(CacheState, Protocol):
+    used: int
+
+
 class _CachesCollector(Collector):
     """A worker's session cache and held frames (``PAS_SESSION_CACHE_BYTES``,
     ``PAS_HELD_FRAME_BYTES``), read at scrape time: how full each is and how often it served."""
 
-    def __init__(self, sessions: CacheState | None, frames: CacheState | None) -> None:
-        self._caches = {"sessions": sessions, "frames": frames}
+    def __init__(self, sessions: SessionCacheState | None, frames: HeldFramesState | None) -> None:
+        self._sessions, self._frames = sessions, frames
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        sessions, frames = self._sessions, self._frames
+        caches: dict[str, CacheState | None] = {"sessions": sessions, "frames": frames}
         held = GaugeMetricFamily(
             "pas_worker_cache_bytes",
             "Bytes a worker's cache holds: the sessions it wrote (sessions) and the large frames "
@@ -156,13 +166,12 @@ class _CachesCollector(Collector):
         entries = GaugeMetricFamily(
             "pas_worker_cache_sessions", "Sessions each cache holds.", labels=["cache"]
         )
-        for name, cache in self._caches.items():
+        for name, cache in caches.items():
             if cache is not None:
                 held.add_metric([name], float(cache.bytes))
                 bound.add_metric([name], float(cache.max_bytes))
                 entries.add_metric([name], float(len(cache)))
         yield from (held, bound, entries)
-        sessions, frames = self._caches["sessions"], self._caches["frames"]
         if sessions is not None:
             lookups = CounterMetricFamily(
                 "pas_session_cache_lookups",
@@ -171,14 +180,15 @@ class _CachesCollector(Collector):
                 "the session first.",
                 labels=["result"],
             )
-            lookups.add_metric(["hit"], float(getattr(sessions, "hits", 0)))
-            lookups.add_metric(["miss"], float(getattr(sessions, "misses", 0)))
+            lookups.add_metric(["hit"], float(sessions.hits))
+            lookups.add_metric(["miss"], float(sessions.misses))
             yield lookups
         if frames is not None:
             yield CounterMetricFamily(
                 "pas_held_frames_used",
-                "Node frames FULL reads took from the worker instead of fetching them.",
-                value=float(getattr(frames, "used", 0)),
+                "Frames (nodes, sealed chunks) FULL reads took from the worker instead of "
+                "fetching them.",
+                value=float(frames.used),
             )
 
 
@@ -239,7 +249,9 @@ class Metrics:
     def watch_streaming(self, state: StreamingState) -> None:
         self.registry.register(_StreamingCollector(state))
 
-    def watch_caches(self, sessions: CacheState | None, frames: CacheState | None) -> None:
+    def watch_caches(
+        self, sessions: SessionCacheState | None, frames: HeldFramesState | None
+    ) -> None:
         self.registry.register(_CachesCollector(sessions, frames))
 
     def rpc_children(self, service: str, method: str) -> tuple[Any, Any, Any]:

@@ -16,19 +16,19 @@ def frames(*sizes: int) -> dict[int, bytes]:
 def test_a_commit_holds_what_its_read_found_and_it_wrote_at_the_version_it_left() -> None:
     held = HeldFrames(1000)
     held.committed(A, 7, frames(100, 200), {9: b"w" * 30})
-    assert held.get(A).row_version == 8 and set(held.get(A).frames) == {1, 2, 9}
+    assert held.get(A).row_version == 8 and set(held.get(A).parts) == {1, 2, 9}
     assert held.bytes == 330
     held.committed(A, 8, frames(50), {})  # a later read found only a node of 50 bytes
-    assert set(held.get(A).frames) == {1} and held.bytes == 50
+    assert set(held.get(A).parts) == {1} and held.bytes == 50
 
 
 def test_a_commit_without_a_read_carries_frames_held_at_its_read_version_only() -> None:
     held = HeldFrames(1000)
     held.committed(A, 7, frames(100), {})
     held.committed(A, 8, None, {9: b"w" * 30})  # moved the row from the version they were at
-    assert held.get(A).row_version == 9 and set(held.get(A).frames) == {1, 9}
+    assert held.get(A).row_version == 9 and set(held.get(A).parts) == {1, 9}
     held.committed(A, 3, None, {10: b"x" * 20})  # another version: only what it wrote holds
-    assert held.get(A).row_version == 4 and set(held.get(A).frames) == {10}
+    assert held.get(A).row_version == 4 and set(held.get(A).parts) == {10}
     held.committed(A, 2, None, {})
     assert held.get(A) is NOT_HELD and held.bytes == 0
 
@@ -36,7 +36,7 @@ def test_a_commit_without_a_read_carries_frames_held_at_its_read_version_only() 
 def test_a_session_past_the_bound_keeps_its_smallest_frames_up_to_it() -> None:
     held = HeldFrames(1000)
     held.put(A, 1, frames(600, 300, 150))
-    assert sorted(len(frame) for frame in held.get(A).frames.values()) == [150, 300]
+    assert sorted(len(frame) for frame in held.get(A).parts.values()) == [150, 300]
     held.put(B, 1, frames(1200))  # alone past the bound: nothing held
     assert held.get(B) is NOT_HELD and len(held) == 1
     held.put(C, 1, frames(900))  # the bound's worth: the others go
