@@ -27,6 +27,12 @@
   (``storage/held_frames.py``): the next FULL read of such a session fetches only
   the rest, when the session row is still at the version the copies were left at (checked by
   the read itself); least recently used sessions first out; ``0`` turns it off |
+| ``PAS_HELD_BODY_BYTES`` | ``16777216`` (16 MiB) | each worker's rendered provider bodies (64
+  KiB or more) of its sessions' last requests (``app/held_bodies.py``): the next FULL body of
+  such a session (a response carrying the body alone) is made from the held one and the
+  messages after it, reading and rendering only those, when it is the body of the session's
+  previous request (its digest) and nothing before that request's end was shadowed since;
+  least recently used first out; ``0`` turns it off |
 | ``PAS_DB_APP_ROLE`` | unset | ``migrate`` grants this existing role the data privileges the
   service needs (no DDL), for replicas that connect as it |
 | ``PAS_HEALTH_PROBE_SECONDS`` | ``2`` | how often the server checks the database for its health
@@ -128,6 +134,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from admission_service.app.limits import (
+    HELD_BODY_BYTES,
     HELD_FRAME_BYTES,
     IDEMPOTENCY_RETENTION_SECONDS,
     IDEMPOTENCY_SWEEP_SECONDS,
@@ -195,6 +202,7 @@ class Settings:
     db_prepared_statements: bool | None = None
     session_cache_bytes: int = SESSION_CACHE_BYTES
     held_frame_bytes: int = HELD_FRAME_BYTES
+    held_body_bytes: int = HELD_BODY_BYTES
     db_app_role: str | None = None
     health_probe_seconds: float = 2.0
     shutdown_grace_seconds: float = 10.0
@@ -259,6 +267,7 @@ class Settings:
                 "PAS_SESSION_CACHE_BYTES", SESSION_CACHE_BYTES, minimum=0
             ),
             held_frame_bytes=reader.integer("PAS_HELD_FRAME_BYTES", HELD_FRAME_BYTES, minimum=0),
+            held_body_bytes=reader.integer("PAS_HELD_BODY_BYTES", HELD_BODY_BYTES, minimum=0),
             db_app_role=reader.role_name("PAS_DB_APP_ROLE"),
             health_probe_seconds=reader.number("PAS_HEALTH_PROBE_SECONDS", 2.0),
             shutdown_grace_seconds=reader.number("PAS_SHUTDOWN_GRACE_SECONDS", 10.0),

@@ -201,6 +201,18 @@ async def test_the_worker_caches_report_how_full_they_are_and_what_they_served(
     assert value(samples, "pas_worker_cache_max_bytes", cache="frames") == 16 * 1024 * 1024
     assert value(samples, "pas_session_cache_lookups_total", result="hit") >= 3
     assert value(samples, "pas_held_frames_used_total") >= 1
+    assert value(samples, "pas_worker_cache_sessions", cache="bodies") == 0
+    # A chat body of 64 KiB or more is held, and the next step's body continues it.
+    chat = pb.WIRE_FORMAT_OPENAI_CHAT
+    for step, text in ((4, document * 2), (5, "next")):
+        await client.stub.Admit(
+            admit_request(session_id, "be brief", text, step=step, wire_format=chat)
+        )
+    samples = await asyncio.to_thread(scrape, client.server.metrics_port)
+    assert value(samples, "pas_worker_cache_sessions", cache="bodies") == 1
+    assert value(samples, "pas_worker_cache_bytes", cache="bodies") >= 2 * len(document)
+    assert value(samples, "pas_worker_cache_max_bytes", cache="bodies") == 16 * 1024 * 1024
+    assert value(samples, "pas_held_bodies_used_total") == 1
 
 
 async def test_metrics_are_off_unless_configured(api: ApiClient) -> None:

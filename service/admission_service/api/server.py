@@ -202,6 +202,7 @@ async def compose(
         idempotency_retention_seconds=settings.idempotency_retention_seconds,
         session_cache_bytes=settings.session_cache_bytes,
         held_frame_bytes=settings.held_frame_bytes,
+        held_body_bytes=settings.held_body_bytes,
     )
 
 
@@ -279,7 +280,7 @@ async def start_server(
     try:
         deps = await compose(settings, engine, catalog, hooks)
         if isinstance(deps.storage, PostgresStorage):
-            metrics.watch_caches(deps.storage.cache, deps.storage.held)
+            metrics.watch_caches(deps.storage.cache, deps.storage.held, deps.bodies)
         telemetry = TelemetryInterceptor(metrics, tracer, log_payloads=settings.log_payloads)
         authenticate = AuthenticateFirst(
             api.DESCRIPTOR.services_by_name["AdmissionService"], tenants

@@ -4,14 +4,16 @@ handed to each handler: ``await admit(deps, tenant, command, idempotency)``."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from admission_service.app.gate import SessionGate
+from admission_service.app.held_bodies import HeldBodies
 from admission_service.app.hooks import NO_HOOKS, PhaseHooks
 from admission_service.app.limits import (
+    HELD_BODY_BYTES,
     HELD_FRAME_BYTES,
     IDEMPOTENCY_RETENTION_SECONDS,
     SESSION_CACHE_BYTES,
@@ -43,6 +45,8 @@ class Deps:
     # One writer per session per process: a hot session's queued writers hold no connection.
     gate: SessionGate
     hooks: PhaseHooks = NO_HOOKS
+    # The rendered bodies of this worker's sessions' last large requests (app/held_bodies.py).
+    bodies: HeldBodies = field(default_factory=lambda: HeldBodies(HELD_BODY_BYTES))
     # How long a request_id replays (AIP-155); an older key is expired when it is read, whether
     # or not the sweeper (app/sweeper.py) has deleted it yet.
     idempotency_retention_seconds: float = IDEMPOTENCY_RETENTION_SECONDS
@@ -62,10 +66,11 @@ class Deps:
         idempotency_retention_seconds: float = IDEMPOTENCY_RETENTION_SECONDS,
         session_cache_bytes: int = SESSION_CACHE_BYTES,
         held_frame_bytes: int = HELD_FRAME_BYTES,
+        held_body_bytes: int = HELD_BODY_BYTES,
     ) -> Deps:
         """On PostgreSQL through ``engine`` (with a session cache of ``session_cache_bytes`` and
         large node frames held up to ``held_frame_bytes``), or on another ``storage`` (the
-        tests' fake)."""
+        tests' fake); large rendered bodies held up to ``held_body_bytes``."""
         if storage is None:
             assert engine is not None, "an engine or a storage"
             storage = PostgresStorage(engine, session_cache_bytes, held_frame_bytes)
@@ -80,5 +85,6 @@ class Deps:
             TenantQuotas(quotas or Quotas()),
             SessionGate(),
             hooks,
+            HeldBodies(held_body_bytes),
             idempotency_retention_seconds,
         )

@@ -14,6 +14,7 @@ from admission_service.app.commands import (
     EncodedMessages,
     RequestContent,
 )
+from admission_service.app.held_bodies import HeldBody
 from admission_service.app.limits import Limits
 from admission_service.app.ports import SessionRepository
 from admission_service.app.validation import utf8_size
@@ -41,9 +42,11 @@ from admission_service.domain.session import (
 )
 from admission_service.domain.wire import (
     NOTHING,
+    MessagesEnd,
     Rendered,
     WindowNeeded,
     WireFormat,
+    continued,
     render_body,
     unrendered_tools_bytes,
 )
@@ -65,6 +68,7 @@ async def derive_request(
     read: Frames | None = None,
     degrade: bool = False,
     delivery: Delivery = DEFAULT_DELIVERY,
+    held: HeldBody | None = None,
 ) -> Derived:
     """The derived request (every message node in surface order): the domain's rules decide
     which stored frames it reads and what it is (``domain.session``: ``FramesQuery.plan``,
@@ -75,9 +79,11 @@ async def derive_request(
     already read for exactly this query, if any. With ``degrade`` (Inspect) a body the wire
     format cannot express is reported in the view instead of raised (and the messages are sent
     in its place). ``delivery`` says what the response carries: a body nobody asked for is not
-    rendered, and the size bound counts only what is sent.
+    rendered, and the size bound counts only what is sent. ``held``: the body of the previous
+    request this worker holds (app/held_bodies.py), which a FULL body continues when the
+    domain's plan says it may (only the frames after it are then read and rendered).
     """
-    query = plan_frames(session, shadowed, selection, wire, route, delivery)
+    query = plan_frames(session, shadowed, selection, wire, route, delivery, held)
     found = (
         read
         if read is not None
@@ -98,9 +104,24 @@ async def derive_request(
     render_error = None
     if content.body:
         try:
-            rendered = await _render(
-                sessions, session.prefix, query, body, first_index, wire, route, tools
-            )
+            if query.body_held:
+                assert held is not None, "planned from a held body"
+                assert session.prefix is not None, "a held body continues a request"
+                after = await _render(
+                    sessions,
+                    session.prefix,
+                    held.rendered.end,
+                    body,
+                    session.prefix.messages,
+                    wire,
+                    route,
+                    (),
+                )
+                rendered = continued(held.rendered, after, wire, tools)
+            else:
+                rendered = await _render(
+                    sessions, session.prefix, query.continues, body, first_index, wire, route, tools
+                )
         except WireFormatError as error:
             if not degrade:
                 raise
@@ -132,7 +153,7 @@ async def derive_request(
     )
     # The next request's DELTA body continues this one's (an Anthropic Messages body).
     prefix = replace(derived.prefix, body_end=rendered.end)
-    return Derived(view, derived.totals, prefix)
+    return Derived(view, derived.totals, prefix, rendered, query.body_held)
 
 
 def plan_frames(
@@ -142,31 +163,37 @@ def plan_frames(
     wire: WireFormat,
     route: Route,
     delivery: Delivery,
+    held: HeldBody | None = None,
 ) -> FramesQuery:
     """The domain's plan of the frames a derived request reads (``FramesQuery.plan``) for a
-    response that carries what ``delivery`` asks on ``route``."""
+    response that carries what ``delivery`` asks on ``route``, with ``held``, the body this
+    worker holds of a request in this format on such a route."""
+    content = delivery.content_for(wire)
     return FramesQuery.plan(
         session,
         shadowed,
         selection,
         wire,
         provider=route.provider,
-        body=delivery.content_for(wire).body,
+        body=content.body,
+        messages=content.messages,
+        held_body=held.digest if held is not None else None,
     )
 
 
 async def _render(
     sessions: SessionRepository,
     previous: RequestPrefix | None,
-    query: FramesQuery,
+    continues: MessagesEnd | None,
     body: EncodedMessages,
     offset: int,
     wire: WireFormat,
     route: Route,
     tools: tuple[Tool, ...],
 ) -> Rendered:
-    """The provider body of ``body`` (the messages from the derived request's first index).
-    An Anthropic Messages DELTA whose new messages change the held body's last items is made
+    """The provider body of ``body`` (the messages from index ``offset`` on: a DELTA's after
+    a held list that ends as ``continues`` says, for Anthropic Messages). An Anthropic
+    Messages DELTA whose new messages change the held body's last items is made
     again with the held messages they change (read from the stored nodes before the previous
     request's end: the last few, never the whole prefix)."""
 
@@ -178,7 +205,7 @@ async def _render(
             provider=route.provider,
             tools=tools,
             offset=offset,
-            continues=query.continues,
+            continues=continues,
             window=window,
         )
 
@@ -200,9 +227,15 @@ def _tools_size(tools: Sequence[Tool]) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Derived:
+    """The derived request as a response carries it, its totals, the prefix the next request
+    extends, its rendered body (``NOTHING`` when none was asked for) and whether that body
+    continued a held one."""
+
     view: DerivedRequestView
     totals: RequestTotals
     prefix: RequestPrefix
+    rendered: Rendered = NOTHING
+    body_continued: bool = False
 
 
 def request_key(route: Route, tools: tuple[Tool, ...], counter: TokenCounter) -> RequestKey:

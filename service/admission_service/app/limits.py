@@ -99,5 +99,10 @@ SESSION_CACHE_BYTES = 16 * MIB
 # worker about what it says (docs/BENCHMARKS.md, eighteenth round).
 HELD_FRAME_BYTES = 16 * MIB
 
+# The default bound of the rendered bodies a worker holds (app/held_bodies.py,
+# PAS_HELD_BODY_BYTES): the next FULL body of a session it committed is made from the held one
+# and the messages after it. It holds three million-token bodies (4.6 MB each: S7's formats).
+HELD_BODY_BYTES = 16 * MIB
+
 # How long a streamed response's chunk may wait for its caller to read (api/streaming.py).
 STREAM_STALL_SECONDS = 30.0

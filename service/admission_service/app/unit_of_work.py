@@ -115,6 +115,9 @@ class UnitOfWork:
         self._stack = AsyncExitStack()
         self._loaded: SessionAggregate | None = None
         self._committed = False
+        # The worker's rendered bodies of this session: the one this call may continue, and
+        # the one it leaves once it commits (app/held_bodies.py).
+        self.bodies = deps.bodies.of(call.tenant, call.session_id)
 
     async def __aenter__(self) -> Self:
         call, deps = self._call, self._deps
@@ -223,6 +226,7 @@ class UnitOfWork:
         _raise_if_cancelled()
         await self._unit.commit()  # the deferred writes and COMMIT: one round trip
         self._committed = True
+        self.bodies.committed()
         self._deps.quotas.stored(self._call.tenant, growth.log_bytes)
         return Reply(result, encoded, sha256)
 

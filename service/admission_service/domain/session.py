@@ -250,6 +250,9 @@ class FramesQuery:
     intact: bool
     delta: bool
     continues: MessagesEnd | None = None
+    # A FULL body continued from the previous request's, which the worker holds rendered:
+    # only the frames after it are read (``derive``, ``wire.continued``).
+    body_held: bool = False
 
     @classmethod
     def plan(
@@ -261,6 +264,8 @@ class FramesQuery:
         *,
         provider: str = "",
         body: bool = True,
+        messages: bool = True,
+        held_body: bytes | None = None,
     ) -> FramesQuery:
         """The previous request is an exact prefix of this one unless a node before its end
         was shadowed since; a DELTA needs the caller to hold exactly that prefix, and reads
@@ -271,7 +276,10 @@ class FramesQuery:
         Messages body (``body``: the response carries one) does not: its DELTA continues the
         body the previous request rendered, so that request must have rendered one, on this
         route's ``provider`` (its blocks depend on it), and the caller must hold it: the
-        ``body_items`` it says its body's list has are the rendered list's. Otherwise FULL."""
+        ``body_items`` it says its body's list has are the rendered list's. Otherwise FULL;
+        and when the response carries the body alone (not ``messages``) and the worker holds
+        the body of the previous request's messages on this route (``held_body``: the digest
+        of the request it rendered), a FULL that reads only what follows them."""
         prefix = session.prefix
         if prefix is None or (shadowed is not None and shadowed.position < prefix.end_position):
             return cls(0, shadowed.position if shadowed is not None else None, False, False)
@@ -299,6 +307,8 @@ class FramesQuery:
             delta = previous is not None and previous.key.provider == provider
         if delta:
             return cls(prefix.end_position, None, True, True, continues)
+        if body and not messages and held_body == prefix.digest:
+            return cls(prefix.end_position, None, True, False, body_held=True)
         return cls(0, prefix.end_position, True, False)
 
 
@@ -332,10 +342,11 @@ def derive(
     first shadowed position are the unchanged ones."""
     if previous is not None and query.intact:
         new: tuple[bytes | memoryview, ...]
-        if query.delta:
-            new, first_index = (*read.parts, *tail.parts), previous.messages
+        if query.delta or query.body_held:  # read from the previous request's end
+            new = (*read.parts, *tail.parts)
         else:
-            new, first_index = (*_skipping(read.parts, previous.size), *tail.parts), 0
+            new = (*_skipping(read.parts, previous.size), *tail.parts)
+        first_index = previous.messages if query.delta else 0
         messages = previous.messages + (read.messages - read.before_messages) + tail.messages
         tokens = previous.tokens + (read.tokens - read.before_tokens) + tail.tokens
         new_size = sum(map(len, new))

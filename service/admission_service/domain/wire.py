@@ -43,21 +43,42 @@ __all__ = [
     "Rendered",
     "WindowNeeded",
     "WireFormat",
+    "continued",
     "render",
     "render_body",
 ]
 
 
 @dataclass(frozen=True, slots=True)
+class BodyLayout:
+    """Where a body's list lies in its bytes, so the body of a later request on the same
+    surface can be made from this one without rendering it again (``continued``).
+
+    The body is ``{"<list>":[`` then the items up to ``items_end`` (the offset of the list's
+    closing ``]``), then its other members (an Anthropic Messages ``system``) up to
+    ``members_end`` (where ``,"tools":`` begins, or the closing ``}``). ``open_items`` are the
+    items a later DELTA may replace (an Anthropic Messages list's last user or assistant item
+    and the system items after it, the items from ``MessagesEnd.window`` on; none for the
+    OpenAI formats, whose bodies append): for each, the index of its first message and the
+    offset where it begins, counting the ``,`` before it."""
+
+    items_start: int
+    items_end: int
+    members_end: int
+    open_items: tuple[tuple[int, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Rendered:
     """A rendered body and what it leaves out, in message order; for an Anthropic Messages
     body, how its list ends (what the next DELTA continues) and, for a DELTA, how many items
-    at the end of the held list its items replace."""
+    at the end of the held list its items replace; where its list lies (``layout``)."""
 
     body: bytes  # the body's JSON in UTF-8, as it is sent
     omitted: tuple[Omission, ...] = ()
     replaced: int = 0
     end: MessagesEnd | None = None
+    layout: BodyLayout | None = None
 
     @property
     def body_json(self) -> str:
@@ -129,9 +150,9 @@ def render_body(
                     f"messages[{index}]",
                     "a non-leading system message on a route that is not in-history",
                 )
-    body: Json
     omitted = Omissions()
     replaced, end = 0, None
+    starts: tuple[int, ...] = ()
     if wire is WireFormat.OPENAI_CHAT:
         body = openai_chat(messages, provider=provider, offset=offset, omitted=omitted)
     elif wire is WireFormat.OPENAI_RESPONSES:
@@ -145,23 +166,115 @@ def render_body(
             continues=continues,
             window=window,
         )
-        body, replaced, end = rendered.body, rendered.replaced, rendered.end
+        body, replaced, end, starts = (
+            rendered.body,
+            rendered.replaced,
+            rendered.end,
+            rendered.starts,
+        )
+    text, layout = _assembled(body, starts, end, rendered_tools(wire, tools))
+    return Rendered(text, tuple(omitted), replaced, end, layout)
+
+
+def _assembled(
+    body: Json, starts: Sequence[int], end: MessagesEnd | None, tools: bytes
+) -> tuple[bytes, BodyLayout]:
+    """The JSON of ``body`` (its list first, then its other members) with ``"tools"`` as its
+    last member, and where its list lies. JSON without whitespace is written member by member
+    and item by item, so this is the text ``json_text.dumps`` writes for the body with its
+    tools (``tests/unit/domain/test_rendered_tools.py``); the open items (those from
+    ``end.window`` on, whose first message indices are ``starts``) are written one by one, so
+    their offsets are known."""
+    (name, items), *others = body.items()
+    opened = 0
+    if end is not None:
+        while opened < len(items) and starts[len(items) - 1 - opened] >= end.window:
+            opened += 1
+    closed = json_text.dumps_utf8(items[: len(items) - opened])
+    head = b'{"' + name.encode() + b'":'
+    parts: list[bytes | memoryview] = [head, memoryview(closed)[:-1]]
+    offset = len(head) + len(closed) - 1
+    open_items = []
+    for start, item in zip(
+        starts[len(items) - opened :], items[len(items) - opened :], strict=True
+    ):
+        written = json_text.dumps_utf8(item)
+        separator = b"," if offset > len(head) + 1 else b""
+        open_items.append((start, offset))
+        parts += (separator, written)
+        offset += len(separator) + len(written)
+    members = b"".join(
+        b',"' + key.encode() + b'":' + json_text.dumps_utf8(value) for key, value in others
+    )
+    parts += (b"]", members, *((b',"tools":', tools) if tools else ()), b"}")
+    layout = BodyLayout(len(head) + 1, offset, offset + 1 + len(members), tuple(open_items))
+    return b"".join(parts), layout
+
+
+def continued(held: Rendered, part: Rendered, wire: WireFormat, tools: Sequence[Tool]) -> Rendered:
+    """The body of a request from ``held``, the body of a prefix of its messages, and ``part``,
+    the DELTA after that prefix (``render_body`` with ``offset`` and, for Anthropic Messages,
+    ``continues=held.end``), with ``tools``: byte for byte the body ``render_body`` makes of the
+    whole request, without rendering the prefix again (``tests/unit/domain/test_body_delta.py``).
+    The held list without the ``part.replaced`` items it ends with, then ``part``'s items; the
+    held body's other members unless ``part`` has its own (a DELTA sets ``system`` only when
+    the held body had none)."""
+    layout, new = held.layout, part.layout
+    assert layout is not None, "a body render_body made"
+    assert new is not None, "a body render_body made"
+    replaced = part.replaced
+    if replaced > len(layout.open_items):
+        raise ValueError("a DELTA replaces held items the held body did not keep open")
+    kept = layout.open_items[: len(layout.open_items) - replaced]
+    kept_end = layout.open_items[-replaced][1] if replaced else layout.items_end
+    held_text, part_text = memoryview(held.body), memoryview(part.body)
+    items = part_text[new.items_start : new.items_end]
+    separator = b"," if items and kept_end > layout.items_start else b""
+    members = (
+        part_text[new.items_end + 1 : new.members_end]
+        or held_text[layout.items_end + 1 : layout.members_end]
+    )
+    tools_json = rendered_tools(wire, tools)
+    text = b"".join(
+        (
+            held_text[:kept_end],
+            separator,
+            items,
+            b"]",
+            members,
+            *((b',"tools":', tools_json) if tools_json else ()),
+            b"}",
+        )
+    )
+    # The part's items follow the kept ones: its first begins at ``kept_end`` (with the
+    # separator), the others where they began in the part, moved by as much.
+    moved = kept_end + len(separator) - new.items_start
+    appended = tuple(
+        (start, kept_end if offset == new.items_start else offset + moved)
+        for start, offset in new.open_items
+    )
+    items_end = kept_end + len(separator) + len(items)
+    open_items = _still_open((*kept, *appended), part.end)
     return Rendered(
-        _with_tools(json_text.dumps_utf8(body), rendered_tools(wire, tools)),
-        tuple(omitted),
-        replaced,
-        end,
+        text,
+        held.omitted + part.omitted,
+        0,
+        part.end,
+        BodyLayout(layout.items_start, items_end, items_end + 1 + len(members), open_items),
     )
 
 
-def _with_tools(body: bytes, tools: bytes) -> bytes:
-    """The body's JSON with ``"tools"`` as its last member. Every body is an object that
-    already has a member (its messages or input), and JSON without whitespace is written member
-    by member, so this is the text ``json_text.dumps`` writes for the body with its tools
-    (``tests/unit/domain/test_rendered_tools.py``)."""
-    if not tools:
-        return body
-    return b"".join((memoryview(body)[:-1], b',"tools":', tools, b"}"))
+def _still_open(
+    items: tuple[tuple[int, int], ...], end: MessagesEnd | None
+) -> tuple[tuple[int, int], ...]:
+    """The items a DELTA after a body ending as ``end`` may replace, among ``items`` (the
+    held body's open ones and the DELTA's): those from ``end.window`` on."""
+    if end is None:
+        return ()
+    opened = 0
+    while opened < len(items) and items[len(items) - 1 - opened][0] >= end.window:
+        opened += 1
+    return items[len(items) - opened :]
 
 
 def rendered_tools(wire: WireFormat, tools: Sequence[Tool]) -> bytes:

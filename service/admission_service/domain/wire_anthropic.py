@@ -86,11 +86,13 @@ class WindowNeeded(Exception):
 @dataclass(frozen=True, slots=True)
 class MessagesBody:
     """A rendered body, how its ``messages`` end, and for a DELTA how many items at the end of
-    the held list its ``messages`` replace."""
+    the held list its ``messages`` replace; ``starts``: the index of each item's first message
+    (a held body's items from ``end.window`` on are the ones a DELTA may replace)."""
 
     body: Json
     end: MessagesEnd
     replaced: int = 0
+    starts: tuple[int, ...] = ()
 
 
 def anthropic_messages(
@@ -121,7 +123,7 @@ def anthropic_messages(
         for index, message in enumerate(messages):
             fold.message(index, message)
         end = fold.finish()
-        return MessagesBody(_body(fold.out, fold.system), end)
+        return MessagesBody(_body(fold.out, fold.system), end, starts=fold.item_starts())
     if window is None:
         if not continues.role:  # nothing held to follow: render again from the start
             raise WindowNeeded(continues.window)
@@ -137,7 +139,7 @@ def anthropic_messages(
         for index, message in enumerate(messages, start=offset):
             fold.message(index, message)
         end = fold.finish()
-        return MessagesBody(_body(fold.out, None), end)
+        return MessagesBody(_body(fold.out, None), end, starts=fold.item_starts())
     return _rendered_again(messages, provider, omitted, offset, continues, window)
 
 
@@ -186,7 +188,9 @@ def _rendered_again(
     # The top-level system is set once, by a system message before any item: a held body
     # that has one keeps it.
     system = fold.system if held.system is None else None
-    return MessagesBody(_body(fold.out[same:], system), end, len(held.out) - same)
+    return MessagesBody(
+        _body(fold.out[same:], system), end, len(held.out) - same, fold.item_starts()[same:]
+    )
 
 
 def _body(items: list[Json], system: str | None) -> Json:
@@ -236,6 +240,10 @@ class _Fold:
         self.kept_pending = pending
         self.window = window
         self.before = before
+
+    def item_starts(self) -> tuple[int, ...]:
+        """The index of each item's first message."""
+        return tuple(start for start, _ in self.starts)
 
     def last_role(self) -> str:
         """The role of the list's last item, trailing system items still pending aside."""

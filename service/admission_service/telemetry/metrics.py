@@ -127,7 +127,8 @@ class _StreamingCollector(Collector):
 
 
 class CacheState(Protocol):
-    """How full a worker's cache is (``storage.session_cache``, ``storage.held_frames``)."""
+    """How full a worker's cache is (``storage.session_cache``, ``storage.held_frames``,
+    ``app.held_bodies``)."""
 
     bytes: int
     max_bytes: int
@@ -144,20 +145,34 @@ class HeldFramesState(CacheState, Protocol):
     used: int
 
 
-class _CachesCollector(Collector):
-    """A worker's session cache and held frames (``PAS_SESSION_CACHE_BYTES``,
-    ``PAS_HELD_FRAME_BYTES``), read at scrape time: how full each is and how often it served."""
+HeldBodiesState = HeldFramesState  # held bodies count the bodies they continued alike
 
-    def __init__(self, sessions: SessionCacheState | None, frames: HeldFramesState | None) -> None:
-        self._sessions, self._frames = sessions, frames
+
+class _CachesCollector(Collector):
+    """A worker's session cache, held frames and held bodies (``PAS_SESSION_CACHE_BYTES``,
+    ``PAS_HELD_FRAME_BYTES``, ``PAS_HELD_BODY_BYTES``), read at scrape time: how full each is
+    and how often it served."""
+
+    def __init__(
+        self,
+        sessions: SessionCacheState | None,
+        frames: HeldFramesState | None,
+        bodies: HeldBodiesState | None,
+    ) -> None:
+        self._sessions, self._frames, self._bodies = sessions, frames, bodies
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
-        sessions, frames = self._sessions, self._frames
-        caches: dict[str, CacheState | None] = {"sessions": sessions, "frames": frames}
+        sessions, frames, bodies = self._sessions, self._frames, self._bodies
+        caches: dict[str, CacheState | None] = {
+            "sessions": sessions,
+            "frames": frames,
+            "bodies": bodies,
+        }
         held = GaugeMetricFamily(
             "pas_worker_cache_bytes",
-            "Bytes a worker's cache holds: the sessions it wrote (sessions) and the large frames "
-            "(nodes, sealed chunks) its commits wrote or read FULL (frames).",
+            "Bytes a worker's cache holds: the sessions it wrote (sessions), the large frames "
+            "(nodes, sealed chunks) its commits wrote or read FULL (frames) and the large "
+            "provider bodies of its sessions' last requests (bodies).",
             labels=["cache"],
         )
         bound = GaugeMetricFamily(
@@ -189,6 +204,13 @@ class _CachesCollector(Collector):
                 "Frames (nodes, sealed chunks) FULL reads took from the worker instead of "
                 "fetching them.",
                 value=float(frames.used),
+            )
+        if bodies is not None:
+            yield CounterMetricFamily(
+                "pas_held_bodies_used",
+                "FULL provider bodies made from the worker's held body of the previous request "
+                "and the messages after it, instead of rendered from every frame.",
+                value=float(bodies.used),
             )
 
 
@@ -250,9 +272,12 @@ class Metrics:
         self.registry.register(_StreamingCollector(state))
 
     def watch_caches(
-        self, sessions: SessionCacheState | None, frames: HeldFramesState | None
+        self,
+        sessions: SessionCacheState | None,
+        frames: HeldFramesState | None,
+        bodies: HeldBodiesState | None = None,
     ) -> None:
-        self.registry.register(_CachesCollector(sessions, frames))
+        self.registry.register(_CachesCollector(sessions, frames, bodies))
 
     def rpc_children(self, service: str, method: str) -> tuple[Any, Any, Any]:
         """One method's started counter and latency histogram, and a function of a status

@@ -23,6 +23,7 @@ from admission_service.domain.messages import (
     RedactedReasoning,
     Role,
     Text,
+    Tool,
     ToolCall,
     ToolResult,
     system_message,
@@ -32,6 +33,7 @@ from admission_service.domain.wire import (
     Rendered,
     WindowNeeded,
     WireFormat,
+    continued,
     render_body,
 )
 from hypothesis import given
@@ -349,3 +351,85 @@ def test_openai_deltas_still_append(
             body = rebuilt(held, json.loads(part.body_json), 0, ITEMS[wire])
             assert dumps(body) == whole.body_json
         held, held_count = json.loads(whole.body_json), end
+
+
+# ---- a body continued from the held one (what a worker that holds a session's body sends) ----
+
+TOOLS = (Tool("read", "reads a file", '{"type":"object","properties":{"p":{"type":"string"}}}'),)
+
+
+def _continued_chain(
+    messages: list[Message], points: list[int], wire: WireFormat, provider: str, tools: bool
+) -> int:
+    """Request after request, each body made from the previous *made* body (not a fresh one)
+    and the DELTA after it: byte for byte the FULL body, with its end, omissions and layout.
+    How many bodies were continued."""
+    tool_set = TOOLS if tools else ()
+    held: Rendered | None = None
+    held_count, made = 0, 0
+    for end in _requests(messages, points):
+        whole = _outcome(
+            lambda m: render_body(m, wire, in_history=True, provider=provider, tools=tool_set),
+            messages[:end],
+        )
+        if held is None:
+            held, held_count = (whole, end) if isinstance(whole, Rendered) else (None, 0)
+            continue
+        if wire is ANTHROPIC:
+            part = _outcome(delta, messages[:end], held_count, held.end)
+        else:
+            part = _outcome(
+                lambda m, at: render_body(m, wire, in_history=True, provider=provider, offset=at),
+                messages[held_count:end],
+                held_count,
+            )
+        if isinstance(whole, str):
+            assert part == whole
+            continue
+        assert isinstance(part, Rendered), part
+        body = continued(held, part, wire, tool_set)
+        assert body.body == whole.body
+        assert (body.end, body.omitted, body.layout) == (whole.end, whole.omitted, whole.layout)
+        held, held_count = body, end
+        made += 1
+    return made
+
+
+@given(sessions, cuts, st.booleans())
+def test_an_anthropic_body_continued_from_the_held_one_is_the_full_body(
+    messages: list[Message], points: list[int], tools: bool
+) -> None:
+    """The held body (itself continued, request after request) without the items the DELTA
+    replaces, then the DELTA's items, the held ``system`` unless the DELTA carries one, then
+    the tools: the FULL body byte for byte, and where its items lie is where the FULL body's
+    do (so the next request continues it in turn)."""
+    _continued_chain(messages, points, ANTHROPIC, "anthropic", tools)
+
+
+@given(
+    openai_sessions,
+    cuts,
+    st.sampled_from([WireFormat.OPENAI_CHAT, WireFormat.OPENAI_RESPONSES]),
+    st.booleans(),
+)
+def test_an_openai_body_continued_from_the_held_one_is_the_full_body(
+    messages: list[Message], points: list[int], wire: WireFormat, tools: bool
+) -> None:
+    messages = [m for m in messages if m.role is not Role.SYSTEM or m.text]
+    _continued_chain(messages, points, wire, "deepseek", tools)
+
+
+def test_the_examples_continue_from_their_held_bodies() -> None:
+    """The named cases (a merge into the held user item, trailing system items moved, an
+    assistant merged into an assistant, a held list with no item) continue too."""
+    cases = [
+        ([user("q"), CALL, RESULT], [DONE]),
+        ([user("q")], [user("more")]),
+        ([user("q"), A, user("r")], [user("s"), DONE]),
+        ([user("q"), DONE, user("r"), A, B], [user("s")]),
+        ([user("q"), Message(Role.ASSISTANT, (Text("a"),))], [DONE]),
+        ([A], [user("q"), DONE]),
+    ]
+    for held, new in cases:
+        messages = held + new
+        assert _continued_chain(messages, [len(held)], ANTHROPIC, "anthropic", True) == 1

@@ -132,6 +132,41 @@ def test_an_openai_body_delta_needs_the_previous_request_on_the_same_provider() 
         assert plan(session(), None, delta(), wire, provider="deepseek", body=False).delta
 
 
+def test_a_held_body_is_continued_only_when_it_is_the_previous_requests_alone() -> None:
+    """A FULL body reads only what follows the previous request when the worker holds that
+    request's body (its digest), the response carries the body alone, and nothing before the
+    previous request's end was shadowed since."""
+    plan = FramesQuery.plan
+    for wire in (WireFormat.OPENAI_CHAT, WireFormat.ANTHROPIC_MESSAGES):
+        held = plan(
+            session(),
+            None,
+            FULL_VIEW,
+            wire,
+            held_body=PREFIX.digest,
+            messages=False,
+            provider="openai",
+        )
+        assert held == FramesQuery(5, None, intact=True, delta=False, body_held=True)
+        full = FramesQuery(0, 5, intact=True, delta=False)
+        assert (
+            plan(
+                session(),
+                None,
+                FULL_VIEW,
+                wire,
+                held_body=b"e" * 32,
+                messages=False,
+                provider="openai",
+            )
+            == full
+        )
+        assert plan(session(), None, FULL_VIEW, wire, held_body=PREFIX.digest) == full
+        broken = plan(session(), Shadowed(2, True), FULL_VIEW, wire, held_body=PREFIX.digest)
+        assert not broken.intact and not broken.body_held
+        assert plan(session(), None, FULL_VIEW, wire, messages=False, provider="openai") == full
+
+
 # ---- what a request is -----------------------------------------------------------------------
 
 frames = st.lists(st.binary(min_size=1, max_size=8), max_size=6)
@@ -165,6 +200,14 @@ def test_full_and_delta_of_one_request_agree(
     )
     part = derive(first.prefix, delta_query, None, _frames(stored), _frames(tail), 9)
     assert (full.digest, full.totals, full.prefix) == (part.digest, part.totals, part.prefix)
+    # A FULL body continued from the previous request's held body reads what the DELTA reads
+    # and is the FULL request.
+    held_query = FramesQuery.plan(
+        before, None, FULL_VIEW, WireFormat.OPENAI_CHAT, messages=False, held_body=first.digest
+    )
+    assert held_query == FramesQuery(7, None, intact=True, delta=False, body_held=True)
+    continued = derive(first.prefix, held_query, None, _frames(stored), _frames(tail), 9)
+    assert continued == full
     assert (full.first_index, part.first_index) == (0, len(previous))
     assert part.totals.messages == len(previous) + len(stored) + len(tail)
     # Every previous message is unchanged; only what follows is new.

@@ -16,7 +16,7 @@ from admission_service.app.commands import (
     RouteRequest,
 )
 from admission_service.app.deps import Deps
-from admission_service.app.derivation import derive_request, plan_frames, request_key
+from admission_service.app.derivation import Derived, derive_request, plan_frames, request_key
 from admission_service.app.hooks import Phase
 from admission_service.app.ledger import forecast_json
 from admission_service.app.pricing import counted_ahead, followed, session_counter, write_priced
@@ -36,6 +36,7 @@ from admission_service.domain.errors import fields_under
 from admission_service.domain.series import Route
 from admission_service.domain.stored import AdmissionRecord
 from admission_service.domain.surface import effective_prompt
+from admission_service.domain.wire import WireFormat
 from admission_service.tokenizers import load_off_the_loop
 
 
@@ -190,8 +191,9 @@ async def _attempt(
         session = aggregate.session
     # The frames appended since the previous request are usually known to the aggregate; a
     # replacement by this attempt reads the frames again below.
+    held = uow.bodies.held(wire, attempt.route)
     planned = plan_frames(
-        session, session.shadowed, selection, wire, attempt.route, command.delivery
+        session, session.shadowed, selection, wire, attempt.route, command.delivery, held
     )
     early = aggregate.frames_since_request(planned.from_position, planned.split_position)
     if early is None:
@@ -219,7 +221,9 @@ async def _attempt(
         tail=written.tail,
         read=early if written.shadowed is None else None,
         delivery=command.delivery,
+        held=held,
     )
+    _leave_body(uow, wire, attempt.route, derived)
     predicted = forecast_totals(
         session.last_request, key, derived.totals, starts_series=outcome.starts_series
     )
@@ -249,6 +253,15 @@ async def _attempt(
         log_seq=after.next_seq,
         prompt_is_admitted=bool(prompt.text) and prompt.text == attempt.rendered_prompt,
     )
+
+
+def _leave_body(uow: UnitOfWork, wire: WireFormat, route: Route, derived: Derived) -> None:
+    """A FULL body is left for the session's next request to continue (app/held_bodies.py)."""
+    if derived.body_continued:
+        uow.bodies.continued()
+    rendered = derived.rendered
+    if rendered.layout is not None and derived.view.first_message_index == 0:
+        uow.bodies.leave(wire, route, derived.prefix.digest, rendered)
 
 
 async def _reprice(
