@@ -144,6 +144,7 @@ citus-test: citus-build $(TS_STAMP)
 		PAS_CITUS_PLANS=$(CURDIR)/$(CITUS_PLANS) $(BIN)/pytest -q -p no:cacheprovider \
 		tests/citus tests/api/test_guarantees.py tests/api/test_bounded_growth.py \
 		tests/integration/test_held_frames.py tests/integration/test_frame_chunks.py \
+		tests/integration/test_held_bodies.py \
 		tests/clients/test_cross_language.py
 	$(BIN)/python -m tests.reliability.report $(CITUS_REPORT)
 

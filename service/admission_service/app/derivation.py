@@ -117,7 +117,10 @@ async def derive_request(
                     route,
                     (),
                 )
-                rendered = continued(held.rendered, after, wire, tools)
+                # Its join copies the held body (bytes.join lets go of the GIL for it).
+                rendered = await off_the_loop_if_large(
+                    len(held.rendered.body), lambda: continued(held.rendered, after, wire, tools)
+                )
             else:
                 rendered = await _render(
                     sessions, session.prefix, query.continues, body, first_index, wire, route, tools

@@ -7,6 +7,7 @@ session's previous request."""
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import replace
 
@@ -20,12 +21,22 @@ from admission_service.app.commands import (
     Delivery,
     Idempotency,
     PlanCompactionCommand,
+    ReconcileCommand,
     RecordCommand,
     RequestContent,
 )
 from admission_service.app.deps import Deps
 from admission_service.app.held_bodies import HELD_BODY_MIN, HeldBodies, HeldBody
-from admission_service.domain.messages import Block, Message, Role, Text, ToolCall, ToolResult
+from admission_service.domain.catalog import Capability
+from admission_service.domain.messages import (
+    Block,
+    Message,
+    Role,
+    Text,
+    Tool,
+    ToolCall,
+    ToolResult,
+)
 from admission_service.domain.series import Route
 from admission_service.domain.session import RequestView
 from admission_service.domain.wire import WireFormat, render_body
@@ -68,8 +79,8 @@ class Caller:
             self.turn,
             1,
             prompt,
-            (),
-            ROUTE,
+            kwargs.pop("tools", ()),  # type: ignore[arg-type]
+            kwargs.pop("route", ROUTE),  # type: ignore[arg-type]
             tuple(user(text) for text in texts),
             wire_format=self.wire,
             previous_output=output,
@@ -192,6 +203,42 @@ async def test_a_body_is_continued_only_when_it_is_the_previous_requests() -> No
     assert caller.deps.bodies.used == 2
     assert both.request.messages
     assert both.request.body_json == await caller.rendered_afresh()
+
+
+async def test_a_continued_body_carries_the_tools_of_its_own_step() -> None:
+    caller = await start(WireFormat.OPENAI_RESPONSES)
+    read = Tool("read", "reads a file", '{"type":"object"}')
+    write = Tool("write", "writes a file", '{"type":"object","properties":{"p":{}}}')
+    await caller.admit(LARGE, tools=(read,))
+    second = await caller.admit("next", output=caller.answered(Text("ok")), tools=(read, write))
+    assert caller.deps.bodies.used == 1
+    assert [tool["name"] for tool in json.loads(second.request.body_json)["tools"]] == [
+        "read",
+        "write",
+    ]
+    assert second.request.body_json == await caller.rendered_afresh()
+    third = await caller.admit("no tools", output=caller.answered(Text("ok")))
+    assert "tools" not in json.loads(third.request.body_json)
+    assert third.request.body_json == await caller.rendered_afresh()
+
+
+async def test_a_retry_continues_the_held_body_and_another_route_does_not() -> None:
+    caller = await start(WireFormat.ANTHROPIC_MESSAGES)
+    first = await caller.admit(LARGE)
+    retried = await handlers.reconcile(
+        caller.deps,
+        "t",
+        ReconcileCommand("s", first.admission_id, ROUTE, WireFormat.ANTHROPIC_MESSAGES),
+        None,
+    )
+    assert retried.result is not None
+    assert caller.deps.bodies.used == 1
+    assert retried.result.request.body_json == await caller.rendered_afresh()
+    # A replacing route: its body is not the in-history route's.
+    replacing = replace(ROUTE, system_prompt_update=Capability.REPLACE)
+    moved = await caller.admit("moved", output=caller.answered(Text("ok")), route=replacing)
+    assert caller.deps.bodies.used == 1
+    assert moved.request.body_json == await caller.rendered_afresh()
 
 
 async def test_small_bodies_are_not_held_and_the_bound_holds() -> None:
