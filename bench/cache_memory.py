@@ -10,8 +10,11 @@ after each stretch: it must level off once the cache is full, and stay within S6
 message: a few KiB per entry, so the entry count bounds first), ``large`` (a 48 KiB prompt,
 kept with the admission: the byte bound bounds first) and ``held`` (a 64 KiB user message
 admitted FULL three times, so the worker holds its frame, ``storage/held_frames.py``,
-``PAS_HELD_FRAME_BYTES``; a sixteenth as many sessions, three times the bound). The same
-run with both off (``PAS_SESSION_CACHE_BYTES=0``, ``PAS_HELD_FRAME_BYTES=0``) is the baseline.
+``PAS_HELD_FRAME_BYTES``; a sixteenth as many sessions, three times the bound) and ``bodies``
+(the same in the OpenAI chat format, so the worker also holds its rendered body,
+``app/held_bodies.py``, ``PAS_HELD_BODY_BYTES``). The same run with all three off
+(``PAS_SESSION_CACHE_BYTES=0``, ``PAS_HELD_FRAME_BYTES=0``, ``PAS_HELD_BODY_BYTES=0``) is the
+baseline.
 
     python -m bench.cache_memory [--sessions 12000] [--out bench/results/cache_memory.json]
 """
@@ -28,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from promptadmission.v1 import admission_service_pb2 as api
+from promptadmission.v1 import session_pb2 as pb
 
 from bench.client import PROMPT, Session, channel, stub, text, user
 from bench.infra import REPO, bench_database, start_service
@@ -41,12 +45,20 @@ class Shape:
     user_chars: int = 200
     full_admits: int = 0  # FULL Admits after the first (DELTA) one
     share: int = 1  # one session in ``share`` of the run's count
+    wire_format: pb.WireFormat.ValueType = pb.WIRE_FORMAT_NEUTRAL  # of the FULL Admits
 
 
 SHAPES = {
     "small": Shape(PROMPT),
     "large": Shape(PROMPT + " " + "x" * (48 * 1024)),
     "held": Shape(PROMPT, user_chars=64 * 1024, full_admits=2, share=16),
+    "bodies": Shape(
+        PROMPT,
+        user_chars=64 * 1024,
+        full_admits=2,
+        share=16,
+        wire_format=pb.WIRE_FORMAT_OPENAI_CHAT,
+    ),
 }
 
 
@@ -63,7 +75,9 @@ async def _step_new_sessions(target: str, shape: Shape, count: int) -> None:
             session = Session(admission, session_id)
             await session.admit(shape.prompt, [user(text(shape.user_chars, "u"))], delta=True)
             for _ in range(shape.full_admits):
-                await session.admit(shape.prompt, [user(text(200, "u"))])
+                request = session.admit_request(shape.prompt, [user(text(200, "u"))])
+                request.wire_format = shape.wire_format
+                await admission.Admit(request)
 
     try:
         await asyncio.gather(*(caller(stub(ch)) for ch in channels))
@@ -75,7 +89,8 @@ async def _step_new_sessions(target: str, shape: Shape, count: int) -> None:
 async def _measure(url: str, logs: Path, cache_bytes: str | None, sessions: int) -> dict[str, Any]:
     env = {"PAS_WORKERS": "1"}
     if cache_bytes is not None:
-        env["PAS_SESSION_CACHE_BYTES"] = env["PAS_HELD_FRAME_BYTES"] = cache_bytes
+        for setting in ("PAS_SESSION_CACHE_BYTES", "PAS_HELD_FRAME_BYTES", "PAS_HELD_BODY_BYTES"):
+            env[setting] = cache_bytes
     service = start_service(url, logs, env=env)
     try:
         rss = {"idle": round(service.rss_mib(), 1)}

@@ -186,20 +186,15 @@ def _assembled(
     ``end.window`` on, whose first message indices are ``starts``) are written one by one, so
     their offsets are known."""
     (name, items), *others = body.items()
-    opened = 0
-    if end is not None:
-        while opened < len(items) and starts[len(items) - 1 - opened] >= end.window:
-            opened += 1
-    closed = json_text.dumps_utf8(items[: len(items) - opened])
-    head = b'{"' + name.encode() + b'":'
-    parts: list[bytes | memoryview] = [head, memoryview(closed)[:-1]]
-    offset = len(head) + len(closed) - 1
+    closed_count = len(items) - _open_count(starts, end)
+    closed = json_text.dumps_utf8(items[:closed_count])
+    head = b'{"' + name.encode() + b'":['
+    parts: list[bytes | memoryview] = [head, memoryview(closed)[1:-1]]
+    offset = len(head) + len(closed) - 2  # after the closed items
     open_items = []
-    for start, item in zip(
-        starts[len(items) - opened :], items[len(items) - opened :], strict=True
-    ):
+    for start, item in zip(starts[closed_count:], items[closed_count:], strict=True):
         written = json_text.dumps_utf8(item)
-        separator = b"," if offset > len(head) + 1 else b""
+        separator = b"," if offset > len(head) else b""
         open_items.append((start, offset))
         parts += (separator, written)
         offset += len(separator) + len(written)
@@ -207,8 +202,20 @@ def _assembled(
         b',"' + key.encode() + b'":' + json_text.dumps_utf8(value) for key, value in others
     )
     parts += (b"]", members, *((b',"tools":', tools) if tools else ()), b"}")
-    layout = BodyLayout(len(head) + 1, offset, offset + 1 + len(members), tuple(open_items))
+    layout = BodyLayout(len(head), offset, offset + 1 + len(members), tuple(open_items))
     return b"".join(parts), layout
+
+
+def _open_count(starts: Sequence[int], end: MessagesEnd | None) -> int:
+    """How many of a list's last items a DELTA after it may replace, given the index of each
+    item's first message (``starts``): those from ``end.window`` on (none without an end: the
+    OpenAI formats' lists only grow)."""
+    if end is None:
+        return 0
+    count = 0
+    while count < len(starts) and starts[len(starts) - 1 - count] >= end.window:
+        count += 1
+    return count
 
 
 def continued(held: Rendered, part: Rendered, wire: WireFormat, tools: Sequence[Tool]) -> Rendered:
@@ -254,7 +261,8 @@ def continued(held: Rendered, part: Rendered, wire: WireFormat, tools: Sequence[
         for start, offset in new.open_items
     )
     items_end = kept_end + len(separator) + len(items)
-    open_items = _still_open((*kept, *appended), part.end)
+    candidates = (*kept, *appended)
+    open_items = candidates[len(candidates) - _open_count([s for s, _ in candidates], part.end) :]
     return Rendered(
         text,
         held.omitted + part.omitted,
@@ -262,19 +270,6 @@ def continued(held: Rendered, part: Rendered, wire: WireFormat, tools: Sequence[
         part.end,
         BodyLayout(layout.items_start, items_end, items_end + 1 + len(members), open_items),
     )
-
-
-def _still_open(
-    items: tuple[tuple[int, int], ...], end: MessagesEnd | None
-) -> tuple[tuple[int, int], ...]:
-    """The items a DELTA after a body ending as ``end`` may replace, among ``items`` (the
-    held body's open ones and the DELTA's): those from ``end.window`` on."""
-    if end is None:
-        return ()
-    opened = 0
-    while opened < len(items) and items[len(items) - 1 - opened][0] >= end.window:
-        opened += 1
-    return items[len(items) - opened :]
 
 
 def rendered_tools(wire: WireFormat, tools: Sequence[Tool]) -> bytes:

@@ -269,3 +269,26 @@ def test_the_least_recently_used_session_leaves_first() -> None:
     other = replace(route, provider="deepseek")
     assert bodies.get(("t", "a", WireFormat.OPENAI_CHAT), other) is None
     assert bodies.get(("t", "a", WireFormat.OPENAI_CHAT), replace(route, in_history=False)) is None
+
+
+def test_a_commit_drops_the_sessions_bodies_of_earlier_requests() -> None:
+    """A body in another format of the same request stays (a harness may ask for both); one
+    of an earlier request can never be continued again and leaves."""
+    route = Route("openai", "m", 1000, in_history=True, tool_update=False)
+    body = render_body([user(LARGE)], WireFormat.OPENAI_CHAT, in_history=True, provider="openai")
+    bodies = HeldBodies(16 * 1024 * 1024)
+    bodies.put(("t", "s", WireFormat.OPENAI_CHAT), HeldBody(b"1", "openai", True, body))
+    bodies.put(("t", "other", WireFormat.OPENAI_CHAT), HeldBody(b"1", "openai", True, body))
+    same = bodies.of("t", "s")
+    same.leave(WireFormat.OPENAI_RESPONSES, route, b"1", body)
+    assert len(bodies) == 2  # nothing before the commit
+    same.committed()
+    assert len(bodies) == 3
+    later = bodies.of("t", "s")
+    later.leave(WireFormat.OPENAI_RESPONSES, route, b"2", body)
+    later.committed()
+    assert bodies.peek(("t", "s", WireFormat.OPENAI_CHAT)) is None
+    assert bodies.peek(("t", "other", WireFormat.OPENAI_CHAT)) is not None
+    held = bodies.peek(("t", "s", WireFormat.OPENAI_RESPONSES))
+    assert held is not None and held.digest == b"2"
+    assert bodies.bytes == 2 * len(body.body)
