@@ -35,8 +35,9 @@ NODES = 40
 
 
 async def measure(trees: dict[str, str], blocks: int, steps: int) -> dict[str, dict[str, Any]]:
-    """Per checkout (name → its folder): its steps' p50 and p99 in ms, CPU ms a step, and each
-    block's p50 in the order run (drift shows there)."""
+    """Per checkout (name → its folder): its steps' p50 and p99 in ms, CPU ms a step (from
+    /proc, counted in 10 ms clock ticks: meaningful over many steps), and each block's p50 in
+    the order run (drift shows there)."""
     with bench_database() as (url, _), tempfile.TemporaryDirectory() as logs:
         services = paired.serve(url, Path(logs), trees, prepared_statements=None)
         try:

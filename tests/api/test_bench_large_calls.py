@@ -67,10 +67,12 @@ def test_the_paired_full_bench_runs(bench_server: None, capsys: pytest.CaptureFi
 
 def test_the_paired_step_bench_runs(bench_server: None, capsys: pytest.CaptureFixture[str]) -> None:
     here = Path(__file__).resolve().parents[2]  # this checkout, served twice
-    step_ab.main([str(here), str(here), "--blocks", "2", "--steps", "3"])
+    # Enough steps for their CPU to span several of /proc's clock ticks (10 ms): three steps a
+    # block once measured 0.0.
+    step_ab.main([str(here), str(here), "--blocks", "2", "--steps", "12"])
     report = json.loads(capsys.readouterr().out)
     for checkout in ("before", "after"):
-        assert report[checkout]["steps"] == 6
+        assert report[checkout]["steps"] == 24
         assert len(report[checkout]["block_p50s_ms"]) == 2
         assert 0 < report[checkout]["step_p50_ms"] <= report[checkout]["step_p99_ms"]
         assert report[checkout]["cpu_ms_per_step"] > 0
