@@ -89,9 +89,6 @@ class HeldBodies:
             self.bytes -= len(body.rendered.body)
 
 
-NO_HELD_BODIES = HeldBodies(0)
-
-
 class SessionBodies:
     """One call's view of the held bodies of its session: the one it may continue, and the one
     it leaves for the next call, kept only once the call commits."""
