@@ -38,6 +38,7 @@ import pytest
 from admission_service import tokenizers
 from promptadmission import SyncAdmissionClient
 from promptadmission.kit.bodies import HeldRequest
+from promptadmission.v1 import admission_service_pb2 as api
 from promptadmission.v1 import session_pb2 as pb
 
 from tests.clients.large_sessions import (
@@ -218,6 +219,24 @@ def test_a_full_streamed_admit_reaches_both_clients_as_the_sdks_send_it(
         assert recorder.bodies[-1][0] == PATHS[name]
         recorder.raw.clear()
         recorder.bodies.clear()
+        # The next step on the same connection (so the same worker), with a new user message
+        # (on the Anthropic session it merges into the held last turn): a body up to
+        # PAS_HELD_BODY_BYTES is made from the one the worker holds (app/held_bodies.py). It
+        # is the body the Python kit rebuilds from the held one and a validate-only DELTA of
+        # the same step, and the SDK's types accept it.
+        held = HeldRequest.of(derived, None)
+        step = full_request(grown, wire, step=len(served) + 100)
+        step.users.add(role=pb.MESSAGE_ROLE_USER).content.add().text.text = "Now the tests."
+        delta = api.AdmitRequest()
+        delta.CopyFrom(step)
+        delta.validate_only = True
+        delta.view = pb.REQUEST_VIEW_DELTA
+        delta.held_prefix.CopyFrom(held.prefix)
+        rebuilt = HeldRequest.of(python_client.admit_streamed(delta).request, held).body
+        whole = python_client.admit_streamed(step).request
+        assert whole.view == pb.REQUEST_VIEW_FULL
+        assert whole.body_json == json.dumps(rebuilt, ensure_ascii=False, separators=(",", ":"))
+        assert check_body(name, whole.body_json, provider=family, in_history=False) == []
     # The same request, received by the other client: the same bytes.
     assert derived_file.read_bytes() == derived.SerializeToString(deterministic=True)
     assert answer["totalTokens"] == response.forecast.total_tokens

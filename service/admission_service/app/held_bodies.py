@@ -101,15 +101,12 @@ class SessionBodies:
     def held(self, wire: WireFormat, route: Route) -> HeldBody | None:
         """The body this worker holds of the session's last request in ``wire`` on a route like
         ``route`` (its digest says which request: ``FramesQuery.plan`` checks it)."""
-        if self._bodies.max_bytes <= 0:
-            return None
         return self._bodies.get((self._tenant, self._session_id, wire), route)
 
     def leave(self, wire: WireFormat, route: Route, digest: bytes, rendered: Rendered) -> None:
         """Hold ``rendered``, the body of the request ``digest`` on ``route``, once the call
-        commits."""
-        if self._bodies.max_bytes > 0 and len(rendered.body) >= HELD_BODY_MIN:
-            self._left[wire] = HeldBody(digest, route.provider, route.in_history, rendered)
+        commits (if it is worth holding and fits: ``HeldBodies.put``)."""
+        self._left[wire] = HeldBody(digest, route.provider, route.in_history, rendered)
 
     def continued(self) -> None:
         """Count a body made from a held one."""

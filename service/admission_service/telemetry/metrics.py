@@ -141,11 +141,11 @@ class SessionCacheState(CacheState, Protocol):
     misses: int
 
 
-class HeldFramesState(CacheState, Protocol):
+class ServingCacheState(CacheState, Protocol):
+    """A cache that counts what it served instead of the work it saves (held frames, held
+    bodies)."""
+
     used: int
-
-
-HeldBodiesState = HeldFramesState  # held bodies count the bodies they continued alike
 
 
 class _CachesCollector(Collector):
@@ -156,8 +156,8 @@ class _CachesCollector(Collector):
     def __init__(
         self,
         sessions: SessionCacheState | None,
-        frames: HeldFramesState | None,
-        bodies: HeldBodiesState | None,
+        frames: ServingCacheState | None,
+        bodies: ServingCacheState | None,
     ) -> None:
         self._sessions, self._frames, self._bodies = sessions, frames, bodies
 
@@ -198,20 +198,23 @@ class _CachesCollector(Collector):
             lookups.add_metric(["hit"], float(sessions.hits))
             lookups.add_metric(["miss"], float(sessions.misses))
             yield lookups
-        if frames is not None:
-            yield CounterMetricFamily(
+        served: tuple[tuple[str, str, ServingCacheState | None], ...] = (
+            (
                 "pas_held_frames_used",
                 "Frames (nodes, sealed chunks) FULL reads took from the worker instead of "
                 "fetching them.",
-                value=float(frames.used),
-            )
-        if bodies is not None:
-            yield CounterMetricFamily(
+                frames,
+            ),
+            (
                 "pas_held_bodies_used",
                 "FULL provider bodies made from the worker's held body of the previous request "
                 "and the messages after it, instead of rendered from every frame.",
-                value=float(bodies.used),
-            )
+                bodies,
+            ),
+        )
+        for name, documentation, cache in served:
+            if cache is not None:
+                yield CounterMetricFamily(name, documentation, value=float(cache.used))
 
 
 class Metrics:
@@ -274,8 +277,8 @@ class Metrics:
     def watch_caches(
         self,
         sessions: SessionCacheState | None,
-        frames: HeldFramesState | None,
-        bodies: HeldBodiesState | None = None,
+        frames: ServingCacheState | None,
+        bodies: ServingCacheState | None = None,
     ) -> None:
         self.registry.register(_CachesCollector(sessions, frames, bodies))
 
