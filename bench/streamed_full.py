@@ -9,7 +9,9 @@ stores it as it does for a client), no new users (the same request every time), 
 format: NEUTRAL (typed messages), OPENAI_CHAT and OPENAI_RESPONSES on the ``openai`` session,
 ANTHROPIC_MESSAGES on the ``anthropic`` one (rendered bodies). The client receives the chunks
 on a ``grpc.aio`` channel and reassembles, checks and parses them
-(``promptadmission.streaming.reassemble``, what ``admit_streamed`` does).
+(``promptadmission.streaming.reassemble``, what ``admit_streamed`` does), asking for the SHA-256
+in the last chunk as the clients do; ``--compare-first`` also times, sample by sample, a call
+asking for it in the first (the service then hashes the response before sending it).
 
 The floor (bench/transport_floor.py ``Stream``) is a separate ``grpc.aio`` process that streams
 each format's response bytes, as the service sent them, in the same 1 MiB chunks with the size
@@ -17,7 +19,7 @@ and SHA-256 in the first, encoded before the first call; the same client code re
 reassembles, checks and parses them on the same kind of channel. Service and floor samples
 alternate, format by format, so both see the same machine.
 
-    python -m bench.streamed_full [--samples 30] [--workers N] [--out FILE]
+    python -m bench.streamed_full [--samples 30] [--workers N] [--compare-first] [--out FILE]
 
 (the service on a database of its own: DATABASE_URL's server, else an embedded PostgreSQL).
 ``python -m bench --only S7`` runs it inside the full benchmark.
@@ -67,12 +69,14 @@ def grow_sessions(target: str, text_results: int) -> dict[Family, Grown]:
 
 
 async def service_once(
-    admission: api_grpc.AdmissionServiceAsyncStub, request: api.AdmitRequest
+    admission: api_grpc.AdmissionServiceAsyncStub, request: api.AdmitRequest, sha256_last: bool
 ) -> tuple[float, bytes]:
     """One FULL StreamAdmit with a fresh request_id: its seconds and the response's bytes."""
     request.request_id = str(uuid.uuid4())
     started = time.perf_counter()
-    call = admission.StreamAdmit(api.StreamAdmitRequest(request=request))
+    call = admission.StreamAdmit(
+        api.StreamAdmitRequest(request=request, sha256_in_last_chunk=sha256_last)
+    )
     chunks = [chunk async for chunk in call]
     response = reassemble(chunks, api.AdmitResponse)
     elapsed = time.perf_counter() - started
@@ -98,9 +102,11 @@ async def s7_streamed_full(
     samples: int,
     text_results: int = TEXT_RESULTS,
     formats: tuple[str, ...] = tuple(WIRE_NAMES.values()),
+    compare_first: bool = False,
 ) -> dict[str, Any]:
     """Per wire format: the service's and the floor's p50 (ms), their ratio, the bytes; and
-    the largest ratio (the headline, against ``TARGET_RATIO``)."""
+    the largest ratio (the headline, against ``TARGET_RATIO``). ``compare_first``: also the
+    p50 of a call asking for the SHA-256 in the first chunk, in the same samples."""
     started = time.perf_counter()
     sessions = await asyncio.to_thread(grow_sessions, service.target, text_results)
     grow_s = time.perf_counter() - started
@@ -111,12 +117,13 @@ async def s7_streamed_full(
     }
     service_times: dict[str, list[float]] = {name: [] for name in requests}
     floor_times: dict[str, list[float]] = {name: [] for name in requests}
+    first_times: dict[str, list[float]] = {name: [] for name in requests}
     blobs: dict[str, bytes] = {}
     async with grpc.aio.insecure_channel(service.target, options=CHANNEL_OPTIONS) as ch:
         admission = cast("api_grpc.AdmissionServiceAsyncStub", api_grpc.AdmissionServiceStub(ch))
         for name, request in requests.items():  # warm up; each format's bytes for the floor
             for _ in range(2):
-                _, blobs[name] = await service_once(admission, request)
+                _, blobs[name] = await service_once(admission, request, True)
         with tempfile.TemporaryDirectory() as directory:
             for name, data in blobs.items():
                 (Path(directory) / f"{name}.bin").write_bytes(data)
@@ -128,8 +135,11 @@ async def s7_streamed_full(
                         await floor_once(stream, name)  # warm up: the floor encodes its chunks
                     for _ in range(samples):
                         for name, request in requests.items():
-                            elapsed, _ = await service_once(admission, request)
+                            elapsed, _ = await service_once(admission, request, True)
                             service_times[name].append(elapsed)
+                            if compare_first:
+                                elapsed, _ = await service_once(admission, request, False)
+                                first_times[name].append(elapsed)
                             floor_times[name].append(await floor_once(stream, name))
             finally:
                 floor.stop()
@@ -147,6 +157,10 @@ async def s7_streamed_full(
             "ratio": round(service_p50 / floor_p50, 3),
             "samples": len(service_times[name]),
         }
+        if compare_first:
+            first_p50 = p50_ms(first_times[name])
+            rows[name]["sha256_first_p50_ms"] = first_p50
+            rows[name]["sha256_first_ratio"] = round(first_p50 / floor_p50, 3)
     return {
         "grow_s": round(grow_s, 2),
         "formats": rows,
@@ -166,6 +180,11 @@ def main(argv: list[str] | None = None) -> int:
         "--formats",
         default=",".join(WIRE_NAMES.values()),
         help="the wire formats to measure (default: all)",
+    )
+    parser.add_argument(
+        "--compare-first",
+        action="store_true",
+        help="also time calls asking for the SHA-256 in the first chunk",
     )
     parser.add_argument("--logs", type=Path, help="keep the service's log in this directory")
     parser.add_argument(
@@ -190,7 +209,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             workers = len(service.workers())
             result = asyncio.run(
-                s7_streamed_full(service, args.samples, args.text_results, formats)
+                s7_streamed_full(
+                    service, args.samples, args.text_results, formats, args.compare_first
+                )
             )
         finally:
             if profiler is not None:

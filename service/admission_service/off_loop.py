@@ -12,6 +12,7 @@ interval (0.5 ms while serving: ``api/event_loop.py``), so the loop's other call
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -26,3 +27,11 @@ async def off_the_loop_if_large(size: int, work: Callable[[], T]) -> T:
     if size < LARGE_BYTES:
         return work()
     return await asyncio.to_thread(work)
+
+
+def sha256_started(data: bytes) -> asyncio.Task[bytes]:
+    """The SHA-256 of ``data``, begun now (on a thread when large) while the caller goes on:
+    a streamed response's digest, which one of its chunks carries."""
+    return asyncio.ensure_future(
+        off_the_loop_if_large(len(data), lambda: hashlib.sha256(data).digest())
+    )

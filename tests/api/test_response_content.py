@@ -203,16 +203,21 @@ async def test_a_full_request_over_4_mib_arrives_streamed(
         assert results == [chr(97 + n) * 2 * MIB for n in (1, 2, 3)]
 
         # The replay's chunks as the raw stub sees them: at most 1 MiB each, the first
-        # announcing the whole; a second replay sends the same bytes.
+        # announcing the whole, its SHA-256 in the first or, asked for, in the last; each
+        # replay sends the same bytes.
         replays = []
-        for _ in range(2):
-            call = client.stub.StreamAdmit(api.StreamAdmitRequest(request=last))
+        for sha256_last in (False, True):
+            call = client.stub.StreamAdmit(
+                api.StreamAdmitRequest(request=last, sha256_in_last_chunk=sha256_last)
+            )
             chunks = [chunk async for chunk in cast("AsyncIterator[api.StreamAdmitResponse]", call)]
             assert all(len(chunk.data) <= MIB for chunk in chunks) and len(chunks) > 6
             data = b"".join(chunk.data for chunk in chunks)
             assert chunks[0].total_bytes == len(data)
-            assert chunks[0].sha256 == hashlib.sha256(data).digest()
-            assert not any(chunk.total_bytes or chunk.sha256 for chunk in chunks[1:])
+            assert not any(chunk.total_bytes for chunk in chunks[1:])
+            carrier = -1 if sha256_last else 0
+            assert chunks[carrier].sha256 == hashlib.sha256(data).digest()
+            assert sum(bool(chunk.sha256) for chunk in chunks) == 1
             replays.append(data)
         assert replays[0] == replays[1]
         assert api.AdmitResponse.FromString(replays[0]) == streamed

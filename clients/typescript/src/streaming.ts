@@ -6,7 +6,8 @@
  *
  * `admitStreamed(client, request)` and `reconcileStreamed(client, request)` take and return what
  * `client.admit` and `client.reconcile` do: the chunks are reassembled and checked against the
- * size and SHA-256 the first one announces (`reassemble`), and a retryable failure is retried
+ * size the first one announces and the SHA-256 the last one carries (they ask for it there, so
+ * the service hashes while it sends; `reassemble`), and a retryable failure is retried
  * with the same `requestId` (a fresh UUID4 one when the request has none), which replays the
  * stored response.
  */
@@ -38,14 +39,17 @@ export interface ResponseChunk {
 
 /**
  * The chunks do not make the response they announced (missing bytes, or bytes that are not the
- * ones whose SHA-256 the first chunk carried). Not retried: repeat the call with the same
+ * ones whose SHA-256 a chunk carried). Not retried: repeat the call with the same
  * `requestId` to receive the stored response again.
  */
 export class StreamedResponseError extends Error {
   override name = "StreamedResponseError";
 }
 
-/** The response the chunks carry, checked against the size and SHA-256 of the first. */
+/**
+ * The response the chunks carry, checked against the size the first announces and the SHA-256
+ * the first or, when the request set `sha256InLastChunk`, the last carries (exactly one chunk).
+ */
 export function reassemble<Desc extends DescMessage>(
   chunks: readonly ResponseChunk[],
   schema: Desc,
@@ -55,6 +59,10 @@ export function reassemble<Desc extends DescMessage>(
     throw new StreamedResponseError("the stream ended before its first chunk");
   }
   const total = Number(first.totalBytes);
+  const digests = chunks.filter((chunk) => chunk.sha256.length > 0);
+  if (digests.length !== 1) {
+    throw new StreamedResponseError(`${digests.length} chunks carried a SHA-256, not one`);
+  }
   const size = chunks.reduce((sum, chunk) => sum + chunk.data.length, 0);
   if (size !== total) {
     throw new StreamedResponseError(`received ${size} of the ${total} bytes announced`);
@@ -67,7 +75,7 @@ export function reassemble<Desc extends DescMessage>(
     offset += chunk.data.length;
     hash.update(chunk.data);
   }
-  if (!Buffer.from(hash.digest()).equals(Buffer.from(first.sha256))) {
+  if (!Buffer.from(hash.digest()).equals(Buffer.from(digests[0]!.sha256))) {
     throw new StreamedResponseError("the reassembled response does not match its SHA-256");
   }
   return fromBinary(schema, data);
@@ -89,7 +97,7 @@ export function admitStreamed(
   return streamed(
     options,
     prepared.sessionId,
-    (callOptions) => client.streamAdmit({ request: prepared }, callOptions),
+    (callOptions) => client.streamAdmit({ request: prepared, sha256InLastChunk: true }, callOptions),
     (chunks) => reassemble(chunks, AdmitResponseSchema),
   );
 }
@@ -104,7 +112,8 @@ export function reconcileStreamed(
   return streamed(
     options,
     prepared.sessionId,
-    (callOptions) => client.streamReconcile({ request: prepared }, callOptions),
+    (callOptions) =>
+      client.streamReconcile({ request: prepared, sha256InLastChunk: true }, callOptions),
     (chunks) => reassemble(chunks, ReconcileResponseSchema),
   );
 }

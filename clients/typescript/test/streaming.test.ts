@@ -146,7 +146,7 @@ for (const wireFormat of [WireFormat.NEUTRAL, WireFormat.ANTHROPIC_MESSAGES]) {
   });
 }
 
-test("reassemble checks the size and the SHA-256 the first chunk announces", () => {
+test("reassemble checks the size the first chunk announces and the SHA-256 one chunk carries", () => {
   const response = create(AdmitResponseSchema, { admissionId: "a", revision: 3n });
   const data = toBinary(AdmitResponseSchema, response);
   const sha256 = createHash("sha256").update(data).digest();
@@ -159,6 +159,15 @@ test("reassemble checks the size and the SHA-256 the first chunk announces", () 
   const changed = [chunks[0]!, create(StreamAdmitResponseSchema, { data: new Uint8Array(data.length - 3) })];
   assert.throws(() => reassemble(changed, AdmitResponseSchema), /SHA-256/);
   assert.throws(() => reassemble([], AdmitResponseSchema), /before its first chunk/);
+  // The digest in the last chunk (what admitStreamed asks for), and never in none or two.
+  const last = [
+    create(StreamAdmitResponseSchema, { data: data.subarray(0, 3), totalBytes: BigInt(data.length) }),
+    create(StreamAdmitResponseSchema, { data: data.subarray(3), sha256 }),
+  ];
+  assert.equal(reassemble(last, AdmitResponseSchema).admissionId, "a");
+  const none = [last[0]!, create(StreamAdmitResponseSchema, { data: data.subarray(3) })];
+  assert.throws(() => reassemble(none, AdmitResponseSchema), /0 chunks carried a SHA-256/);
+  assert.throws(() => reassemble([chunks[0]!, last[1]!], AdmitResponseSchema), /2 chunks carried/);
 });
 
 test("the kit makes a step too large for one message again as StreamAdmit", async () => {

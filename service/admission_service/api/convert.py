@@ -17,6 +17,7 @@ is re-encoded, and the idempotency record stores only the rest (``SplitAttemptEn
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -915,7 +916,8 @@ class EncodedResponse:
     method: str
     data: bytes = field(repr=False)
     result: Any = field(default=None, repr=False)
-    sha256: bytes | None = field(default=None, repr=False)  # data's, when already hashed
+    # data's SHA-256 being hashed, when the use case began it (``Reply.sha256``)
+    sha256: asyncio.Task[bytes] | None = field(default=None, repr=False)
 
     def summary(self) -> ProtoMessage:
         """The response without the derived request's messages and body, built from the typed

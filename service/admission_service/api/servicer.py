@@ -12,9 +12,7 @@ never parsed and encoded again.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
 from typing import Any, TypeVar
 
 import grpc
@@ -102,14 +100,9 @@ class AdmissionServicer:
         """Admit, its response sent in chunks (``_stream``)."""
         with fields_under("request"):
             response = await self._write(
-                context,
-                request.request,
-                "Admit",
-                _streamed(convert.admit_command),
-                handlers.admit,
-                streamed=True,
+                context, request.request, "Admit", _streamed(convert.admit_command), handlers.admit
             )
-        await self._stream(context, response)
+        await self._stream(context, response, request.sha256_in_last_chunk)
         return response
 
     async def StreamReconcile(
@@ -123,9 +116,8 @@ class AdmissionServicer:
                 "Reconcile",
                 _streamed(convert.reconcile_command),
                 handlers.reconcile,
-                streamed=True,
             )
-        await self._stream(context, response)
+        await self._stream(context, response, request.sha256_in_last_chunk)
         return response
 
     async def Record(self, request: api.RecordRequest, context: Context) -> convert.EncodedResponse:
@@ -185,14 +177,15 @@ class AdmissionServicer:
             self._deps, tenant, request.session_id, request.page_size, request.page_token
         )
 
-    async def _stream(self, context: Context, response: convert.EncodedResponse) -> None:
-        """Send a committed response in chunks (``StreamSender.send``, api/streaming.py), the
-        first with the SHA-256 of the whole: the replay recipe's when the response was stored
-        with one, else hashed with its encoding by ``_write`` (a 4.6 MB response is hashed
-        once, off the loop).
+    async def _stream(
+        self, context: Context, response: convert.EncodedResponse, sha256_last: bool
+    ) -> None:
+        """Send a committed response in chunks (``StreamSender.send``, api/streaming.py) with
+        the SHA-256 of the whole in the first chunk, or in the last when the caller asked
+        (``sha256_last``: hashed while the chunks are sent).
         A caller that stops reading, or a worker already sending its budget, ends the stream
         with UNAVAILABLE; the call stays committed and a retry replays it."""
-        await self._streams.send(context, response.data, response.sha256)
+        await self._streams.send(context, response.data, sha256_last, response.sha256)
 
     async def _write(
         self,
@@ -201,13 +194,10 @@ class AdmissionServicer:
         method: str,
         to_command: Callable[[Any], Command],
         use_case: UseCase[Command],
-        *,
-        streamed: bool = False,
     ) -> convert.EncodedResponse:
         """A mutation: the request converted to its command and its request_id's digest (its
         shape checked before the tenant is resolved); the use case returns its result and the
-        response bytes it stored (or replayed), sent as they are; ``streamed``: with their
-        SHA-256, which a stream's first chunk carries."""
+        response bytes it stored (or replayed), sent as they are."""
         if parsed_large_request():
             # A request parsed on a worker thread for its size is converted there too: its
             # texts become str and its encoding is hashed for the request_id (15 MiB: ~5 ms of
@@ -217,28 +207,15 @@ class AdmissionServicer:
             command, key = _command_and_key(to_command, request)
         tenant = await self._tenants.tenant(context)
         reply = await use_case(self._deps, tenant, command, key)
-        # A large response is encoded and hashed in one hop to a thread: each hop costs a large
-        # call the loop's wake-up for its result.
-        if reply.encoded is None:
-            work = encoding_size(reply.result)
-        else:
-            work = len(reply.encoded) if streamed and reply.sha256 is None else 0
-        return await off_the_loop_if_large(work, lambda: _response(method, reply, streamed))
+        # A large response not encoded by the use case (no request_id) is encoded on a thread.
+        work = encoding_size(reply.result) if reply.encoded is None else 0
+        return await off_the_loop_if_large(work, lambda: convert.encoded_response(method, reply))
 
 
 def _command_and_key(
     to_command: Callable[[Any], Command], request: Any
 ) -> tuple[Command, Idempotency | None]:
     return to_command(request), convert.idempotency_of(request.request_id, request)
-
-
-def _response(method: str, reply: Reply[Any], hashed: bool) -> convert.EncodedResponse:
-    """``reply``'s response bytes (``convert.encoded_response``); with ``hashed``, their SHA-256
-    too, when the use case did not hash them."""
-    response = convert.encoded_response(method, reply)
-    if hashed and response.sha256 is None:
-        response = replace(response, sha256=hashlib.sha256(response.data).digest())
-    return response
 
 
 def _streamed(to_command: Callable[..., Command]) -> Callable[[Any], Command]:

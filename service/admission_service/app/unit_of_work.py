@@ -41,7 +41,7 @@ from admission_service.domain.errors import (
     SessionAlreadyExists,
     SessionNotFound,
 )
-from admission_service.off_loop import off_the_loop_if_large
+from admission_service.off_loop import off_the_loop_if_large, sha256_started
 from admission_service.storage.failures import SessionMoved
 
 R = TypeVar("R")
@@ -82,7 +82,9 @@ class Reply(Generic[R]):
 
     result: R | None
     encoded: bytes | None = None
-    sha256: bytes | None = None  # encoded's, when the unit of work hashed it (``StoredForm``)
+    # A streamed call's: encoded's SHA-256, hashed on a thread since it was encoded, so while
+    # the commit's round trip and the first chunks' writes go on (a chunk carries it).
+    sha256: asyncio.Task[bytes] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +101,7 @@ class Call:
     create: bool = False
     admission_id: str | None = None
     tool_call_ids: tuple[str, ...] = ()
+    streamed: bool = False  # its response goes out in chunks (StreamAdmit, StreamReconcile)
 
 
 class UnitOfWork:
@@ -173,8 +176,7 @@ class UnitOfWork:
             or stored.request_digest != idempotency.request_digest
         ):
             raise RequestIdReused(idempotency.request_id)
-        replayed = await replay.replayed(self.sessions, stored, self._encode)
-        return Reply(None, replayed.payload, replayed.sha256)
+        return Reply(None, await replay.replayed(self.sessions, stored, self._encode))
 
     def load(self, expected_revision: int | None = None) -> SessionAggregate:
         """The session the call works on, as it was when the call began: refused when it does
@@ -221,10 +223,15 @@ class UnitOfWork:
                 stored.response,
                 stored.recipe,
             )
-            sha256 = stored.sha256
-        await self.reached(Phase.COMMIT)
-        _raise_if_cancelled()
-        await self._unit.commit()  # the deferred writes and COMMIT: one round trip
+            sha256 = sha256_started(encoded) if self._call.streamed else None
+        try:
+            await self.reached(Phase.COMMIT)
+            _raise_if_cancelled()
+            await self._unit.commit()  # the deferred writes and COMMIT: one round trip
+        except BaseException:
+            if sha256 is not None:
+                sha256.cancel()  # nothing to send
+            raise
         self._committed = True
         self.bodies.committed()
         self._deps.quotas.stored(self._call.tenant, growth.log_bytes)

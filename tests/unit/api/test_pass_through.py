@@ -104,20 +104,37 @@ def test_each_mutation_names_its_response_type() -> None:
         assert write.message.DESCRIPTOR is SERVICE.methods_by_name[method].output_type
 
 
+class _Caller:
+    """A servicer context that keeps what the sender writes."""
+
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+
+    async def write(self, chunk: bytes) -> None:
+        self.written.append(chunk)
+
+
+@pytest.mark.parametrize("sha256_last", [False, True])
 @pytest.mark.parametrize(
     "size", [1, 300, CHUNK_BYTES - 1, CHUNK_BYTES, CHUNK_BYTES + 1, 3 * CHUNK_BYTES + 5]
 )
-def test_a_streamed_response_is_sent_as_the_chunk_messages_encoded(size: int) -> None:
+async def test_a_streamed_response_is_sent_as_the_chunk_messages_encoded(
+    size: int, sha256_last: bool
+) -> None:
     """StreamAdmit's and StreamReconcile's chunks are written encoded, through a pass-through
     serializer: each is byte for byte what protobuf encodes for the chunk message, at most
-    CHUNK_BYTES of data, the first with the size and SHA-256 of the whole."""
+    CHUNK_BYTES of data, the first with the size of the whole and the first or (asked for) the
+    last with its SHA-256."""
     server = _Server()
     add_to_server(AdmissionServicer(None, None, STREAMS), server)  # type: ignore[arg-type]
     data = random.Random(size).randbytes(size)
-    chunks = list(encoded_chunks(data))
+    caller = _Caller()
+    await STREAMS.send(caller, data, sha256_last)  # type: ignore[arg-type]
+    chunks = caller.written
+    sha256 = hashlib.sha256(data).digest()
+    assert chunks == list(encoded_chunks(data, sha256, sha256_last=sha256_last))
     assert len(chunks) == -(-size // CHUNK_BYTES)
-    # A digest the unit of work already took (the replay recipe's) is the one announced.
-    assert list(encoded_chunks(data, hashlib.sha256(data).digest())) == chunks
+    offsets = range(0, size, CHUNK_BYTES)
     for message_type, method in (
         (api.StreamAdmitResponse, "StreamAdmit"),
         (api.StreamReconcileResponse, "StreamReconcile"),
@@ -125,13 +142,14 @@ def test_a_streamed_response_is_sent_as_the_chunk_messages_encoded(size: int) ->
         serialize = server.handlers[method].response_serializer
         assert all(serialize(chunk) is chunk for chunk in chunks)
         messages = [message_type.FromString(chunk) for chunk in chunks]
+        carrier = offsets[-1] if sha256_last else 0
         expected = [
             message_type(
                 data=data[offset : offset + CHUNK_BYTES],
                 total_bytes=size if offset == 0 else 0,
-                sha256=hashlib.sha256(data).digest() if offset == 0 else b"",
+                sha256=sha256 if offset == carrier else b"",
             )
-            for offset in range(0, size, CHUNK_BYTES)
+            for offset in offsets
         ]
         assert messages == expected
         assert chunks == [m.SerializeToString(deterministic=True) for m in expected]

@@ -56,7 +56,7 @@ def test_a_response_over_what_is_left_is_refused_with_the_numbers() -> None:
 async def test_a_caller_that_reads_gets_every_chunk() -> None:
     budget = StreamingBudget(1 << 30)
     caller = Caller(reads=10)
-    await StreamSender(budget, 1.0).send(_context(caller), b"x" * (3 * CHUNK_BYTES + 1), None)
+    await StreamSender(budget, 1.0).send(_context(caller), b"x" * (3 * CHUNK_BYTES + 1), False)
     assert len(caller.written) == 4
     assert (budget.held, budget.stalled) == (0, 0)
 
@@ -68,7 +68,7 @@ async def test_a_caller_that_stops_reading_is_let_go() -> None:
     caller = Caller(reads=1)
     sender = StreamSender(budget, 0.05)
     with pytest.raises(StreamStalled) as stalled:
-        await asyncio.wait_for(sender.send(_context(caller), b"x" * 3 * CHUNK_BYTES, None), 5)
+        await asyncio.wait_for(sender.send(_context(caller), b"x" * 3 * CHUNK_BYTES, True), 5)
     assert stalled.value.reason == "RESPONSE_STREAM_STALLED"
     assert stalled.value.metadata == {"stall_seconds": "0.05"}
     assert len(caller.written) == 1

@@ -25,6 +25,7 @@ from admission_service.app.commands import (
 )
 from admission_service.app.hooks import Phase
 from admission_service.app.limits import MIB, Limits, Quotas
+from admission_service.app.replay import ReplayMismatch
 from admission_service.app.use_cases import admit as admit_module
 from admission_service.domain.errors import (
     AdmissionNotFound,
@@ -54,6 +55,7 @@ from admission_service.domain.messages import (
 )
 from admission_service.domain.session import HeldPrefix, RequestSelection, RequestView
 from admission_service.domain.wire import WireFormat
+from admission_service.storage import codec
 
 from tests.unit.app.steps import (
     IN_HISTORY,
@@ -278,8 +280,51 @@ async def test_a_retry_replays_the_first_bytes_and_commits_nothing(app: App) -> 
     again = await call(app, command, "r1")
     assert again.result is None and again.encoded == first.encoded
     assert await app.observe(sid) == before
-    # Both carry the digest their recipe holds (a streamed response announces it unhashed).
-    assert first.sha256 == again.sha256 == hashlib.sha256(first.encoded).digest()
+
+
+async def test_a_streamed_response_is_hashed_from_its_encoding_on() -> None:
+    """A streamed call's SHA-256 (a chunk carries it) is begun once the response is encoded,
+    so it runs while the commit's round trip does; a unary call's is never taken, a replay's
+    is left to the edge, and a call cancelled at its commit leaves no task behind."""
+    hooks = Cancelling("", Phase.COMMIT)
+    app = App.build(hooks=hooks)
+    sid, _ = await app.busy()
+    command = app.admit_command(sid, "C", "u", delivery=Delivery(streamed=True))
+    streamed = await call(app, command, "r1")
+    assert streamed.sha256 is not None and streamed.encoded is not None
+    assert await streamed.sha256 == hashlib.sha256(streamed.encoded).digest()
+    assert (await call(app, command, "r1")).sha256 is None  # replayed
+    unary = await call(app, replace(command, delivery=Delivery(), step=2), "r2")
+    assert unary.encoded is not None and unary.sha256 is None
+    hooks.target = ("Admit", Phase.COMMIT)
+    before = await app.observe(sid)
+    await app.refused(sid, asyncio.CancelledError, call(app, replace(command, step=3), "r3"))
+    await asyncio.sleep(0)
+    assert asyncio.all_tasks() == {asyncio.current_task()}
+    assert await app.observe(sid) == before
+
+
+async def test_a_rebuilt_response_that_differs_from_the_first_is_never_sent(app: App) -> None:
+    """The replay checks the rebuilt bytes against the digest its recipe keeps (XXH3 now,
+    SHA-256 in recipes stored before): a stored head changed under it is refused (INTERNAL),
+    whichever digest the recipe holds."""
+    sid, _ = await app.busy()
+    command = app.admit_command(sid, "C", "u", wire_format=WireFormat.OPENAI_CHAT)
+    first = await call(app, command, "r1")
+    responses = app.storage.state.responses[("t", sid)]
+    record = responses["r1"]
+    assert record.derived_request is not None
+    recipe = codec.loads(record.derived_request)
+    sha256_recipe = {k: v for k, v in recipe.items() if k != "response_xxh3_128"}
+    sha256_recipe["response_sha256"] = hashlib.sha256(first.encoded).hexdigest()
+    for stored in (recipe, sha256_recipe):
+        responses["r1"] = replace(record, derived_request=codec.dumps(stored))
+        assert (await call(app, command, "r1")).encoded == first.encoded
+        responses["r1"] = replace(
+            record, response=record.response + b"\x08\x01", derived_request=codec.dumps(stored)
+        )
+        with pytest.raises(ReplayMismatch):
+            await call(app, command, "r1")
 
 
 async def test_a_retry_replays_each_view_and_format_after_later_steps_and_a_compaction(

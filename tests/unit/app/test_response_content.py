@@ -11,6 +11,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+import xxhash
 from admission_service.api import convert
 from admission_service.app import derivation, handlers
 from admission_service.app.commands import (
@@ -198,6 +199,8 @@ async def test_the_idempotency_record_keeps_neither_the_prompt_nor_the_tools() -
     assert record.derived_request is not None
     recipe = codec.loads(record.derived_request)
     assert recipe.pop("tools") is True and recipe.pop("prompt") is True
+    # ... and is checked by its SHA-256 (recipes now keep XXH3's 128 bits: replay.CHECK_ALGORITHM).
+    assert recipe.pop("response_xxh3_128") == xxhash.xxh3_128_hexdigest(first.encoded)
     parts = Spliced.of(first.result)
     old_head = convert.admit_response(first.result, with_messages=False).SerializeToString(
         deterministic=True

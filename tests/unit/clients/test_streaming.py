@@ -1,5 +1,6 @@
 """The Python client's reassembly of a streamed response (``promptadmission.streaming``): the
-chunks' bytes, checked against the size and SHA-256 the first one announces."""
+chunks' bytes, checked against the size the first one announces and the SHA-256 the first or
+the last carries."""
 
 from __future__ import annotations
 
@@ -11,12 +12,14 @@ from promptadmission.v1 import admission_service_pb2 as api
 from promptadmission.v1 import session_pb2 as pb
 
 
-def chunks_of(data: bytes, size: int) -> list[api.StreamAdmitResponse]:
+def chunks_of(
+    data: bytes, size: int, *, sha256_last: bool = False
+) -> list[api.StreamAdmitResponse]:
     pieces = [data[offset : offset + size] for offset in range(0, len(data), size)]
-    first = api.StreamAdmitResponse(
-        data=pieces[0], total_bytes=len(data), sha256=hashlib.sha256(data).digest()
-    )
-    return [first, *(api.StreamAdmitResponse(data=piece) for piece in pieces[1:])]
+    chunks = [api.StreamAdmitResponse(data=piece) for piece in pieces]
+    chunks[0].total_bytes = len(data)
+    chunks[-1 if sha256_last else 0].sha256 = hashlib.sha256(data).digest()
+    return chunks
 
 
 RESPONSE = api.AdmitResponse(
@@ -26,10 +29,21 @@ RESPONSE = api.AdmitResponse(
 )
 
 
-def test_the_chunks_make_the_response() -> None:
+@pytest.mark.parametrize("sha256_last", [False, True])
+def test_the_chunks_make_the_response(sha256_last: bool) -> None:
     data = RESPONSE.SerializeToString()
-    assert reassemble(chunks_of(data, 1000), api.AdmitResponse) == RESPONSE
-    assert reassemble(chunks_of(data, len(data)), api.AdmitResponse) == RESPONSE
+    for size in (1000, len(data)):
+        chunks = chunks_of(data, size, sha256_last=sha256_last)
+        assert reassemble(chunks, api.AdmitResponse) == RESPONSE
+
+
+def test_a_response_whose_chunks_carry_no_digest_or_two_is_refused() -> None:
+    data = RESPONSE.SerializeToString()
+    first, last = chunks_of(data, 1000), chunks_of(data, 1000, sha256_last=True)
+    with pytest.raises(StreamedResponseError, match="0 chunks carried a SHA-256"):
+        reassemble([last[0], *first[1:]], api.AdmitResponse)
+    with pytest.raises(StreamedResponseError, match="2 chunks carried a SHA-256"):
+        reassemble([first[0], *last[1:]], api.AdmitResponse)
 
 
 def test_a_missing_chunk_or_a_changed_byte_is_refused() -> None:

@@ -241,7 +241,10 @@ class _Streamed(Generic[_Req, _Resp]):
 
     def prepare(self, request: _Req | None) -> Message:
         request = self.request_type() if request is None else request
-        return self.wrapper_type(request=with_request_id(cast("Any", request)))
+        # The digest in the last chunk: the service hashes while it sends (``reassemble``).
+        return self.wrapper_type(
+            request=with_request_id(cast("Any", request)), sha256_in_last_chunk=True
+        )
 
     def assemble(self, chunks: Sequence[Any]) -> _Resp:
         return reassemble(chunks, self.response_type)

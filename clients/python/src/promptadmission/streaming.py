@@ -2,10 +2,11 @@
 ``ReconcileResponse`` encoded, in chunks of at most 1 MiB, so a derived request far over gRPC's
 default 4 MiB message limit reaches the caller through default limits and proxies.
 
-``reassemble`` puts the chunks back together: the first chunk carries the whole size and its
-SHA-256, and the bytes are checked against both before they are parsed. The clients'
-``admit_streamed`` and ``reconcile_streamed`` call it; it is public for callers of the raw
-stubs.
+``reassemble`` puts the chunks back together: the first chunk carries the whole size, and the
+first or, when the request set ``sha256_in_last_chunk``, the last its SHA-256; the bytes are
+checked against both before they are parsed. The clients' ``admit_streamed`` and
+``reconcile_streamed`` call it (and ask for the digest last: the service then hashes while it
+sends); it is public for callers of the raw stubs.
 """
 
 from __future__ import annotations
@@ -34,21 +35,27 @@ class Chunk(Protocol):
 
 class StreamedResponseError(Exception):
     """The chunks do not make the response they announced (missing bytes, or bytes that are
-    not the ones whose SHA-256 the first chunk carried). Not retried: repeat the call with the
-    same ``request_id`` to receive the stored response again."""
+    not the ones whose SHA-256 a chunk carried). Not retried: repeat the call with the same
+    ``request_id`` to receive the stored response again."""
 
 
 def reassemble(chunks: Iterable[Chunk], response_type: type[_M]) -> _M:
-    """The response the chunks carry, checked against the size and SHA-256 of the first."""
+    """The response the chunks carry, checked against the size the first announces and the
+    SHA-256 the first or the last carries (exactly one of the chunks)."""
     parts: list[bytes] = []
+    digests: list[bytes] = []
     total = -1
-    digest = b""
     for chunk in chunks:
         if total < 0:
-            total, digest = chunk.total_bytes, chunk.sha256
+            total = chunk.total_bytes
+        if chunk.sha256:
+            digests.append(chunk.sha256)
         parts.append(chunk.data)
     if total < 0:
         raise StreamedResponseError("the stream ended before its first chunk")
+    if len(digests) != 1:
+        raise StreamedResponseError(f"{len(digests)} chunks carried a SHA-256, not one")
+    digest = digests[0]
     data = b"".join(parts)
     if len(data) != total:
         raise StreamedResponseError(f"received {len(data)} of the {total} bytes announced")

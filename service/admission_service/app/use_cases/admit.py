@@ -70,6 +70,7 @@ async def admit(
         command.validate_only,
         admission_id=output.admission_id if output is not None else None,
         tool_call_ids=output.call_ids if output is not None else (),
+        streamed=command.delivery.streamed,
     )
     async with UnitOfWork(deps, call) as uow:
         if (replayed := await uow.replayed()) is not None:
@@ -126,6 +127,7 @@ async def reconcile(
         idempotency,
         command.validate_only,
         admission_id=command.admission_id,
+        streamed=command.delivery.streamed,
     )
     async with UnitOfWork(deps, call) as uow:
         if (replayed := await uow.replayed()) is not None:

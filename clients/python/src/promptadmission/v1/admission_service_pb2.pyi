@@ -1193,6 +1193,12 @@ class StreamAdmitRequest(google.protobuf.message.Message):
     DESCRIPTOR: google.protobuf.descriptor.Descriptor
 
     REQUEST_FIELD_NUMBER: builtins.int
+    SHA256_IN_LAST_CHUNK_FIELD_NUMBER: builtins.int
+    sha256_in_last_chunk: builtins.bool
+    """sha256_in_last_chunk asks for the response's SHA-256 in the last chunk instead of the
+    first: the service hashes the response while it sends the chunks instead of before the
+    first (a 4.6 MB response: about 3 ms sooner). Both clients ask for it.
+    """
     @property
     def request(self) -> global___AdmitRequest:
         """request is the AdmitRequest, exactly as Admit takes it (its fields are named under
@@ -1203,9 +1209,10 @@ class StreamAdmitRequest(google.protobuf.message.Message):
         self,
         *,
         request: global___AdmitRequest | None = ...,
+        sha256_in_last_chunk: builtins.bool = ...,
     ) -> None: ...
     def HasField(self, field_name: typing.Literal["request", b"request"]) -> builtins.bool: ...
-    def ClearField(self, field_name: typing.Literal["request", b"request"]) -> None: ...
+    def ClearField(self, field_name: typing.Literal["request", b"request", "sha256_in_last_chunk", b"sha256_in_last_chunk"]) -> None: ...
 
 global___StreamAdmitRequest = StreamAdmitRequest
 
@@ -1228,8 +1235,10 @@ class StreamAdmitResponse(google.protobuf.message.Message):
     only (0 in the others).
     """
     sha256: builtins.bytes
-    """sha256 is the SHA-256 of the whole encoded AdmitResponse; set in the first chunk only.
-    The caller checks the reassembled bytes against it before parsing them.
+    """sha256 is the SHA-256 of the whole encoded AdmitResponse; set in one chunk only: the
+    first, or the last when the request's sha256_in_last_chunk is set (a response of one
+    chunk carries it in that one). The caller checks the reassembled bytes against it before
+    parsing them.
     """
     def __init__(
         self,
@@ -1249,6 +1258,12 @@ class StreamReconcileRequest(google.protobuf.message.Message):
     DESCRIPTOR: google.protobuf.descriptor.Descriptor
 
     REQUEST_FIELD_NUMBER: builtins.int
+    SHA256_IN_LAST_CHUNK_FIELD_NUMBER: builtins.int
+    sha256_in_last_chunk: builtins.bool
+    """sha256_in_last_chunk asks for the response's SHA-256 in the last chunk instead of the
+    first: the service hashes the response while it sends the chunks instead of before the
+    first (a 4.6 MB response: about 3 ms sooner). Both clients ask for it.
+    """
     @property
     def request(self) -> global___ReconcileRequest:
         """request is the ReconcileRequest, exactly as Reconcile takes it (its fields are named under
@@ -1259,9 +1274,10 @@ class StreamReconcileRequest(google.protobuf.message.Message):
         self,
         *,
         request: global___ReconcileRequest | None = ...,
+        sha256_in_last_chunk: builtins.bool = ...,
     ) -> None: ...
     def HasField(self, field_name: typing.Literal["request", b"request"]) -> builtins.bool: ...
-    def ClearField(self, field_name: typing.Literal["request", b"request"]) -> None: ...
+    def ClearField(self, field_name: typing.Literal["request", b"request", "sha256_in_last_chunk", b"sha256_in_last_chunk"]) -> None: ...
 
 global___StreamReconcileRequest = StreamReconcileRequest
 
@@ -1284,8 +1300,10 @@ class StreamReconcileResponse(google.protobuf.message.Message):
     only (0 in the others).
     """
     sha256: builtins.bytes
-    """sha256 is the SHA-256 of the whole encoded ReconcileResponse; set in the first chunk only.
-    The caller checks the reassembled bytes against it before parsing them.
+    """sha256 is the SHA-256 of the whole encoded ReconcileResponse; set in one chunk only: the
+    first, or the last when the request's sha256_in_last_chunk is set (a response of one
+    chunk carries it in that one). The caller checks the reassembled bytes against it before
+    parsing them.
     """
     def __init__(
         self,
