@@ -6,7 +6,7 @@
 | ``DATABASE_URL`` | unset | ``postgresql://…``; unset starts an embedded PostgreSQL |
 | ``PAS_DATA_DIR`` | ``.data/postgres`` | the embedded PostgreSQL's data directory |
 | ``PAS_EMBEDDED_PG_PORT`` | a free port | the embedded PostgreSQL's port |
-| ``PAS_MIGRATE_ON_START`` | ``true`` | run ``alembic upgrade head`` before serving |
+| ``PAS_MIGRATE_ON_START`` | ``true`` | run ``alembic upgrade head`` before serving (when behind) |
 | ``PAS_MODEL_CATALOG`` | built-in | path to a YAML model catalog replacing the built-in one |
 | ``PAS_DB_POOL_SIZE`` | ``10`` | database connections kept open |
 | ``PAS_DB_MAX_OVERFLOW`` | ``10`` | extra connections allowed under load |

@@ -6,21 +6,27 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import psycopg
+import pytest
 from admission_service.domain.events import Event, Replace
 from admission_service.domain.messages import Message, Tool
 from admission_service.domain.stored import AdmissionRecord
 from admission_service.storage import codec
 from admission_service.storage.distribution import REFERENCE_TABLES
 from admission_service.storage.engine import (
+    LATEST_MIGRATION,
     MIGRATIONS_DIR,
     alembic_config,
     create_engine,
+    libpq_url,
+    migrate_to_latest,
     run_migrations,
 )
 from admission_service.storage.repository import SessionStore
@@ -112,6 +118,42 @@ def test_single_head() -> None:
     assert Path(from_ini.dir).resolve() == Path(in_code.dir).resolve() == MIGRATIONS_DIR
     assert len(in_code.get_heads()) == 1
     assert from_ini.get_heads() == in_code.get_heads()
+
+
+def test_the_latest_migration_named_in_code_is_alembics_head() -> None:
+    """``LATEST_MIGRATION`` (what a serving process compares the database with before it
+    would import Alembic) is the head: a new migration must update it."""
+    script = ScriptDirectory.from_config(alembic_config("postgresql://unused/unused"))
+    assert script.get_current_head() == LATEST_MIGRATION
+
+
+# A serving process, on a database at the latest migration and on one it migrates, never
+# imports Alembic (measured: ~13 MiB of a worker's memory): checked in a fresh interpreter.
+_SERVE_START = """
+import sys
+from admission_service.api import server
+from admission_service.storage.engine import migrate_to_latest
+assert "alembic" not in sys.modules, "imported with the server"
+migrate_to_latest(sys.argv[1])
+assert "alembic" not in sys.modules, "imported by migrate_to_latest"
+"""
+
+
+def test_a_serving_process_migrates_without_holding_alembic(empty_database_url: str) -> None:
+    for _ in range(2):  # migrated in a spawned process, then already at the latest
+        subprocess.run([sys.executable, "-c", _SERVE_START, empty_database_url], check=True)
+        assert current_revision(empty_database_url) == LATEST_MIGRATION
+
+
+def test_a_failed_migration_at_start_is_raised_in_the_serving_process(
+    empty_database_url: str,
+) -> None:
+    """The spawned upgrade's failure reaches the caller (serve exits with it)."""
+    with psycopg.connect(libpq_url(empty_database_url), autocommit=True) as connection:
+        connection.execute("CREATE TABLE sessions (blocking int)")  # 0001 creates it
+    with pytest.raises(Exception, match="sessions"):
+        migrate_to_latest(empty_database_url)
+    assert current_revision(empty_database_url) is None
 
 
 def test_migration_files_are_named_by_ordinal_and_slug() -> None:

@@ -49,7 +49,7 @@ from admission_service.catalog.loader import load_catalog
 from admission_service.config import ConfigError, Settings, split_listen
 from admission_service.domain.catalog import Catalog
 from admission_service.domain.errors import InvalidModelInfo
-from admission_service.storage.engine import create_engine, run_migrations
+from admission_service.storage.engine import create_engine, migrate_to_latest
 from admission_service.storage.token_keys import stored_page_token_keys
 from admission_service.storage.transactions import PostgresStorage
 from admission_service.telemetry.metrics import Metrics
@@ -261,7 +261,7 @@ async def start_server(
         url = engine.url.render_as_string(hide_password=False)
     if settings.migrate_on_start:
         _log.info("running database migrations")
-        await asyncio.to_thread(run_migrations, url)
+        await asyncio.to_thread(migrate_to_latest, url)
     if engine is None:
         engine = configured_engine(
             settings, url, pool_size=settings.db_pool_size, max_overflow=settings.db_max_overflow

@@ -105,12 +105,12 @@ def preload_tokenizers(settings: Settings) -> None:
 def _shared(settings: Settings) -> Settings:
     """What every worker inherits: the database resolved once (the embedded server started
     here, in the parent) and migrated once (``inherited``)."""
-    from admission_service.storage.engine import run_migrations
+    from admission_service.storage.engine import migrate_to_latest
 
     url = settings.resolve_database_url()
     if settings.migrate_on_start:
         _log.info("running database migrations")
-        run_migrations(url)
+        migrate_to_latest(url)
     return inherited(settings, url)
 
 

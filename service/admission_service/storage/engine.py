@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import select
 from collections.abc import Mapping
+from concurrent.futures import ProcessPoolExecutor
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psycopg
-from alembic import command
-from alembic.config import Config
 from sqlalchemy import event, exc
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from admission_service.storage.embedded import start_embedded_postgres
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 DRIVER = "postgresql+psycopg"
 DEFAULT_DATA_DIR = Path(".data/postgres")
@@ -23,6 +27,11 @@ DEFAULT_DATA_DIR = Path(".data/postgres")
 # package admission_service.migrations (pyproject.toml maps the folder), so an installed wheel
 # migrates as a source checkout does. Found through the package, in either case.
 MIGRATIONS_DIR = Path(str(resources.files("admission_service.migrations")))
+# The last migration's revision. A serving process whose database is already there never
+# imports Alembic, which, with a run of the scripts, is about 13 MiB of every worker's memory
+# (S6's budget). A new migration updates it; tests/integration/test_migrations.py checks it is
+# Alembic's head.
+LATEST_MIGRATION = "0011"
 
 
 class DatabaseEncodingError(RuntimeError):
@@ -145,6 +154,8 @@ def alembic_config(url: str) -> Config:
     ``config.attributes``, so no URL escaping rules of the ini format apply)."""
     if not (MIGRATIONS_DIR / "env.py").is_file():
         raise RuntimeError(f"migrations not found at {MIGRATIONS_DIR}")
+    from alembic.config import Config
+
     config = Config()
     # The ini format interpolates "%": a path holding one must not be read as a reference.
     config.set_main_option("script_location", str(MIGRATIONS_DIR).replace("%", "%%"))
@@ -155,6 +166,32 @@ def alembic_config(url: str) -> Config:
 def run_migrations(url: str, revision: str = "head") -> None:
     """``alembic upgrade <revision>``. Synchronous: from async code, run it in a thread.
     A database that is not UTF8 is refused first (``DatabaseEncodingError``)."""
+    from alembic import command
+
     with psycopg.connect(libpq_url(url), connect_timeout=10) as connection:
         require_utf8(connection)
     command.upgrade(alembic_config(url), revision)
+
+
+def migrate_to_latest(url: str) -> None:
+    """What a serving process runs at start (``PAS_MIGRATE_ON_START``): nothing when the
+    database is at ``LATEST_MIGRATION``; else ``run_migrations`` in a process of its own
+    (spawned, so it shares nothing with this one, gRPC included), which the serving process
+    waits for, its exception raised here. Either way this process never holds Alembic. A
+    database that is not UTF8 is refused first (``DatabaseEncodingError``). Synchronous."""
+    if schema_revision(url) == LATEST_MIGRATION:
+        return
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=spawn) as migrating:
+        migrating.submit(run_migrations, url).result()
+
+
+def schema_revision(url: str) -> str | None:
+    """The database's Alembic revision (None: never migrated), from a UTF8 database."""
+    with psycopg.connect(libpq_url(url), connect_timeout=10) as connection:
+        require_utf8(connection)
+        try:
+            row = connection.execute("SELECT version_num FROM alembic_version").fetchone()
+        except psycopg.errors.UndefinedTable:
+            return None
+    return None if row is None else str(row[0])
