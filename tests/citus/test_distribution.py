@@ -16,7 +16,12 @@ import psycopg
 import pytest
 from admission_service.domain import messages
 from admission_service.storage import distribution
-from admission_service.storage.engine import alembic_config, libpq_url, run_migrations
+from admission_service.storage.engine import (
+    alembic_config,
+    libpq_url,
+    migrate_to_latest,
+    run_migrations,
+)
 from admission_service.storage.tables import Base
 from alembic import command
 from sqlalchemy import (
@@ -225,3 +230,22 @@ def test_0011_downgrades_on_the_distributed_schema_with_data(empty_citus_databas
     with psycopg.connect(libpq_url(url)) as connection:
         (bodies,) = connection.execute("SELECT count(*) FROM admission_inputs").fetchone() or (0,)
     assert bodies == 2
+
+
+def test_a_serving_start_distributes_a_current_schema_moved_onto_citus(
+    empty_citus_database: str,
+) -> None:
+    """A database already at the latest migration when it gains Citus (a single-node
+    deployment moving on) is distributed by the next start with ``PAS_MIGRATE_ON_START``,
+    as by ``admission-service migrate``: on a coordinator a start always runs the migrations,
+    whose every run distributes what is not distributed yet."""
+    url = empty_citus_database
+    run_migrations(url)
+    with psycopg.connect(libpq_url(url), autocommit=True) as connection:
+        connection.execute(
+            "SELECT undistribute_table('sessions', cascade_via_foreign_keys => true)"
+        )
+    assert "sessions" not in citus_tables(url)
+    migrate_to_latest(url)
+    assert citus_tables(url)["sessions"][0] == "distributed"
+    assert citus_tables(url)["frame_chunks"][0] == "distributed"

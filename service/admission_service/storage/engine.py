@@ -175,23 +175,26 @@ def run_migrations(url: str, revision: str = "head") -> None:
 
 def migrate_to_latest(url: str) -> None:
     """What a serving process runs at start (``PAS_MIGRATE_ON_START``): nothing when the
-    database is at ``LATEST_MIGRATION``; else ``run_migrations`` in a process of its own
-    (spawned, so it shares nothing with this one, gRPC included), which the serving process
-    waits for, its exception raised here. Either way this process never holds Alembic. A
-    database that is not UTF8 is refused first (``DatabaseEncodingError``). Synchronous."""
-    if schema_revision(url) == LATEST_MIGRATION:
+    database is at ``LATEST_MIGRATION`` on plain PostgreSQL; else (behind, or a Citus
+    coordinator, where every run also distributes the tables not distributed yet:
+    ``storage/distribution.py``) ``run_migrations`` in a process of its own (spawned, so it
+    shares nothing with this one, gRPC included), which the serving process waits for, its
+    exception raised here. Either way this process never holds Alembic. A database that is
+    not UTF8 is refused first (``DatabaseEncodingError``). Synchronous."""
+    if _at_latest_without_citus(url):
         return
     spawn = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=1, mp_context=spawn) as migrating:
         migrating.submit(run_migrations, url).result()
 
 
-def schema_revision(url: str) -> str | None:
-    """The database's Alembic revision (None: never migrated), from a UTF8 database."""
+def _at_latest_without_citus(url: str) -> bool:
+    """Whether a UTF8 database is at ``LATEST_MIGRATION`` and has no ``citus`` extension."""
     with psycopg.connect(libpq_url(url), connect_timeout=10) as connection:
         require_utf8(connection)
         try:
-            row = connection.execute("SELECT version_num FROM alembic_version").fetchone()
+            found = connection.execute("SELECT version_num FROM alembic_version").fetchone()
         except psycopg.errors.UndefinedTable:
-            return None
-    return None if row is None else str(row[0])
+            return False
+        citus = connection.execute("SELECT 1 FROM pg_extension WHERE extname = 'citus'")
+        return found is not None and found[0] == LATEST_MIGRATION and citus.fetchone() is None
