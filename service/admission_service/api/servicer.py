@@ -247,7 +247,7 @@ def add_to_server(servicer: AdmissionServicer, server: grpc.aio.Server) -> None:
         behavior = getattr(servicer, method.name)
         deserializer = GetMessageClass(method.input_type).FromString
         serializer = GetMessageClass(method.output_type).SerializeToString
-        if method.server_streaming:  # its chunks written encoded (``encoded_chunks``)
+        if method.server_streaming:  # its chunks written encoded (``streaming.encoded_chunk``)
             handlers[method.name] = grpc.unary_stream_rpc_method_handler(
                 behavior, request_deserializer=deserializer, response_serializer=_encoded
             )

@@ -108,13 +108,9 @@ class StreamSender:
         with self.budget.holding(len(data)):
             hashing = hashing or sha256_started(data)
             try:
-                parts = chunk_views(data)
-                for index, part in enumerate(parts):
-                    first, last = index == 0, index == len(parts) - 1
-                    digest = await hashing if (last if sha256_last else first) else None
-                    await self._write(
-                        context, encoded_chunk(part, len(data) if first else None, digest)
-                    )
+                for part, total, carries_digest in chunks_of(data, sha256_last):
+                    digest = await hashing if carries_digest else None
+                    await self._write(context, encoded_chunk(part, total, digest))
             finally:
                 hashing.cancel()  # the stream ended early: nobody waits for the digest
 
@@ -134,11 +130,17 @@ class StreamSender:
             raise asyncio.CancelledError from None
 
 
-def chunk_views(data: bytes) -> list[memoryview]:
-    """The pieces of ``data`` the chunks carry, in order: at most ``CHUNK_BYTES`` each, and at
-    least one (an empty response is one empty chunk)."""
+def chunks_of(data: bytes, sha256_last: bool) -> Iterator[tuple[memoryview, int | None, bool]]:
+    """The chunks ``data`` is sent in, in order: each one's piece (at most ``CHUNK_BYTES``;
+    at least one chunk, an empty response being one empty chunk), the whole size for the
+    first (None for the others), and whether it carries the digest (the first, or the last
+    with ``sha256_last``)."""
     view = memoryview(data)
-    return [view[offset : offset + CHUNK_BYTES] for offset in range(0, len(data) or 1, CHUNK_BYTES)]
+    offsets = range(0, len(data) or 1, CHUNK_BYTES)
+    for offset in offsets:
+        first, last = offset == offsets[0], offset == offsets[-1]
+        piece = view[offset : offset + CHUNK_BYTES]
+        yield piece, len(data) if first else None, last if sha256_last else first
 
 
 def encoded_chunk(
@@ -156,12 +158,3 @@ def encoded_chunk(
     if sha256 is not None:
         fields += (b"\x1a\x20", sha256)
     return b"".join(fields)
-
-
-def encoded_chunks(data: bytes, sha256: bytes, *, sha256_last: bool = False) -> Iterator[bytes]:
-    """``data`` as the encoded chunks ``StreamSender.send`` writes, for a known ``sha256``."""
-    parts = chunk_views(data)
-    for index, part in enumerate(parts):
-        first, last = index == 0, index == len(parts) - 1
-        digest = sha256 if (last if sha256_last else first) else None
-        yield encoded_chunk(part, len(data) if first else None, digest)
