@@ -32,6 +32,6 @@ async def off_the_loop_if_large(size: int, work: Callable[[], T]) -> T:
 def sha256_started(data: bytes) -> asyncio.Task[bytes]:
     """The SHA-256 of ``data``, begun now (on a thread when large) while the caller goes on:
     a streamed response's digest, which one of its chunks carries."""
-    return asyncio.ensure_future(
+    return asyncio.create_task(
         off_the_loop_if_large(len(data), lambda: hashlib.sha256(data).digest())
     )

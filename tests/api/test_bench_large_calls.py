@@ -1,7 +1,7 @@
-"""bench/large_content.py, bench/large_memory.py, bench/harness_writes.py, bench/full_ab.py and
-bench/step_ab.py run against the real service (their figures are not asserted: speed is
-measured, not timed). Small messages keep them short; 15 x 0.3 MiB is still above the default
-4 MiB response bound, so the *refused* case is refused."""
+"""bench/large_content.py, bench/large_memory.py, bench/harness_writes.py, bench/full_ab.py,
+bench/step_ab.py and bench/streamed_ab.py run against the real service (their figures are not
+asserted: speed is measured, not timed). Small messages keep them short; 15 x 0.3 MiB is still
+above the default 4 MiB response bound, so the *refused* case is refused."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import full_ab, harness_writes, large_content, large_memory, step_ab
+from bench import full_ab, harness_writes, large_content, large_memory, step_ab, streamed_ab
 
 SMALL = ["--mib", "0.3"]
 
@@ -76,3 +76,21 @@ def test_the_paired_step_bench_runs(bench_server: None, capsys: pytest.CaptureFi
         assert len(report[checkout]["block_p50s_ms"]) == 2
         assert 0 < report[checkout]["step_p50_ms"] <= report[checkout]["step_p99_ms"]
         assert report[checkout]["cpu_ms_per_step"] > 0
+
+
+def test_the_paired_streamed_bench_runs(
+    bench_server: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    here = Path(__file__).resolve().parents[2]  # this checkout, served twice
+    streamed_ab.main([str(here), str(here), "--samples", "2", "--text-results", "1"])
+    report = json.loads(capsys.readouterr().out)
+    assert report["samples"] == 2
+    assert set(report["formats"]) == {
+        "neutral",
+        "openai_chat",
+        "openai_responses",
+        "anthropic_messages",
+    }
+    for row in report["formats"].values():
+        assert row["floor_p50_ms"] > 0
+        assert row["before_p50_ms"] > 0 and row["after_p50_ms"] > 0

@@ -20,7 +20,7 @@ the rebuilt response is checked against the original's digest before it is sent
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -70,8 +70,8 @@ class ReplayMismatch(DomainError):
 # before it hold SHA-256 and are checked with it. What a caller verifies, a stream's SHA-256,
 # is computed by the edge (api/streaming.py).
 CHECK_ALGORITHM = "xxh3_128"
-_CHECKS = {
-    "xxh3_128": lambda payload: xxhash.xxh3_128_digest(payload),
+_CHECKS: dict[str, Callable[[bytes], bytes]] = {
+    "xxh3_128": xxhash.xxh3_128_digest,
     "sha256": lambda payload: hashlib.sha256(payload).digest(),
 }
 

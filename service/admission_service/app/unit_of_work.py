@@ -223,15 +223,11 @@ class UnitOfWork:
                 stored.response,
                 stored.recipe,
             )
+            # A failed commit leaves it to finish on its own: a thread cannot be stopped.
             sha256 = sha256_started(encoded) if self._call.streamed else None
-        try:
-            await self.reached(Phase.COMMIT)
-            _raise_if_cancelled()
-            await self._unit.commit()  # the deferred writes and COMMIT: one round trip
-        except BaseException:
-            if sha256 is not None:
-                sha256.cancel()  # nothing to send
-            raise
+        await self.reached(Phase.COMMIT)
+        _raise_if_cancelled()
+        await self._unit.commit()  # the deferred writes and COMMIT: one round trip
         self._committed = True
         self.bodies.committed()
         self._deps.quotas.stored(self._call.tenant, growth.log_bytes)

@@ -23,6 +23,7 @@ from admission_service.storage import codec
 from promptadmission.v1 import admission_service_pb2 as api
 
 from tests.unit.api.test_convert import _attempt_result
+from tests.unit.api.test_streaming import Caller
 
 STREAMS = StreamSender(StreamingBudget(1 << 30), 30.0)
 
@@ -103,16 +104,6 @@ def test_each_mutation_names_its_response_type() -> None:
         assert write.message.DESCRIPTOR is SERVICE.methods_by_name[method].output_type
 
 
-class _Caller:
-    """A servicer context that keeps what the sender writes."""
-
-    def __init__(self) -> None:
-        self.written: list[bytes] = []
-
-    async def write(self, chunk: bytes) -> None:
-        self.written.append(chunk)
-
-
 @pytest.mark.parametrize("sha256_last", [False, True])
 @pytest.mark.parametrize(
     "size", [1, 300, CHUNK_BYTES - 1, CHUNK_BYTES, CHUNK_BYTES + 1, 3 * CHUNK_BYTES + 5]
@@ -127,7 +118,7 @@ async def test_a_streamed_response_is_sent_as_the_chunk_messages_encoded(
     server = _Server()
     add_to_server(AdmissionServicer(None, None, STREAMS), server)  # type: ignore[arg-type]
     data = random.Random(size).randbytes(size)
-    caller = _Caller()
+    caller = Caller(reads=len(data))  # reads every chunk
     await STREAMS.send(caller, data, sha256_last)  # type: ignore[arg-type]
     chunks = caller.written
     sha256 = hashlib.sha256(data).digest()

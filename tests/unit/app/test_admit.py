@@ -285,7 +285,8 @@ async def test_a_retry_replays_the_first_bytes_and_commits_nothing(app: App) -> 
 async def test_a_streamed_response_is_hashed_from_its_encoding_on() -> None:
     """A streamed call's SHA-256 (a chunk carries it) is begun once the response is encoded,
     so it runs while the commit's round trip does; a unary call's is never taken, a replay's
-    is left to the edge, and a call cancelled at its commit leaves no task behind."""
+    is left to the edge, and a call cancelled at its commit leaves no task behind (its hash,
+    small here, is done by then)."""
     hooks = Cancelling("", Phase.COMMIT)
     app = App.build(hooks=hooks)
     sid, _ = await app.busy()
