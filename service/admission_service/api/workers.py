@@ -52,6 +52,7 @@ from multiprocessing.process import BaseProcess
 from types import FrameType
 
 from admission_service.api import event_loop
+from admission_service.api.allocator import reuse_large_buffers
 from admission_service.config import ConfigError, Settings, split_listen
 from admission_service.telemetry.logs import configure_logging
 
@@ -72,6 +73,7 @@ def serve_workers(settings: Settings) -> int:
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     if settings.workers <= 1 and settings.inspector_listen is None:
         preload_tokenizers(settings)
+        reuse_large_buffers()
         event_loop.run(serve(settings), settings.event_loop)
         return 0
     shared = _shared(settings)
@@ -178,6 +180,8 @@ def _worker_main(settings: Settings, index: int, count: int, parent: int) -> Non
     from admission_service.api.server import serve
 
     _child_starts(settings, parent)
+    # Here, not in the parent: the parent's loads would otherwise keep their freed memory.
+    reuse_large_buffers()
     _log.info(
         "worker %d of %d (pid %d) starting on %s (%s)",
         index,

@@ -23,8 +23,9 @@ rolled-back read, whose own uncommitted nodes' seqs a later transaction may reus
 FULL read found and of the nodes it wrote, and only of parts of at least ``HELD_FRAME_MIN``
 bytes, so the keys a read sends stay few.
 
-The copies are bounded in bytes (least recently used session first out; a session larger than
-the bound keeps its smallest parts up to it).
+The copies are bounded in bytes: past the bound, the least recently used session lets go of its
+largest parts first (and goes once it has none); a session larger than the bound keeps its
+smallest parts up to it.
 """
 
 from __future__ import annotations
@@ -104,8 +105,23 @@ class HeldFrames:
         self._sessions[key] = HeldSession(row_version, kept, size)
         self.bytes += size
         while self.bytes > self.max_bytes:
-            _, dropped = self._sessions.popitem(last=False)
-            self.bytes -= dropped.size
+            self._trim_oldest(self.bytes - self.max_bytes)
+
+    def _trim_oldest(self, excess: int) -> None:
+        """Let go of at least ``excess`` bytes of the least recently used session's parts, its
+        largest first, and of the session if none are left. What it keeps still holds at its
+        version (a read fetches whatever a worker does not hold), so a long session a few
+        smaller ones pushed past the bound keeps most of its parts instead of none."""
+        oldest, held = next(iter(self._sessions.items()))
+        parts = sorted(held.parts.items(), key=lambda item: len(item[1]))
+        dropped = 0
+        while parts and dropped < excess:
+            dropped += len(parts.pop()[1])
+        self.bytes -= dropped
+        if parts:
+            self._sessions[oldest] = HeldSession(held.row_version, dict(parts), held.size - dropped)
+        else:
+            del self._sessions[oldest]
 
     def evict(self, key: SessionKey) -> None:
         found = self._sessions.pop(key, None)

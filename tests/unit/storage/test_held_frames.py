@@ -73,3 +73,17 @@ def test_full_frames_take_the_left_out_frames_from_those_held_and_hold_the_large
     assert (found.frames.before_messages, found.frames.before_tokens) == (7, 47)
     assert (found.sealed_upto, found.read_end, found.from_held) == (6, 9, 2)
     assert set(found.to_hold) == {-4, 40, 42}  # the small chunk and the small node are not
+
+
+def test_past_the_bound_the_oldest_session_lets_go_of_its_largest_frames_first() -> None:
+    held = HeldFrames(1000)
+    held.put(A, 4, frames(100, 300, 200))
+    held.put(B, 1, frames(500))  # 1 100 held: A, the oldest, lets go of its 300 bytes
+    assert held.get(A).row_version == 4
+    assert sorted(len(frame) for frame in held.get(A).parts.values()) == [100, 200]
+    assert held.get(A).size == 300 and held.bytes == 800
+    held.put(C, 1, frames(450))  # B is the oldest now (A was used): it goes whole
+    assert held.get(B) is NOT_HELD and held.bytes == 750
+    held.put(B, 2, frames(60, 500))  # 1 310: A goes whole, then C's one part for the last 10
+    assert held.get(A) is NOT_HELD and held.get(C) is NOT_HELD
+    assert held.bytes == 560 and len(held) == 1
