@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 import grpc
+from admission_service.api.allocator import reuse_large_buffers
 from admission_service.api.streaming import CHUNK_BYTES
 from promptadmission.v1 import admission_service_pb2 as api
 
@@ -56,6 +57,7 @@ def chunked(data: bytes) -> list[bytes]:
 
 
 async def serve(listen: str, blobs: Path) -> None:
+    reuse_large_buffers()  # as the service's processes do (api/allocator.py)
     responses = {path.stem: path.read_bytes() for path in blobs.glob("*.bin")}
     streams: dict[str, list[bytes]] = {}
 

@@ -26,7 +26,8 @@
   commits wrote or read FULL
   (``storage/held_frames.py``): the next FULL read of such a session fetches only
   the rest, when the session row is still at the version the copies were left at (checked by
-  the read itself); least recently used sessions first out; ``0`` turns it off |
+  the read itself); past the bound the least recently used session lets go of its largest
+  copies first; ``0`` turns it off |
 | ``PAS_HELD_BODY_BYTES`` | ``16777216`` (16 MiB) | each worker's rendered provider bodies (64
   KiB or more) of its sessions' last requests (``app/held_bodies.py``): the next FULL body of
   such a session (a response carrying the body alone) is made from the held one and the
