@@ -25,7 +25,7 @@ from promptadmission.v1 import admission_service_pb2_grpc as api_grpc
 from bench import paired, transport_floor
 from bench.client import CHANNEL_OPTIONS
 from bench.infra import ServerProcess, bench_database
-from bench.streamed_full import floor_once, grow_sessions, p50_ms, service_once
+from bench.streamed_full import grow_sessions, p50_ms, service_once
 from tests.clients.large_sessions import FAMILY, TEXT_RESULTS, WIRE_NAMES, full_request
 
 
@@ -70,25 +70,14 @@ async def _alternate(
             for name in names:
                 for _ in range(2):
                     _, blobs[name] = await service_once(stubs[key], requests[key][name], True)
-        with tempfile.TemporaryDirectory() as directory:
-            for name, data in blobs.items():
-                (Path(directory) / f"{name}.bin").write_bytes(data)
-            floor = transport_floor.start(Path(directory))
-            try:
-                async with grpc.aio.insecure_channel(floor.target, options=CHANNEL_OPTIONS) as fc:
-                    stream = transport_floor.streamed(fc)
-                    for name in names:
-                        await floor_once(stream, name)
-                    for sample in range(samples):
-                        order = keys if sample % 2 == 0 else keys[::-1]
-                        for name in names:
-                            for key in order:
-                                request = requests[key][name]
-                                elapsed, _ = await service_once(stubs[key], request, True)
-                                times[(key, name)].append(elapsed)
-                            floor_times[name].append(await floor_once(stream, name))
-            finally:
-                floor.stop()
+        async with transport_floor.streaming(blobs) as stream:
+            for sample in range(samples):
+                order = keys if sample % 2 == 0 else keys[::-1]
+                for name in names:
+                    for key in order:
+                        elapsed, _ = await service_once(stubs[key], requests[key][name], True)
+                        times[(key, name)].append(elapsed)
+                    floor_times[name].append(await transport_floor.streamed_once(stream, name))
     finally:
         for ch in channels.values():
             await ch.close(None)

@@ -84,15 +84,6 @@ async def service_once(
     return elapsed, b"".join(chunk.data for chunk in chunks)
 
 
-async def floor_once(
-    stream: grpc.aio.UnaryStreamMultiCallable[str, api.StreamAdmitResponse], key: str
-) -> float:
-    started = time.perf_counter()
-    chunks = [chunk async for chunk in stream(key)]
-    reassemble(chunks, api.AdmitResponse)
-    return time.perf_counter() - started
-
-
 def p50_ms(values: list[float]) -> float:
     return round(statistics.median(values) * 1000, 2)
 
@@ -124,25 +115,15 @@ async def s7_streamed_full(
         for name, request in requests.items():  # warm up; each format's bytes for the floor
             for _ in range(2):
                 _, blobs[name] = await service_once(admission, request, True)
-        with tempfile.TemporaryDirectory() as directory:
-            for name, data in blobs.items():
-                (Path(directory) / f"{name}.bin").write_bytes(data)
-            floor = transport_floor.start(Path(directory))
-            try:
-                async with grpc.aio.insecure_channel(floor.target, options=CHANNEL_OPTIONS) as fc:
-                    stream = transport_floor.streamed(fc)
-                    for name in requests:
-                        await floor_once(stream, name)  # warm up: the floor encodes its chunks
-                    for _ in range(samples):
-                        for name, request in requests.items():
-                            elapsed, _ = await service_once(admission, request, True)
-                            service_times[name].append(elapsed)
-                            if compare_first:
-                                elapsed, _ = await service_once(admission, request, False)
-                                first_times[name].append(elapsed)
-                            floor_times[name].append(await floor_once(stream, name))
-            finally:
-                floor.stop()
+        async with transport_floor.streaming(blobs) as stream:
+            for _ in range(samples):
+                for name, request in requests.items():
+                    elapsed, _ = await service_once(admission, request, True)
+                    service_times[name].append(elapsed)
+                    if compare_first:
+                        elapsed, _ = await service_once(admission, request, False)
+                        first_times[name].append(elapsed)
+                    floor_times[name].append(await transport_floor.streamed_once(stream, name))
     rows: dict[str, Any] = {}
     for name in requests:
         service_p50, floor_p50 = p50_ms(service_times[name]), p50_ms(floor_times[name])

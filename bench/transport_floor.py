@@ -22,15 +22,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import statistics
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
 from admission_service.api.allocator import reuse_large_buffers
 from admission_service.api.streaming import CHUNK_BYTES
+from promptadmission.streaming import reassemble
 from promptadmission.v1 import admission_service_pb2 as api
 
 from bench.client import CHANNEL_OPTIONS
@@ -95,9 +98,10 @@ def start(blobs: Path) -> ServerProcess:
     return start_module("bench.transport_floor", ["--blobs", str(blobs)], blobs)
 
 
-def streamed(
-    ch: grpc.aio.Channel,
-) -> grpc.aio.UnaryStreamMultiCallable[str, api.StreamAdmitResponse]:
+Streamed = grpc.aio.UnaryStreamMultiCallable[str, api.StreamAdmitResponse]
+
+
+def streamed(ch: grpc.aio.Channel) -> Streamed:
     """The floor's ``Stream``: the chunks of the blob named by the request, as StreamAdmit's."""
     return ch.unary_stream(
         _STREAM,
@@ -106,30 +110,57 @@ def streamed(
     )
 
 
-async def measure(responses: dict[int, bytes], samples: int) -> dict[int, float]:
-    """p50 (ms) of receiving and parsing each size's response, over ``samples`` calls each,
-    the sizes alternating."""
+async def streamed_once(stream: Streamed, key: str) -> float:
+    """Seconds to receive, reassemble (size and SHA-256 checked) and parse blob ``key``'s
+    chunks, as the clients do a StreamAdmit's."""
+    started = time.perf_counter()
+    chunks = [chunk async for chunk in stream(key)]
+    reassemble(chunks, api.AdmitResponse)
+    return time.perf_counter() - started
+
+
+@contextlib.asynccontextmanager
+async def _serving(blobs: dict[str, bytes]) -> AsyncIterator[grpc.aio.Channel]:
+    """This server serving ``blobs`` by name, and a channel to it of the benchmark's options."""
     with tempfile.TemporaryDirectory() as directory:
-        for nodes, data in responses.items():
-            (Path(directory) / f"{nodes}.bin").write_bytes(data)
+        for name, data in blobs.items():
+            (Path(directory) / f"{name}.bin").write_bytes(data)
         server = start(Path(directory))
         try:
             async with grpc.aio.insecure_channel(server.target, options=CHANNEL_OPTIONS) as ch:
-                call = ch.unary_unary(
-                    _METHOD,
-                    request_serializer=lambda nodes: str(nodes).encode(),
-                    response_deserializer=api.AdmitResponse.FromString,
-                )
-                times: dict[int, list[float]] = {nodes: [] for nodes in responses}
-                for nodes in responses:  # warm up
-                    await call(nodes)
-                for _ in range(samples):
-                    for nodes in responses:
-                        started = time.perf_counter()
-                        await call(nodes)
-                        times[nodes].append(time.perf_counter() - started)
+                yield ch
         finally:
             server.stop()
+
+
+@contextlib.asynccontextmanager
+async def streaming(blobs: dict[str, bytes]) -> AsyncIterator[Streamed]:
+    """This server serving ``blobs`` by name, and its ``Stream``; each blob streamed once first
+    (the server encodes its chunks then)."""
+    async with _serving(blobs) as ch:
+        stream = streamed(ch)
+        for name in blobs:
+            await streamed_once(stream, name)
+        yield stream
+
+
+async def measure(responses: dict[int, bytes], samples: int) -> dict[int, float]:
+    """p50 (ms) of receiving and parsing each size's response, over ``samples`` calls each,
+    the sizes alternating."""
+    async with _serving({str(nodes): data for nodes, data in responses.items()}) as ch:
+        call = ch.unary_unary(
+            _METHOD,
+            request_serializer=lambda nodes: str(nodes).encode(),
+            response_deserializer=api.AdmitResponse.FromString,
+        )
+        times: dict[int, list[float]] = {nodes: [] for nodes in responses}
+        for nodes in responses:  # warm up
+            await call(nodes)
+        for _ in range(samples):
+            for nodes in responses:
+                started = time.perf_counter()
+                await call(nodes)
+                times[nodes].append(time.perf_counter() - started)
     return {nodes: statistics.median(values) * 1000 for nodes, values in times.items()}
 
 

@@ -26,6 +26,7 @@ import contextlib
 import ctypes
 import os
 import platform
+from collections.abc import Mapping
 
 M_TRIM_THRESHOLD = -1  # malloc.h
 M_MMAP_THRESHOLD = -3
@@ -35,7 +36,7 @@ TRIM_THRESHOLD = 2 * MMAP_THRESHOLD  # where the dynamic rule puts it for such a
 _OPERATOR_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
 
 
-def operator_chose(environ: dict[str, str] | os._Environ[str]) -> bool:
+def operator_chose(environ: Mapping[str, str]) -> bool:
     """Whether the environment sets glibc's allocator thresholds itself."""
     return any(name in environ for name in _OPERATOR_SETTINGS) or "glibc.malloc." in environ.get(
         "GLIBC_TUNABLES", ""

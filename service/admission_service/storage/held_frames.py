@@ -93,37 +93,36 @@ class HeldFrames:
         """Hold ``parts`` for ``key`` at ``row_version`` (what a commit left), instead of what
         was held for it; past the bound, the largest are not held."""
         self.evict(key)
-        kept: dict[int, bytes] = {}
-        size = 0
-        for part, frames in sorted(parts.items(), key=lambda item: len(item[1])):
-            if size + len(frames) > self.max_bytes:
-                break
-            kept[part] = frames
-            size += len(frames)
-        if not kept:
+        kept = _smallest_within(row_version, parts, self.max_bytes)
+        if not kept.parts:
             return
-        self._sessions[key] = HeldSession(row_version, kept, size)
-        self.bytes += size
+        self._sessions[key] = kept
+        self.bytes += kept.size
         while self.bytes > self.max_bytes:
-            self._trim_oldest(self.bytes - self.max_bytes)
-
-    def _trim_oldest(self, excess: int) -> None:
-        """Let go of at least ``excess`` bytes of the least recently used session's parts, its
-        largest first, and of the session if none are left. What it keeps still holds at its
-        version (a read fetches whatever a worker does not hold), so a long session a few
-        smaller ones pushed past the bound keeps most of its parts instead of none."""
-        oldest, held = next(iter(self._sessions.items()))
-        parts = sorted(held.parts.items(), key=lambda item: len(item[1]))
-        dropped = 0
-        while parts and dropped < excess:
-            dropped += len(parts.pop()[1])
-        self.bytes -= dropped
-        if parts:
-            self._sessions[oldest] = HeldSession(held.row_version, dict(parts), held.size - dropped)
-        else:
-            del self._sessions[oldest]
+            # The least recently used session lets go of its largest parts first, and stays the
+            # oldest: what it keeps still holds at its version (a read fetches whatever a worker
+            # does not hold), so a long session a few smaller ones pushed past the bound keeps
+            # most of its parts.
+            oldest, held = next(iter(self._sessions.items()))
+            others = self.bytes - held.size
+            kept = _smallest_within(held.row_version, held.parts, self.max_bytes - others)
+            self.bytes = others + kept.size
+            if kept.parts:
+                self._sessions[oldest] = kept
+            else:
+                del self._sessions[oldest]
 
     def evict(self, key: SessionKey) -> None:
-        found = self._sessions.pop(key, None)
-        if found is not None:
-            self.bytes -= found.size
+        self.bytes -= self._sessions.pop(key, NOT_HELD).size
+
+
+def _smallest_within(row_version: int, parts: Mapping[int, bytes], budget: int) -> HeldSession:
+    """The smallest of ``parts`` that fit in ``budget`` bytes together, at ``row_version``."""
+    kept: dict[int, bytes] = {}
+    size = 0
+    for part, frames in sorted(parts.items(), key=lambda item: len(item[1])):
+        if size + len(frames) > budget:
+            break
+        kept[part] = frames
+        size += len(frames)
+    return HeldSession(row_version, kept, size)

@@ -87,3 +87,12 @@ def test_past_the_bound_the_oldest_session_lets_go_of_its_largest_frames_first()
     held.put(B, 2, frames(60, 500))  # 1 310: A goes whole, then C's one part for the last 10
     assert held.get(A) is NOT_HELD and held.get(C) is NOT_HELD
     assert held.bytes == 560 and len(held) == 1
+
+
+def test_a_trimmed_session_stays_the_least_recently_used() -> None:
+    held = HeldFrames(1000)
+    held.put(A, 1, frames(100, 300, 200))
+    held.put(B, 1, frames(500))  # A lets go of its 300 bytes
+    held.put(C, 1, frames(400))  # 1 200: A, still the oldest, lets go of 200 more; B keeps all
+    assert [len(frame) for frame in held.get(A).parts.values()] == [100]
+    assert held.get(B) is not NOT_HELD and held.bytes == 1000
